@@ -1,0 +1,4 @@
+#ifndef ANCSD_CDBUS_SHIM_H
+#define ANCSD_CDBUS_SHIM_H
+#include <dbus/dbus.h>
+#endif

@@ -1,0 +1,1 @@
+// Placeholder: the D-Bus layer is being written (issue 3).
