@@ -35,7 +35,9 @@ let package = Package(
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
-        .testTarget(name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"], swiftSettings: strict),
+        .testTarget(
+            name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
+            exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["JSON"], swiftSettings: strict),
     ]

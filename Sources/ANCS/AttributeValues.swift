@@ -1,0 +1,131 @@
+/// A text attribute decoded leniently as UTF-8.
+///
+/// Invalid sequences become U+FFFD and `wasRepaired` says so; the raw bytes stay available.
+public struct AttributeText: Hashable, Sendable, CustomStringConvertible {
+    /// The bytes exactly as the phone sent them.
+    public let raw: [UInt8]
+    /// The decoded text.
+    public let string: String
+    /// True if the bytes were not valid UTF-8 and had to be repaired.
+    public let wasRepaired: Bool
+
+    public init(_ raw: [UInt8]) {
+        self.raw = raw
+        if let valid = String(validating: raw, as: UTF8.self) {
+            string = valid
+            wasRepaired = false
+        } else {
+            string = String(decoding: raw, as: UTF8.self)
+            wasRepaired = true
+        }
+    }
+
+    public var description: String { string }
+}
+
+/// The Date attribute, `yyyyMMdd'T'HHmmss` in the phone's local time (no time zone).
+public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public var year: Int
+    public var month: Int
+    public var day: Int
+    public var hour: Int
+    public var minute: Int
+    public var second: Int
+
+    public init(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
+        self.year = year
+        self.month = month
+        self.day = day
+        self.hour = hour
+        self.minute = minute
+        self.second = second
+    }
+
+    /// Parses the 15-character ANCS form, checking every field's range; nil if it is not one.
+    public init?(parsing text: some Collection<UInt8>) {
+        let chars = Array(text)
+        guard chars.count == 15, chars[8] == UInt8(ascii: "T") else { return nil }
+        func number(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for char in chars[range] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(char) else { return nil }
+                value = value * 10 + Int(char - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard let year = number(0..<4), let month = number(4..<6), let day = number(6..<8),
+              let hour = number(9..<11), let minute = number(11..<13), let second = number(13..<15),
+              (1...12).contains(month), (1...ANCSDate.days(inMonth: month, year: year)).contains(day),
+              hour < 24, minute < 60, second <= 60  // 60: a leap second
+        else { return nil }
+        self.init(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
+    }
+
+    /// ISO 8601 without a zone, e.g. `2015-06-15T16:18:37`.
+    public var iso8601: String {
+        func pad(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2))"
+    }
+
+    public var description: String { iso8601 }
+
+    public static func < (a: ANCSDate, b: ANCSDate) -> Bool {
+        (a.year, a.month, a.day, a.hour, a.minute, a.second) < (b.year, b.month, b.day, b.hour, b.minute, b.second)
+    }
+
+    static func days(inMonth month: Int, year: Int) -> Int {
+        switch month {
+        case 2: (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+}
+
+/// The Date attribute as it came: a date, empty (incoming calls send none), or malformed.
+public enum DateAttribute: Hashable, Sendable {
+    case valid(ANCSDate)
+    case empty
+    /// Not in the ANCS form; the text is kept as sent (repaired if not UTF-8).
+    case malformed(String)
+
+    public init(_ raw: [UInt8]) {
+        if raw.isEmpty {
+            self = .empty
+        } else if let date = ANCSDate(parsing: raw) {
+            self = .valid(date)
+        } else {
+            self = .malformed(AttributeText(raw).string)
+        }
+    }
+
+    /// The date, if the value was a valid one.
+    public var date: ANCSDate? {
+        if case .valid(let date) = self { return date }
+        return nil
+    }
+}
+
+/// The MessageSize attribute: the full message size as a decimal string; nil if it is not one.
+public func parseMessageSize(_ raw: [UInt8]) -> Int? {
+    guard !raw.isEmpty, raw.count <= 9 else { return nil }
+    var value = 0
+    for char in raw {
+        guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(char) else { return nil }
+        value = value * 10 + Int(char - UInt8(ascii: "0"))
+    }
+    return value
+}
+
+/// True if the phone cut the message short: MessageSize exceeds what was delivered.
+///
+/// iOS counts MessageSize in UTF-16 code units (an NSString length) and may append "…"
+/// (U+2026) to a cut value, so the delivered length is counted the same way without it.
+public func isMessageTruncated(message: String, messageSize: Int) -> Bool {
+    var delivered = message.utf16.count
+    if message.hasSuffix("\u{2026}") { delivered -= 1 }
+    return messageSize > delivered
+}

@@ -1,0 +1,152 @@
+public import JSON
+
+/// The three ANCS characteristics a capture records.
+public enum CaptureCharacteristic: String, Hashable, Sendable {
+    /// Notification Source: a value the phone sent.
+    case ns
+    /// Control Point: a value the consumer wrote.
+    case cp
+    /// Data Source: a value the phone sent.
+    case ds
+}
+
+/// A connection event in a capture.
+public enum CaptureEvent: String, Hashable, Sendable {
+    case connected
+    case disconnected
+}
+
+/// One line of an `ancs-capture/1` file.
+public enum CaptureRecord: Hashable, Sendable {
+    /// The optional first line: `{"format": "ancs-capture/1", …metadata}`.
+    case header(JSONObject)
+    /// A GATT value, with the ATT error the phone answered a Control Point write with, if any.
+    case value(time: Double?, characteristic: CaptureCharacteristic, bytes: [UInt8], attError: UInt8?)
+    /// A connection event; a disconnect ends any response in progress.
+    case event(time: Double?, CaptureEvent)
+}
+
+/// Why a capture file cannot be read, naming the line (1-based).
+public struct CaptureFormatError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var line: Int
+    public var reason: String
+
+    public init(line: Int, reason: String) {
+        self.line = line
+        self.reason = reason
+    }
+
+    public var description: String { "line \(line): \(reason)" }
+}
+
+/// Parses `ancs-capture/1` lines one at a time, so a reader can act on each as it comes.
+public struct CaptureParser: Sendable {
+    /// The format name a header must carry.
+    public static let formatName = "ancs-capture/1"
+
+    private var lineNumber = 0
+    private var sawRecord = false
+
+    public init() {}
+
+    /// Parses the next line of the file. Blank lines give nil. Throws on anything malformed.
+    public mutating func parse(line text: String) throws(CaptureFormatError) -> CaptureRecord? {
+        try parse(line: Array(text.utf8))
+    }
+
+    /// Parses the next line of the file, as UTF-8 bytes without the newline.
+    public mutating func parse(line text: [UInt8]) throws(CaptureFormatError) -> CaptureRecord? {
+        lineNumber += 1
+        let line = lineNumber
+        func fail(_ reason: String) -> CaptureFormatError { CaptureFormatError(line: line, reason: reason) }
+
+        if text.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return nil }
+        let json: JSONValue
+        do { json = try JSONValue(parsing: text) } catch { throw fail("not valid JSON: \(error)") }
+        guard let object = json.objectValue else { throw fail("expected a JSON object, found \(json.typeName)") }
+
+        if let format = object["format"] {
+            guard !sawRecord else { throw fail("a header must be the first line") }
+            guard format.stringValue == Self.formatName else {
+                throw fail("unsupported format \(format.serialized), expected \"\(Self.formatName)\"")
+            }
+            sawRecord = true
+            return .header(object)
+        }
+        sawRecord = true
+
+        var time: Double? = nil
+        if let t = object["t"] {
+            guard let seconds = t.doubleValue, seconds >= 0 else { throw fail("\"t\" must be a number of seconds ≥ 0") }
+            time = seconds
+        }
+        if let event = object["event"] {
+            guard let name = event.stringValue, let parsed = CaptureEvent(rawValue: name) else {
+                throw fail("unknown event \(event.serialized), expected \"connected\" or \"disconnected\"")
+            }
+            return .event(time: time, parsed)
+        }
+        guard let charValue = object["char"] else { throw fail("a record needs \"char\" (or \"event\")") }
+        guard let name = charValue.stringValue, let characteristic = CaptureCharacteristic(rawValue: name) else {
+            throw fail("unknown char \(charValue.serialized), expected \"ns\", \"cp\" or \"ds\"")
+        }
+        guard let hex = object["hex"]?.stringValue else { throw fail("a \(name) record needs \"hex\" as a string") }
+        let bytes: [UInt8]
+        switch decodeHex(hex) {
+        case .success(let decoded): bytes = decoded
+        case .failure(let error): throw fail("bad hex: \(error.reason)")
+        }
+        var attError: UInt8? = nil
+        if let value = object["att_error"] {
+            guard characteristic == .cp else { throw fail("\"att_error\" belongs only on a cp record") }
+            guard let code = value.intValue, let byte = UInt8(exactly: code) else {
+                throw fail("\"att_error\" must be an integer from 0 to 255")
+            }
+            attError = byte
+        }
+        return .value(time: time, characteristic: characteristic, bytes: bytes, attError: attError)
+    }
+}
+
+/// Why a hex string is not one.
+public struct HexError: Error, Hashable, Sendable {
+    public var reason: String
+}
+
+/// Decodes a string of hex digit pairs (either case, no separators).
+public func decodeHex(_ text: String) -> Result<[UInt8], HexError> {
+    let chars = Array(text.utf8)
+    guard chars.count % 2 == 0 else { return .failure(HexError(reason: "odd number of hex digits (\(chars.count))")) }
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(chars.count / 2)
+    var index = 0
+    while index < chars.count {
+        guard let high = nibble(chars[index]), let low = nibble(chars[index + 1]) else {
+            let bad = nibble(chars[index]) == nil ? index : index + 1
+            return .failure(HexError(reason: "not a hex digit at position \(bad + 1)"))
+        }
+        bytes.append(high << 4 | low)
+        index += 2
+    }
+    return .success(bytes)
+}
+
+/// Encodes bytes as lowercase hex.
+public func encodeHex(_ bytes: some Sequence<UInt8>) -> String {
+    let digits = Array("0123456789abcdef")
+    var text = ""
+    for byte in bytes {
+        text.append(digits[Int(byte >> 4)])
+        text.append(digits[Int(byte & 0x0F)])
+    }
+    return text
+}
+
+private func nibble(_ char: UInt8) -> UInt8? {
+    switch char {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): char - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): char - UInt8(ascii: "a") + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): char - UInt8(ascii: "A") + 10
+    default: nil
+    }
+}

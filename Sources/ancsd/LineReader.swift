@@ -1,0 +1,82 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why a file could not be read.
+struct ReadError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Reads a file or standard input line by line, as bytes, with a bound on the line length so a
+/// file without newlines cannot exhaust memory.
+final class LineReader {
+    /// The longest line accepted.
+    static let maxLineLength = 1 << 20
+
+    private let fd: Int32
+    private let ownsDescriptor: Bool
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEOF = false
+    private var chunk = [UInt8](repeating: 0, count: 65_536)
+
+    /// Opens `path`, or standard input for `-`.
+    init(path: String) throws(ReadError) {
+        if path == "-" {
+            fd = STDIN_FILENO
+            ownsDescriptor = false
+        } else {
+            let opened = open(path, O_RDONLY | O_CLOEXEC)
+            guard opened >= 0 else { throw ReadError(description: "cannot open \(path): \(systemError())") }
+            var info = stat()
+            if fstat(opened, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
+                close(opened)
+                throw ReadError(description: "cannot read \(path): it is a directory")
+            }
+            fd = opened
+            ownsDescriptor = true
+        }
+    }
+
+    deinit {
+        if ownsDescriptor { close(fd) }
+    }
+
+    /// The next line without its newline (a final line without one counts), or nil at the end.
+    func nextLine() throws(ReadError) -> [UInt8]? {
+        while true {
+            if let newline = buffer[start...].firstIndex(of: 0x0A) {
+                let line = Array(buffer[start..<newline])
+                start = newline + 1
+                return line
+            }
+            if buffer.count - start > Self.maxLineLength {
+                throw ReadError(description: "a line is longer than \(Self.maxLineLength) bytes")
+            }
+            if atEOF {
+                guard start < buffer.count else { return nil }
+                let line = Array(buffer[start...])
+                start = buffer.count
+                return line
+            }
+            try fill()
+        }
+    }
+
+    private func fill() throws(ReadError) {
+        if start > 0 {
+            buffer.removeFirst(start)
+            start = 0
+        }
+        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if count < 0 {
+            if errno == EINTR { return }
+            throw ReadError(description: "read failed: \(systemError())")
+        }
+        if count == 0 { atEOF = true }
+        buffer.append(contentsOf: chunk[0..<count])
+    }
+}
+
+/// The text of the current `errno`.
+func systemError() -> String { String(cString: strerror(errno)) }
