@@ -1,0 +1,62 @@
+import Testing
+import ANCS
+
+@Suite struct AttributeValueTests {
+    @Test func validUTF8IsKept() {
+        let text = AttributeText(Array("Pebble Time β „quotes“ 👍".utf8))
+        #expect(text.string == "Pebble Time β „quotes“ 👍")
+        #expect(!text.wasRepaired)
+    }
+
+    @Test func invalidUTF8IsRepairedAndTheRawBytesKept() {
+        let raw: [UInt8] = [0x48, 0x69, 0xFF, 0xE2, 0x80, 0x20]  // "Hi", a stray byte, a cut 3-byte sequence
+        let text = AttributeText(raw)
+        #expect(text.wasRepaired)
+        #expect(text.string == "Hi\u{FFFD}\u{FFFD} ")
+        #expect(text.raw == raw)
+    }
+
+    @Test func emptyTextIsValid() {
+        #expect(AttributeText([]).string == "" && !AttributeText([]).wasRepaired)
+    }
+
+    @Test func datesInTheANCSForm() throws {
+        let date = try #require(ANCSDate(parsing: Array("20141028T160000".utf8)))
+        #expect(date == ANCSDate(year: 2014, month: 10, day: 28, hour: 16, minute: 0, second: 0))
+        #expect(date.iso8601 == "2014-10-28T16:00:00")
+        #expect(ANCSDate(parsing: Array("20160229T235960".utf8))?.iso8601 == "2016-02-29T23:59:60")
+        #expect(ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 3) < ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 4))
+    }
+
+    @Test(arguments: [
+        "2014102T160000", "20141028T1600000", "20141028 160000", "2014-10-28T16:00", "20141328T160000",
+        "20141000T160000", "20150229T120000", "20140431T120000", "20141028T240000", "20141028T166000",
+        "20141028T160061", "2O141028T160000", "+0141028T160000", "20141028t160000",
+    ])
+    func malformedDates(text: String) {
+        #expect(ANCSDate(parsing: Array(text.utf8)) == nil)
+        #expect(DateAttribute(Array(text.utf8)) == .malformed(text))
+    }
+
+    @Test func emptyDate() {
+        #expect(DateAttribute([]) == .empty)
+        #expect(DateAttribute([]).date == nil)
+    }
+
+    @Test func messageSize() {
+        #expect(parseMessageSize(Array("113".utf8)) == 113)
+        #expect(parseMessageSize(Array("0".utf8)) == 0)
+        #expect(parseMessageSize([]) == nil)
+        #expect(parseMessageSize(Array("12a".utf8)) == nil)
+        #expect(parseMessageSize(Array("-1".utf8)) == nil)
+        #expect(parseMessageSize(Array("9999999999".utf8)) == nil, "bounded, never overflows")
+    }
+
+    @Test func truncationVerdict() {
+        #expect(isMessageTruncated(message: "The Moth Podcast: Monica Cheru-Mpambawas…", messageSize: 113))
+        #expect(!isMessageTruncated(message: "haslhkfjdashfa", messageSize: 14))
+        #expect(isMessageTruncated(message: "abc", messageSize: 4))
+        #expect(!isMessageTruncated(message: "👍", messageSize: 2), "UTF-16 units, as iOS counts")
+        #expect(!isMessageTruncated(message: "", messageSize: 0))
+    }
+}
