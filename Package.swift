@@ -39,6 +39,6 @@ let package = Package(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["JSON"], swiftSettings: strict),
+        .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd"], swiftSettings: strict),
     ]
 )

@@ -5,6 +5,11 @@ public struct JSONParseError: Error, Hashable, Sendable, CustomStringConvertible
     /// The byte offset in the text where the problem was found.
     public var offset: Int
 
+    public init(reason: String, offset: Int) {
+        self.reason = reason
+        self.offset = offset
+    }
+
     public var description: String { "\(reason) at byte \(offset + 1)" }
 }
 
