@@ -1,0 +1,429 @@
+public import ANCS
+
+/// The per-phone ANCS state machine, without I/O.
+///
+/// Feed it what the phone sends (Notification Source and Data Source values), how each Control
+/// Point write ended, and the passage of time; it returns what to do: Control Point writes to
+/// send, notification events to show, action outcomes and log lines. One request is in flight at
+/// a time. New notifications are fetched before the backlog the phone replays on connection; a
+/// removal cancels pending work; a modification fetches again; app display names are fetched once
+/// per session. Time is any monotonic `Duration` the owner chooses; `nextDeadline` says when to
+/// call `handleTimer` (nil: nothing to wait for, so an idle session needs no wakeups).
+///
+/// A session lives for one connection: notification UIDs mean nothing in the next one.
+public struct ANCSSession: Sendable {
+    public let configuration: SessionConfiguration
+
+    /// True once the phone accepted a Control Point write, false once it refused one with
+    /// "write not permitted" (the user has not allowed notification sharing); nil before either.
+    public private(set) var notificationSharingAllowed: Bool?
+
+    private struct Record: Sendable {
+        var notification: PhoneNotification
+        var emitted = false
+        var attempts = 0
+        var refetchAfterCurrent = false
+    }
+
+    private enum Work: Hashable, Sendable {
+        case notification(UInt32)
+        case app(String)
+        case action(UInt32, ActionID)
+    }
+
+    private struct InFlight: Sendable {
+        var work: Work
+        var sentAt: Duration
+        var lastDataAt: Duration?
+        var writeDone = false
+        var response: DataSourceResponse?
+        /// A Data Source error happened: drop bytes until the phone falls quiet, then move on.
+        var draining = false
+    }
+
+    private var reassembler: DataSourceReassembler
+    private var records: [UInt32: Record] = [:]
+    private var recordOrder = FIFO<UInt32>()
+    private var freshQueue = FIFO<UInt32>()
+    private var backlogQueue = FIFO<UInt32>()
+    private var queued: Set<UInt32> = []
+    private var appQueue = FIFO<String>()
+    private var actionQueue = FIFO<(UInt32, ActionID)>()
+    private var appNames: [String: String?] = [:]
+    private var appRequested: Set<String> = []
+    private var waitingForApp: [String: [UInt32]] = [:]
+    private var inFlight: InFlight?
+    private var deniedReported = false
+
+    public init(configuration: SessionConfiguration = SessionConfiguration()) {
+        self.configuration = configuration
+        reassembler = DataSourceReassembler(limits: configuration.dataSourceLimits)
+    }
+
+    // MARK: Introspection
+
+    /// The notifications the session knows, oldest first, with their latest attributes.
+    public var notifications: [PhoneNotification] {
+        records.values.map(\.notification).sorted { $0.uid < $1.uid }
+    }
+
+    /// The notification with this UID, if the session knows it.
+    public func notification(uid: UInt32) -> PhoneNotification? { records[uid]?.notification }
+
+    /// How many notifications wait for their attributes.
+    public var queuedFetchCount: Int { queued.count }
+
+    /// When `handleTimer` must be called next, or nil if nothing is waiting on time.
+    public var nextDeadline: Duration? {
+        guard let flight = inFlight else { return nil }
+        if let last = flight.lastDataAt { return min(last + configuration.quietPeriod, flight.sentAt + configuration.requestTimeout) }
+        return flight.sentAt + configuration.requestTimeout
+    }
+
+    // MARK: Inputs
+
+    /// A Notification Source value from the phone.
+    public mutating func handleNotificationSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        let event: NotificationSourceEvent
+        do {
+            event = try NotificationSourceEvent(decoding: value)
+        } catch {
+            return [.log(.warning, "ignored a Notification Source value: \(error)")]
+        }
+        let uid = event.notificationUID
+        switch event.eventID {
+        case .notificationAdded, .notificationModified:
+            if var record = records[uid] {
+                record.notification.flags = event.flags
+                record.notification.category = event.categoryID
+                record.notification.categoryCount = event.categoryCount
+                record.attempts = 0
+                if case .notification(uid)? = inFlight?.work { record.refetchAfterCurrent = true }
+                records[uid] = record
+                if !record.refetchAfterCurrent { enqueueFetch(uid, preExisting: false, into: &actions) }
+            } else {
+                remember(PhoneNotification(uid: uid, flags: event.flags, category: event.categoryID, categoryCount: event.categoryCount), into: &actions)
+                enqueueFetch(uid, preExisting: event.flags.contains(.preExisting), into: &actions)
+            }
+        case .notificationRemoved:
+            queued.remove(uid)  // an answer in flight for it finds no record and is dropped
+            if let record = records.removeValue(forKey: uid) {
+                var gone = record.notification
+                gone.categoryCount = event.categoryCount
+                if record.emitted { actions.append(.emit(NotificationEvent(kind: .removed, notification: gone))) }
+                else { actions.append(.log(.debug, "notification \(uid) removed before it was shown")) }
+            }
+        default:
+            actions.append(.log(.debug, "ignored Notification Source event with reserved ID \(event.eventID.rawValue) for \(uid)"))
+        }
+        pump(now: now, into: &actions)
+        return actions
+    }
+
+    /// A Data Source value from the phone.
+    public mutating func handleDataSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        guard var flight = inFlight, flight.response == nil else {
+            return [.log(.debug, "ignored \(value.count) Data Source bytes with no request waiting for them")]
+        }
+        flight.lastDataAt = now
+        if flight.draining {
+            inFlight = flight
+            return []
+        }
+        let output = reassembler.feed(value)
+        if let error = output.error {
+            actions.append(.log(.warning, "Data Source error for \(describe(flight.work)): \(error)"))
+            if output.response == nil {
+                flight.draining = true
+                inFlight = flight
+                return actions
+            }
+        }
+        if let response = output.response {
+            flight.response = response
+            inFlight = flight
+            finishIfDone(now: now, into: &actions)
+        } else {
+            inFlight = flight
+        }
+        return actions
+    }
+
+    /// How the last Control Point write ended.
+    public mutating func handleWriteResult(_ result: WriteResult, now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        guard var flight = inFlight, !flight.writeDone else {
+            return [.log(.debug, "ignored a Control Point write result with no write in flight")]
+        }
+        flight.writeDone = true
+        inFlight = flight
+        switch result {
+        case .accepted:
+            notificationSharingAllowed = true
+            finishIfDone(now: now, into: &actions)
+        case .attError(let code):
+            failCurrent(reason: code, message: nil, now: now, into: &actions)
+        case .failed(let message):
+            failCurrent(reason: nil, message: message, now: now, into: &actions)
+        }
+        return actions
+    }
+
+    /// The time passed; call at `nextDeadline` (calling early or late is harmless).
+    public mutating func handleTimer(now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        guard var flight = inFlight else { return actions }
+        let timedOut = now >= flight.sentAt + configuration.requestTimeout
+        let quiet = flight.lastDataAt.map { now >= $0 + configuration.quietPeriod } ?? false
+        guard timedOut || quiet else { return actions }
+        if flight.draining {
+            reassembler.reset()
+            retryOrGiveUp(flight.work, into: &actions)
+            inFlight = nil
+        } else if flight.response != nil {
+            // The response is complete but the write's acknowledgement never came: use it.
+            flight.writeDone = true
+            inFlight = flight
+            finishIfDone(now: now, into: &actions)
+        } else if flight.lastDataAt != nil, let partial = reassembler.finishEarly() {
+            let missing = partial.missingAttributeIDs.map(String.init).joined(separator: ", ")
+            actions.append(.log(.info, "the phone sent no more of \(describe(flight.work)); ended it early without attributes [\(missing)]"))
+            flight.response = partial
+            flight.writeDone = true
+            inFlight = flight
+            finishIfDone(now: now, into: &actions)
+        } else {
+            reassembler.reset()
+            actions.append(.log(.warning, "no answer from the phone to \(describe(flight.work)) within \(configuration.requestTimeout)"))
+            inFlight = nil
+            giveUp(flight.work, into: &actions)
+        }
+        pump(now: now, into: &actions)
+        return actions
+    }
+
+    /// Asks the phone to perform a notification's positive or negative action; the outcome comes
+    /// back as `.actionCompleted`. Actions go before every fetch.
+    public mutating func performAction(_ action: ActionID, on uid: UInt32, now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        actionQueue.push((uid, action))
+        pump(now: now, into: &actions)
+        return actions
+    }
+
+    // MARK: Work
+
+    private mutating func remember(_ notification: PhoneNotification, into actions: inout [SessionAction]) {
+        while records.count >= configuration.maxKnownNotifications, let oldest = recordOrder.pop() {
+            if records.removeValue(forKey: oldest) != nil {
+                queued.remove(oldest)
+                actions.append(.log(.debug, "forgot notification \(oldest): more than \(configuration.maxKnownNotifications) are known"))
+            }
+        }
+        records[notification.uid] = Record(notification: notification)
+        recordOrder.push(notification.uid)
+    }
+
+    private mutating func enqueueFetch(_ uid: UInt32, preExisting: Bool, into actions: inout [SessionAction]) {
+        guard queued.insert(uid).inserted else { return }
+        if preExisting { backlogQueue.push(uid) } else { freshQueue.push(uid) }
+        // Bound the work: past the limit, show the oldest backlog with what the Notification Source told.
+        while queued.count > configuration.maxQueuedFetches, let victim = backlogQueue.pop() ?? freshQueue.pop() {
+            guard queued.remove(victim) != nil else { continue }
+            actions.append(.log(.warning, "more than \(configuration.maxQueuedFetches) notifications wait for attributes; showing \(victim) without them"))
+            emit(victim, into: &actions)
+        }
+    }
+
+    /// Starts the next request if none is in flight.
+    private mutating func pump(now: Duration, into actions: inout [SessionAction]) {
+        while inFlight == nil, let work = nextWork() {
+            let request: ControlPointRequest
+            switch work {
+            case .action(let uid, let action):
+                request = .performNotificationAction(uid: uid, action: action)
+            case .app(let identifier):
+                request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
+            case .notification(let uid):
+                request = .getNotificationAttributes(uid: uid, attributes: attributeRequests(for: records[uid]?.notification.flags ?? []))
+            }
+            do {
+                let bytes = try request.encoded()
+                try reassembler.expect(request)
+                inFlight = InFlight(work: work, sentAt: now)
+                actions.append(.writeControlPoint(bytes))
+            } catch {
+                actions.append(.log(.warning, "cannot ask for \(describe(work)): \(error)"))
+                giveUp(work, into: &actions)
+            }
+        }
+    }
+
+    private mutating func nextWork() -> Work? {
+        if let (uid, action) = actionQueue.pop() { return .action(uid, action) }
+        if let app = appQueue.pop() { return .app(app) }
+        while let uid = freshQueue.pop() ?? backlogQueue.pop() {
+            if queued.remove(uid) != nil, records[uid] != nil { return .notification(uid) }
+        }
+        return nil
+    }
+
+    private func attributeRequests(for flags: EventFlags) -> [NotificationAttributeRequest] {
+        var requests: [NotificationAttributeRequest] = [
+            .init(.appIdentifier), .init(.title, maxLength: configuration.titleMaxLength),
+            .init(.subtitle, maxLength: configuration.subtitleMaxLength),
+            .init(.message, maxLength: configuration.messageMaxLength), .init(.messageSize), .init(.date),
+        ]
+        // Ask for action labels only when the phone says there are actions: iOS has been seen
+        // to omit a label tuple it was asked for.
+        if flags.contains(.positiveAction) { requests.append(.init(.positiveActionLabel)) }
+        if flags.contains(.negativeAction) { requests.append(.init(.negativeActionLabel)) }
+        return requests
+    }
+
+    /// Finishes the request in flight once both its write result and its response are in.
+    private mutating func finishIfDone(now: Duration, into actions: inout [SessionAction]) {
+        guard let flight = inFlight, flight.writeDone else { return }
+        switch flight.work {
+        case .action(let uid, let action):
+            inFlight = nil
+            actions.append(.actionCompleted(uid: uid, action: action, outcome: .performed))
+        case .notification(let uid):
+            guard let response = flight.response else { return }
+            inFlight = nil
+            apply(response, to: uid, into: &actions)
+        case .app(let identifier):
+            guard let response = flight.response else { return }
+            inFlight = nil
+            let name = response.value(of: AppAttributeID.displayName).map { AttributeText($0).string }
+            learnAppName(identifier, name.flatMap { $0.isEmpty ? nil : $0 }, into: &actions)
+        }
+        pump(now: now, into: &actions)
+    }
+
+    private mutating func apply(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
+        guard var record = records[uid] else {
+            actions.append(.log(.debug, "dropped the attributes of notification \(uid): it was removed meanwhile"))
+            return
+        }
+        var n = record.notification
+        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
+        n.appIdentifier = text(.appIdentifier) ?? n.appIdentifier
+        n.title = text(.title)
+        n.subtitle = text(.subtitle)
+        n.message = text(.message)
+        n.messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
+        n.date = response.value(of: .date).map(DateAttribute.init)
+        n.positiveAction = text(.positiveActionLabel)
+        n.negativeAction = text(.negativeActionLabel)
+        if let message = n.message, let size = n.messageSize {
+            n.truncated = isMessageTruncated(message: message, messageSize: size)
+        } else {
+            n.truncated = nil
+        }
+        n.attributesComplete = response.isComplete
+        record.notification = n
+        let refetch = record.refetchAfterCurrent
+        record.refetchAfterCurrent = false
+        records[uid] = record
+        if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
+
+        guard let app = n.appIdentifier, !app.isEmpty else { return emit(uid, into: &actions) }
+        if let cached = appNames[app] {
+            records[uid]?.notification.appName = cached
+            emit(uid, into: &actions)
+        } else {
+            waitingForApp[app, default: []].append(uid)
+            if appRequested.insert(app).inserted { appQueue.push(app) }
+        }
+    }
+
+    private mutating func learnAppName(_ identifier: String, _ name: String?, into actions: inout [SessionAction]) {
+        if appNames.count >= configuration.maxCachedApps, let evicted = appNames.keys.first {
+            appNames.removeValue(forKey: evicted)
+            appRequested.remove(evicted)
+        }
+        appNames[identifier] = .some(name)
+        for uid in waitingForApp.removeValue(forKey: identifier) ?? [] where records[uid] != nil {
+            records[uid]?.notification.appName = name
+            emit(uid, into: &actions)
+        }
+    }
+
+    private mutating func emit(_ uid: UInt32, into actions: inout [SessionAction]) {
+        guard var record = records[uid] else { return }
+        let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
+        record.emitted = true
+        records[uid] = record
+        actions.append(.emit(NotificationEvent(kind: kind, notification: record.notification)))
+    }
+
+    /// The phone refused or the link failed the write in flight.
+    private mutating func failCurrent(reason code: ATTErrorCode?, message: String?, now: Duration, into actions: inout [SessionAction]) {
+        guard let flight = inFlight else { return }
+        inFlight = nil
+        reassembler.reset()
+        let denied = code == .writeNotPermitted || code == .insufficientAuthentication || code == .insufficientEncryption
+        if denied {
+            notificationSharingAllowed = false
+            if !deniedReported {
+                deniedReported = true
+                actions.append(.log(.error, """
+                    the iPhone does not let this computer read notifications (ATT \(code.map(\.description) ?? "")). \
+                    On the iPhone open Settings > Bluetooth, tap (i) next to this computer and turn on \
+                    "Share System Notifications"; if it is not listed, forget the device on both sides and pair again
+                    """))
+            }
+        }
+        let why = code.map { "ATT error \($0)" } ?? message ?? "unknown error"
+        switch flight.work {
+        case .action(let uid, let action):
+            let outcome: ActionOutcome = switch code {
+            case .invalidParameter?: .notificationGone
+            case .actionFailed?: .actionFailed
+            default: .failed(why)
+            }
+            actions.append(.actionCompleted(uid: uid, action: action, outcome: outcome))
+        case .notification(let uid) where code == .invalidParameter:
+            actions.append(.log(.debug, "notification \(uid) is gone from the phone (ATT 0xa2)"))
+            if let record = records[uid], !record.emitted { records.removeValue(forKey: uid) }
+        case .notification, .app:
+            if !denied { actions.append(.log(.warning, "the phone did not answer \(describe(flight.work)): \(why)")) }
+            giveUp(flight.work, into: &actions)
+        }
+        pump(now: now, into: &actions)
+    }
+
+    /// After a broken response: try a notification once more, else give up on it.
+    private mutating func retryOrGiveUp(_ work: Work, into actions: inout [SessionAction]) {
+        if case .notification(let uid) = work, var record = records[uid], record.attempts == 0 {
+            record.attempts += 1
+            records[uid] = record
+            if queued.insert(uid).inserted { freshQueue.push(uid) }
+            return
+        }
+        giveUp(work, into: &actions)
+    }
+
+    /// Shows what is known without the attributes that could not be fetched.
+    private mutating func giveUp(_ work: Work, into actions: inout [SessionAction]) {
+        switch work {
+        case .notification(let uid):
+            emit(uid, into: &actions)
+        case .app(let identifier):
+            learnAppName(identifier, nil, into: &actions)
+        case .action(let uid, let action):
+            actions.append(.actionCompleted(uid: uid, action: action, outcome: .failed("no answer from the phone")))
+        }
+    }
+
+    private func describe(_ work: Work) -> String {
+        switch work {
+        case .notification(let uid): "the attributes of notification \(uid)"
+        case .app: "an app's display name"
+        case .action(let uid, let action): "the \(action) action on notification \(uid)"
+        }
+    }
+}

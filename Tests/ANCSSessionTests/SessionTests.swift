@@ -1,0 +1,302 @@
+import ANCS
+import ANCSSession
+import Testing
+
+@Suite struct SessionFlowTests {
+    @Test func fetchesAttributesThenTheAppNameThenEmits() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 7, category: .social)
+        #expect(h.lastRequest == .getNotificationAttributes(uid: 7, attributes: [
+            .init(.appIdentifier), .init(.title, maxLength: 128), .init(.subtitle, maxLength: 128),
+            .init(.message, maxLength: 2048), .init(.messageSize), .init(.date),
+        ]))
+        h.answer(notificationResponse(uid: 7, basicAttributes))
+        #expect(h.events.isEmpty, "waits for the app name")
+        #expect(h.lastRequest == .getAppAttributes(appIdentifier: "com.apple.MobileSMS", attributes: [.displayName]))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        let event = try #require(h.events.first)
+        #expect(h.events.count == 1)
+        #expect(event.kind == .added)
+        let n = event.notification
+        #expect(n.uid == 7 && n.category == .social && n.appName == "Messages" && n.title == "Ada")
+        #expect(n.subtitle == "" && n.message == "Tea at five?" && n.messageSize == 12 && n.truncated == false)
+        #expect(n.date?.date?.iso8601 == "2026-11-30T10:15:00")
+        #expect(n.positiveAction == nil && n.attributesComplete)
+        #expect(h.session.nextDeadline == nil, "idle: nothing to wait for")
+        #expect(h.session.notificationSharingAllowed == true)
+
+        // The app name is cached: the next notification of the app needs one request only.
+        h.ns(.notificationAdded, uid: 8)
+        h.answer(notificationResponse(uid: 8, basicAttributes))
+        #expect(h.writes.count == 3)
+        #expect(h.events.last?.notification.appName == "Messages")
+    }
+
+    @Test func asksForActionLabelsWhenThePhoneHasActions() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, flags: [.positiveAction, .negativeAction], category: .incomingCall)
+        guard case .getNotificationAttributes(_, let attributes)? = h.lastRequest else { throw Failure("no request") }
+        #expect(attributes.suffix(2).map(\.id) == [.positiveActionLabel, .negativeActionLabel])
+        h.answer(notificationResponse(uid: 1, basicAttributes + [(.positiveActionLabel, "Answer"), (.negativeActionLabel, "Decline")]))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        #expect(h.events.first?.notification.positiveAction == "Answer")
+        #expect(h.events.first?.notification.negativeAction == "Decline")
+    }
+
+    @Test func newNotificationsGoBeforeTheBacklog() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, flags: .preExisting)  // in flight at once
+        h.ns(.notificationAdded, uid: 2, flags: .preExisting)
+        h.ns(.notificationAdded, uid: 3, flags: .preExisting)
+        h.ns(.notificationAdded, uid: 4)
+        var order: [UInt32] = []
+        for _ in 0..<4 {
+            guard case .getNotificationAttributes(let uid, _)? = h.lastRequest else { break }
+            order.append(uid)
+            h.written(.attError(.invalidParameter))
+        }
+        #expect(order == [1, 4, 2, 3])
+    }
+
+    @Test func preExistingIsReported() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, flags: .preExisting)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.first?.notification.isPreExisting == true)
+        #expect(h.events.first?.notification.appName == nil, "no app identifier: emitted without an app request")
+    }
+}
+
+@Suite struct SessionChangeTests {
+    @Test func removedCancelsQueuedWork() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationAdded, uid: 2)
+        h.ns(.notificationRemoved, uid: 2)
+        h.written(.attError(.invalidParameter))
+        #expect(h.writes.count == 1, "2 was never fetched")
+        #expect(h.events.isEmpty, "neither was shown")
+        #expect(h.session.notifications.isEmpty)
+    }
+
+    @Test func removedWhileInFlightDropsTheAnswer() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationRemoved, uid: 1)
+        h.answer(notificationResponse(uid: 1, basicAttributes))
+        #expect(h.events.isEmpty)
+        #expect(h.writes.count == 1, "no app request for a dropped answer")
+    }
+
+    @Test func removedAfterShownCarriesWhatWasKnown() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, count: 3)
+        h.answer(notificationResponse(uid: 1, basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        h.ns(.notificationRemoved, uid: 1, count: 2)
+        let removed = try #require(h.events.last)
+        #expect(removed.kind == .removed)
+        #expect(removed.notification.title == "Ada" && removed.notification.appName == "Messages" && removed.notification.categoryCount == 2)
+        #expect(h.session.notification(uid: 1) == nil)
+    }
+
+    @Test func modifiedFetchesAgain() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, category: .email)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "com.apple.mobilemail"), (.title, "Bo"), (.subtitle, ""), (.message, "Loading…"), (.messageSize, "0"), (.date, "")]))
+        h.answer(appResponse("com.apple.mobilemail", name: "Mail"))
+        h.ns(.notificationModified, uid: 1, category: .email)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "com.apple.mobilemail"), (.title, "Bo"), (.subtitle, "Re: lunch"), (.message, "Yes!"), (.messageSize, "4"), (.date, "")]))
+        #expect(h.events.map(\.kind) == [.added, .modified])
+        #expect(h.events.last?.notification.message == "Yes!")
+        #expect(h.events.last?.notification.appName == "Mail")
+        #expect(h.events.first?.notification.date == .empty)
+    }
+
+    @Test func modifiedWhileInFlightFetchesAgainAfterwards() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationModified, uid: 1)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.map(\.kind) == [.added])
+        #expect(h.lastRequest == .getNotificationAttributes(uid: 1, attributes: [
+            .init(.appIdentifier), .init(.title, maxLength: 128), .init(.subtitle, maxLength: 128),
+            .init(.message, maxLength: 2048), .init(.messageSize), .init(.date),
+        ]))
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.map(\.kind) == [.added, .modified])
+    }
+}
+
+@Suite struct SessionFailureTests {
+    @Test func goneIsQuiet() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationAdded, uid: 2)
+        h.written(.attError(.invalidParameter))
+        #expect(h.logs.allSatisfy { $0.0 == .debug })
+        #expect(h.lastRequest == .getNotificationAttributes(uid: 2, attributes: [
+            .init(.appIdentifier), .init(.title, maxLength: 128), .init(.subtitle, maxLength: 128),
+            .init(.message, maxLength: 2048), .init(.messageSize), .init(.date),
+        ]))
+        #expect(h.events.isEmpty)
+    }
+
+    @Test func writeNotPermittedSaysWhatToDoOnceAndShowsWhatItKnows() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, category: .missedCall)
+        h.ns(.notificationAdded, uid: 2, category: .email)
+        h.written(.attError(.writeNotPermitted))
+        h.written(.attError(.writeNotPermitted))
+        let errors = h.logs.filter { $0.0 == .error }
+        #expect(errors.count == 1)
+        #expect(errors.first?.1.contains("Share System Notifications") == true)
+        #expect(h.session.notificationSharingAllowed == false)
+        #expect(h.events.map(\.notification.category) == [.missedCall, .email])
+        #expect(h.events.allSatisfy { !$0.notification.attributesComplete && $0.notification.title == nil })
+    }
+
+    @Test func noAnswerTimesOut() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationAdded, uid: 2)
+        #expect(h.session.nextDeadline == .seconds(5))
+        h.advance(.seconds(4))
+        #expect(h.writes.count == 1)
+        h.advance(.seconds(1))
+        #expect(h.logs.contains { $0.0 == .warning && $0.1.contains("no answer") })
+        #expect(h.events.count == 1 && h.events[0].notification.uid == 1)
+        #expect(h.writes.count == 2, "the next request goes out")
+        h.written(.accepted)  // 2's write ack, then silence
+        h.fireTimer()
+        #expect(h.events.count == 2)
+    }
+
+    @Test func anOmittedTupleEndsAfterTheQuietPeriod() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1, flags: [.positiveAction, .negativeAction])
+        // All but the positive action label, as iOS sometimes does.
+        h.answer(notificationResponse(uid: 1, basicAttributes + [(.negativeActionLabel, "Dismiss")]))
+        #expect(h.session.nextDeadline == h.now + .milliseconds(400))
+        h.fireTimer()
+        #expect(h.logs.contains { $0.1.contains("ended it early without attributes [6]") })
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        let n = try #require(h.events.first?.notification)
+        #expect(!n.attributesComplete && n.negativeAction == "Dismiss" && n.positiveAction == nil && n.title == "Ada")
+    }
+
+    @Test func aBrokenResponseIsDrainedAndTriedOnceMore() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.written(.accepted)
+        h.ds([0, 9, 0, 0, 0])  // wrong UID
+        h.ds([1, 2, 3])  // the rest of the broken response is dropped
+        #expect(h.logs.contains { $0.0 == .warning && $0.1.contains("Data Source error") })
+        h.fireTimer()
+        #expect(h.writes.count == 2, "asked again")
+        h.written(.accepted)
+        h.ds([0, 9, 0, 0, 0])
+        h.fireTimer()
+        #expect(h.events.count == 1 && !h.events[0].notification.attributesComplete, "shown with what is known after the second failure")
+    }
+
+    @Test func dataBeforeTheWriteAcknowledgement() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ds(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.isEmpty, "waits for the write result")
+        h.written(.accepted)
+        #expect(h.events.count == 1)
+    }
+
+    @Test func aLostAcknowledgementStillUsesTheResponse() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ds(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        h.fireTimer()
+        #expect(h.events.count == 1 && h.events[0].notification.attributesComplete)
+    }
+
+    @Test func appNameFailureStillShowsTheNotification() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.answer(notificationResponse(uid: 1, basicAttributes))
+        h.written(.failed("org.bluez.Error.Failed: Not connected"))
+        #expect(h.events.count == 1 && h.events[0].notification.appName == nil)
+        #expect(h.logs.contains { $0.0 == .warning && $0.1.contains("Not connected") })
+    }
+
+    @Test func badNotificationSourceValuesAreLogged() {
+        var h = Harness()
+        h.record(h.session.handleNotificationSource([1, 2, 3], now: .zero))
+        #expect(h.logs.first?.0 == .warning)
+        h.ns(EventID(rawValue: 9), uid: 1)
+        #expect(h.writes.isEmpty && h.events.isEmpty)
+        h.ds([0, 1, 2])
+        #expect(h.logs.last?.0 == .debug)
+        h.written(.accepted)
+        #expect(h.logs.last?.1.contains("no write in flight") == true)
+    }
+
+    @Test func staleDataAfterARemovalIsHarmless() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationRemoved, uid: 1)
+        h.written(.accepted)
+        h.ds(notificationResponse(uid: 1, basicAttributes))
+        #expect(h.session.nextDeadline == nil && h.events.isEmpty)
+    }
+}
+
+@Suite struct SessionBoundsTests {
+    @Test func theFetchQueueIsBounded() {
+        var h = Harness { $0.maxQueuedFetches = 3 }
+        for uid in UInt32(1)...10 { h.ns(.notificationAdded, uid: uid, flags: .preExisting) }
+        #expect(h.session.queuedFetchCount == 3)
+        #expect(h.events.map(\.notification.uid) == [2, 3, 4, 5, 6, 7], "the oldest backlog shown without attributes")
+        #expect(h.logs.contains { $0.0 == .warning })
+    }
+
+    @Test func knownNotificationsAreBounded() {
+        var h = Harness { $0.maxKnownNotifications = 100 }
+        for uid in UInt32(1)...10_000 {
+            h.ns(.notificationAdded, uid: uid)
+            h.written(.attError(.invalidParameter))
+        }
+        #expect(h.session.notifications.count <= 100)
+    }
+
+    @Test func theAppCacheIsBounded() {
+        var h = Harness { $0.maxCachedApps = 2 }
+        for uid in UInt32(1)...5 {
+            h.ns(.notificationAdded, uid: uid)
+            h.answer(notificationResponse(uid: uid, [(.appIdentifier, "app\(uid)")] + basicAttributes.dropFirst()))
+            h.answer(appResponse("app\(uid)", name: "App \(uid)"))
+        }
+        #expect(h.events.map(\.notification.appName) == ["App 1", "App 2", "App 3", "App 4", "App 5"])
+    }
+}
+
+@Suite struct SessionActionTests {
+    @Test func actionsGoFirstAndReportTheOutcome() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationAdded, uid: 2)
+        h.record(h.session.performAction(.negative, on: 5, now: h.now))
+        h.written(.attError(.invalidParameter))  // 1's fetch
+        #expect(h.writes.last == [2, 5, 0, 0, 0, 1], "the action before the next fetch")
+        h.written(.accepted)
+        #expect(h.actionOutcomes.count == 1 && h.actionOutcomes[0].2 == .performed)
+        h.record(h.session.performAction(.positive, on: 6, now: h.now))
+        h.written(.attError(.invalidParameter))  // 2's fetch
+        h.written(.attError(.invalidParameter))
+        h.record(h.session.performAction(.positive, on: 7, now: h.now))
+        h.written(.attError(.actionFailed))
+        #expect(h.actionOutcomes.map(\.2) == [.performed, .notificationGone, .actionFailed])
+    }
+}
+
+struct Failure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
