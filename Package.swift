@@ -26,6 +26,7 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
+        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "JSON"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -36,6 +37,7 @@ let package = Package(
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
+        .testTarget(name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],

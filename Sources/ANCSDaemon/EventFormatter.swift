@@ -1,0 +1,127 @@
+import ANCS
+public import ANCSSession
+public import JSON
+
+/// What the daemon prints: notification events and connection changes of one phone.
+public enum OutputEvent: Hashable, Sendable {
+    case notification(NotificationEvent, device: String)
+    case connected(device: String, name: String?)
+    case disconnected(device: String, reason: String?)
+}
+
+/// The two output formats of `ancsd run`.
+public enum OutputFormat: String, Hashable, Sendable, CaseIterable {
+    /// One readable line per event.
+    case text
+    /// JSON Lines, version 1 (docs/output.md).
+    case json
+}
+
+/// Renders output events as lines (without the newline).
+public enum EventFormatter {
+    /// The version of the JSON output (`"v"`).
+    public static let jsonVersion = 1
+
+    public static func line(_ event: OutputEvent, format: OutputFormat) -> String {
+        switch format {
+        case .json: json(event).serialized
+        case .text: text(event)
+        }
+    }
+
+    /// The JSON object of an event (docs/output.md, schema in docs/output.schema.json).
+    public static func json(_ event: OutputEvent) -> JSONValue {
+        var object: JSONObject = ["v": .int(jsonVersion)]
+        switch event {
+        case .connected(let device, let name):
+            object.append("type", "connected")
+            object.append("device", .string(device))
+            object.append("name", JSONValue(name))
+        case .disconnected(let device, let reason):
+            object.append("type", "disconnected")
+            object.append("device", .string(device))
+            object.append("reason", JSONValue(reason))
+        case .notification(let event, let device):
+            let n = event.notification
+            object.append("type", .string(event.kind.rawValue))
+            object.append("device", .string(device))
+            object.append("uid", .int(Int(n.uid)))
+            object.append("category", .string(n.category.name ?? "reserved"))
+            object.append("category_id", .int(Int(n.category.rawValue)))
+            object.append("category_count", .int(Int(n.categoryCount)))
+            object.append("flags", .array(n.flags.names.map { .string($0) }))
+            object.append("pre_existing", .bool(n.isPreExisting))
+            object.append("app_id", JSONValue(n.appIdentifier))
+            object.append("app_name", JSONValue(n.appName))
+            object.append("title", JSONValue(n.title))
+            object.append("subtitle", JSONValue(n.subtitle))
+            object.append("message", JSONValue(n.message))
+            object.append("message_size", JSONValue(n.messageSize))
+            object.append("truncated", JSONValue(n.truncated))
+            object.append("date", JSONValue(n.date?.date?.iso8601))
+            object.append("positive_action", JSONValue(n.positiveAction))
+            object.append("negative_action", JSONValue(n.negativeAction))
+            object.append("complete", .bool(n.attributesComplete))
+        }
+        return .object(object)
+    }
+
+    /// One readable line: `14:02:11 added  Messages · Ada: Tea at five?  [social, #7, AA:BB:…]`.
+    public static func text(_ event: OutputEvent) -> String {
+        switch event {
+        case .connected(let device, let name):
+            return "connected     \(device)" + (name.map { " (\(sanitize($0)))" } ?? "")
+        case .disconnected(let device, let reason):
+            return "disconnected  \(device)" + (reason.map { " (\(sanitize($0)))" } ?? "")
+        case .notification(let event, let device):
+            let n = event.notification
+            var line = event.kind.rawValue.padding(to: 14)
+            line += sanitize(n.appName ?? n.appIdentifier ?? n.category.name ?? "notification")
+            let title = [n.title, n.subtitle].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }.joined(separator: " — ")
+            if !title.isEmpty { line += " · " + title }
+            if let message = n.message.map(sanitize), !message.isEmpty {
+                line += ": " + message
+                if n.truncated == true, !message.hasSuffix("…") { line += "…" }
+            }
+            var tags = [n.category.name ?? "reserved", "#\(n.uid)"]
+            if n.isPreExisting { tags.append("earlier") }
+            let actions = [n.positiveAction, n.negativeAction].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }
+            if !actions.isEmpty { tags.append("actions: " + actions.joined(separator: "/")) }
+            tags.append(device)
+            return line + "  [" + tags.joined(separator: ", ") + "]"
+        }
+    }
+
+    /// Text made safe for one terminal line: control characters become spaces (runs collapse),
+    /// bidirectional overrides, isolates and marks are removed.
+    public static func sanitize(_ text: String) -> String {
+        var out = String.UnicodeScalarView()
+        var lastWasSpace = false
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069, 0x061C:
+                continue
+            case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029:
+                if !lastWasSpace { out.append(" ") }
+                lastWasSpace = true
+            default:
+                out.append(scalar)
+                lastWasSpace = scalar == " "
+            }
+        }
+        return String(out).trimmingSpaces()
+    }
+}
+
+extension String {
+    func padding(to width: Int) -> String {
+        count >= width ? self + " " : self + String(repeating: " ", count: width - count)
+    }
+
+    func trimmingSpaces() -> String {
+        var scalars = Substring(self)
+        while scalars.first == " " { scalars.removeFirst() }
+        while scalars.last == " " { scalars.removeLast() }
+        return String(scalars)
+    }
+}

@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+public import ANCSSession
+
+/// Writes log lines to standard error: with journald priority prefixes (`<6>`) when standard
+/// error is connected to the journal, else with a readable level word. Notification content is
+/// only ever logged at `.debug`; callers keep it out of the other levels.
+public struct Logger: Sendable {
+    /// The lowest level written.
+    public var threshold: LogLevel
+    /// True when standard error goes to journald (systemd sets `JOURNAL_STREAM`).
+    public var journald: Bool
+
+    public init(threshold: LogLevel = .info, journald: Bool = Logger.stderrIsJournal()) {
+        self.threshold = threshold
+        self.journald = journald
+    }
+
+    public func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
+        guard level >= threshold else { return }
+        writeStandardError(format(level, message()) + "\n")
+    }
+
+    public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+    public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
+    public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
+    public func error(_ message: @autoclosure () -> String) { log(.error, message()) }
+
+    /// The line for a message, without the newline.
+    public func format(_ level: LogLevel, _ message: String) -> String {
+        let oneLine = message.split(whereSeparator: \.isNewline).joined(separator: " ")
+        if journald {
+            let priority = switch level {
+            case .debug: 7
+            case .info: 6
+            case .warning: 4
+            case .error: 3
+            }
+            return "<\(priority)>\(oneLine)"
+        }
+        let word = switch level {
+        case .debug: "debug"
+        case .info: "info"
+        case .warning: "warning"
+        case .error: "error"
+        }
+        return "ancsd: \(word): \(oneLine)"
+    }
+
+    /// True if standard error is the stream that `JOURNAL_STREAM` names (device:inode).
+    public static func stderrIsJournal() -> Bool {
+        guard let value = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        let parts = value.split(separator: ":")
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
+        var info = stat()
+        guard fstat(STDERR_FILENO, &info) == 0 else { return false }
+        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
+    }
+}
+
+extension LogLevel {
+    /// Parses `debug`, `info`, `warning` (or `warn`) and `error`.
+    public init?(name: String) {
+        switch name.lowercased() {
+        case "debug": self = .debug
+        case "info": self = .info
+        case "warning", "warn": self = .warning
+        case "error": self = .error
+        default: return nil
+        }
+    }
+}
+
+/// Writes text to standard error, unbuffered, whole.
+public func writeStandardError(_ text: String) {
+    writeAll(STDERR_FILENO, Array(text.utf8))
+}
+
+/// Writes every byte to a blocking descriptor, retrying on EINTR; false if the write failed.
+@discardableResult
+public func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    bytes.withUnsafeBytes { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let written = write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += written
+        }
+        return true
+    }
+}

@@ -1,0 +1,123 @@
+import ANCS
+import ANCSDaemon
+import ANCSSession
+import Foundation
+import JSON
+import Testing
+
+private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEvent {
+    var n = PhoneNotification(uid: 7, flags: [.positiveAction, .negativeAction, .preExisting], category: .incomingCall, categoryCount: 1)
+    n.appIdentifier = "com.apple.mobilephone"
+    n.appName = "Phone"
+    n.title = "\u{202E}Ada\u{202C}"
+    n.subtitle = ""
+    n.message = "Incoming\nCall\u{7}"
+    n.messageSize = 13
+    n.truncated = false
+    n.date = .valid(ANCSDate(year: 2026, month: 11, day: 30, hour: 9, minute: 5, second: 0))
+    n.positiveAction = "Answer"
+    n.negativeAction = "Decline"
+    n.attributesComplete = true
+    return NotificationEvent(kind: kind, notification: n)
+}
+
+@Suite struct EventFormatterTests {
+    @Test func jsonVersionOne() throws {
+        let line = EventFormatter.line(.notification(sample(), device: "AA:BB:CC:DD:EE:FF"), format: .json)
+        #expect(line == #"{"v":1,"type":"added","device":"AA:BB:CC:DD:EE:FF","uid":7,"category":"incoming_call","category_id":1,"category_count":1,"flags":["pre_existing","positive_action","negative_action"],"pre_existing":true,"app_id":"com.apple.mobilephone","app_name":"Phone","title":"\#u{202E}Ada\#u{202C}","subtitle":"","message":"Incoming\nCall\u0007","message_size":13,"truncated":false,"date":"2026-11-30T09:05:00","positive_action":"Answer","negative_action":"Decline","complete":true}"#)
+    }
+
+    @Test func unknownFieldsAreNull() throws {
+        let n = PhoneNotification(uid: 1, flags: [], category: CategoryID(rawValue: 40), categoryCount: 0)
+        let json = EventFormatter.json(.notification(NotificationEvent(kind: .removed, notification: n), device: "AA"))
+        for key in ["app_id", "app_name", "title", "subtitle", "message", "message_size", "truncated", "date", "positive_action", "negative_action"] {
+            #expect(json[key] == .null, "\(key)")
+        }
+        #expect(json["category"] == "reserved" && json["complete"] == false && json["pre_existing"] == false)
+    }
+
+    @Test func connectionEvents() {
+        #expect(EventFormatter.line(.connected(device: "AA", name: "Ada's iPhone"), format: .json) == #"{"v":1,"type":"connected","device":"AA","name":"Ada's iPhone"}"#)
+        #expect(EventFormatter.line(.disconnected(device: "AA", reason: nil), format: .json) == #"{"v":1,"type":"disconnected","device":"AA","reason":null}"#)
+        #expect(EventFormatter.line(.connected(device: "AA", name: "x\u{1B}[2J"), format: .text) == "connected     AA (x [2J)")
+    }
+
+    @Test func textIsOneSafeLine() {
+        let line = EventFormatter.line(.notification(sample(), device: "AA:BB"), format: .text)
+        #expect(line == "added         Phone · Ada: Incoming Call  [incoming_call, #7, earlier, actions: Answer/Decline, AA:BB]")
+        #expect(!line.unicodeScalars.contains { $0.value < 0x20 || (0x202A...0x202E).contains($0.value) })
+    }
+
+    @Test func sanitizeRemovesControlsAndBidi() {
+        #expect(EventFormatter.sanitize("\u{200E}+1 555\u{200F}\r\n\tx\u{2066}y\u{2069}  ") == "+1 555 xy")
+        #expect(EventFormatter.sanitize("Pebble Time β „quotes“ 👍") == "Pebble Time β „quotes“ 👍")
+    }
+}
+
+@Suite struct LoggerTests {
+    @Test func formats() {
+        #expect(Logger(threshold: .info, journald: true).format(.warning, "a\nb") == "<4>a b")
+        #expect(Logger(threshold: .info, journald: false).format(.debug, "x") == "ancsd: debug: x")
+        #expect(LogLevel(name: "WARN") == .warning && LogLevel(name: "loud") == nil)
+    }
+}
+
+@Suite struct LineSinkTests {
+    @Test func writesLinesInOrder() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        for i in 0..<100 { sink.send("line \(i)") }
+        #expect(sink.flush(timeout: .seconds(5)))
+        let handle = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+        let data = handle.availableData
+        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
+        #expect(lines.count == 100 && lines.first == "line 0" && lines.last == "line 99")
+        #expect(sink.writtenCount == 100 && sink.droppedCount == 0)
+    }
+
+    /// No reader at all: the FIFO fills, the sink keeps a bounded backlog and never blocks the caller.
+    @Test func fifoWithoutReaderNeverBlocksAndBoundsTheBacklog() throws {
+        let path = NSTemporaryDirectory() + "ancsd-fifo-\(UUID().uuidString)"
+        defer { unlink(path) }
+        let fd = try openOutputFIFO(path: path, mode: 0o600)
+        var info = stat()
+        #expect(stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFIFO && (info.st_mode & 0o777) == 0o600)
+        let sink = LineSink(fd: fd, name: path, ownsDescriptor: true, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false))
+        let line = String(repeating: "x", count: 1023)
+        let start = ContinuousClock.now
+        for _ in 0..<20_000 { sink.send(line) }  // 20 MB: far more than the pipe and the backlog hold
+        #expect(ContinuousClock.now - start < .seconds(5), "sending never blocks")
+        #expect(sink.droppedCount > 10_000)
+
+        // A reader that attaches now gets the oldest kept events, whole lines.
+        let reader = open(path, O_RDONLY | O_NONBLOCK)
+        #expect(reader >= 0)
+        defer { close(reader) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = read(reader, &buffer, buffer.count)
+        #expect(count == 4096)
+        #expect(buffer.prefix(1024) == ArraySlice(Array(line.utf8) + [0x0A]))
+    }
+
+    @Test func refusesAPathThatIsNotAFIFO() {
+        let path = NSTemporaryDirectory() + "ancsd-file-\(UUID().uuidString)"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
+        defer { unlink(path) }
+        #expect(throws: FIFOError.self) { try openOutputFIFO(path: path, mode: 0o600) }
+        #expect(throws: FIFOError.self) { try openOutputFIFO(path: "/nonexistent-dir/fifo", mode: 0o600) }
+    }
+
+    @Test func aReaderThatLeavesEndsTheSinkQuietly() throws {
+        signal(SIGPIPE, SIG_IGN)
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        close(fds[0])
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        sink.send("a")
+        _ = sink.flush(timeout: .seconds(5))
+        sink.send("b")
+        _ = sink.flush(timeout: .seconds(5))
+        #expect(sink.writtenCount == 0)
+    }
+}
