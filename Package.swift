@@ -36,7 +36,7 @@ let package = Package(
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"], swiftSettings: strict),
-        .testTarget(name: "DBusTests", dependencies: ["DBus"], swiftSettings: strict),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["JSON"], swiftSettings: strict),
     ]
 )

@@ -98,7 +98,12 @@ public struct Signature: Sendable, Hashable, CustomStringConvertible, Expressibl
     public static let empty = Signature(unchecked: "")
 }
 
-/// Recursive-descent parser that enforces every signature rule libdbus checks.
+/// Recursive-descent parser that enforces the signature rules exactly as libdbus's
+/// `dbus_signature_validate` does: at most 255 bytes; complete types only; at most 32
+/// *consecutive* array markers, 32 nested structs and 32 nested dict entries; dict entries
+/// only directly inside an array, with a basic key and exactly one value type; no empty
+/// structs. (The total nesting limit of 64 applies to message bodies and is checked on
+/// values, including variants.)
 enum SignatureParser {
     struct Invalid: Error {}
 
@@ -111,13 +116,13 @@ enum SignatureParser {
         var index = 0
         var types: [SignatureType] = []
         while index < bytes.count {
-            types.append(try parseOne(bytes, &index, arrayDepth: 0, structDepth: 0))
+            types.append(try parseOne(bytes, &index, arrays: 0, structs: 0, dicts: 0))
         }
         return types
     }
 
     private static func parseOne(
-        _ b: [UInt8], _ i: inout Int, arrayDepth: Int, structDepth: Int
+        _ b: [UInt8], _ i: inout Int, arrays: Int, structs: Int, dicts: Int
     ) throws(Invalid) -> SignatureType {
         guard i < b.count else { throw Invalid() }
         let c = b[i]
@@ -128,22 +133,21 @@ enum SignatureParser {
         case UInt8(ascii: "v"):
             return .variant
         case UInt8(ascii: "a"):
-            guard arrayDepth + 1 <= maximumDepth else { throw Invalid() }
-            guard i < b.count else { throw Invalid() }
+            guard arrays + 1 <= maximumDepth, i < b.count else { throw Invalid() }
             if b[i] == UInt8(ascii: "{") {
                 i += 1
-                guard structDepth + 1 <= maximumDepth else { throw Invalid() }
+                guard dicts + 1 <= maximumDepth else { throw Invalid() }
                 guard i < b.count, SignatureType.basicCodes.contains(b[i]) else { throw Invalid() }
                 let key = b[i]
                 i += 1
-                let value = try parseOne(b, &i, arrayDepth: arrayDepth + 1, structDepth: structDepth + 1)
+                let value = try parseOne(b, &i, arrays: 0, structs: structs, dicts: dicts + 1)
                 guard i < b.count, b[i] == UInt8(ascii: "}") else { throw Invalid() }
                 i += 1
                 return .dictionary(key: key, value: value)
             }
-            return .array(try parseOne(b, &i, arrayDepth: arrayDepth + 1, structDepth: structDepth))
+            return .array(try parseOne(b, &i, arrays: arrays + 1, structs: structs, dicts: dicts))
         case UInt8(ascii: "("):
-            guard structDepth + 1 <= maximumDepth else { throw Invalid() }
+            guard structs + 1 <= maximumDepth else { throw Invalid() }
             var fields: [SignatureType] = []
             while true {
                 guard i < b.count else { throw Invalid() }
@@ -151,7 +155,7 @@ enum SignatureParser {
                     i += 1
                     break
                 }
-                fields.append(try parseOne(b, &i, arrayDepth: arrayDepth, structDepth: structDepth + 1))
+                fields.append(try parseOne(b, &i, arrays: 0, structs: structs + 1, dicts: dicts))
             }
             guard !fields.isEmpty else { throw Invalid() }
             return .structure(fields)
