@@ -42,7 +42,7 @@ let package = Package(
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
             exclude: ["Fixtures"], swiftSettings: strict),
-        .testTarget(name: "DBusTests", dependencies: ["DBus"], swiftSettings: strict),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd"], swiftSettings: strict),
     ]
 )

@@ -1,0 +1,885 @@
+import CDBus
+import Dispatch
+
+/// A received signal.
+public struct Signal: Sendable {
+    /// The sender's unique name (`org.freedesktop.DBus` for the bus itself).
+    public let sender: String?
+    /// The emitting object.
+    public let path: ObjectPath
+    /// The signal's interface.
+    public let interface: InterfaceName
+    /// The signal's name.
+    public let member: MemberName
+    /// The destination, for unicast signals.
+    public let destination: String?
+    /// The body's signature.
+    public let signature: Signature
+    /// The body.
+    public let arguments: [DBusValue]
+
+    init?(_ m: Message) {
+        guard m.kind == .signal, let path = m.path, let interface = m.interface, let member = m.member else { return nil }
+        sender = m.sender
+        self.path = path
+        self.interface = interface
+        self.member = member
+        destination = m.destination
+        signature = m.signature
+        arguments = m.arguments
+    }
+
+    /// The arguments, after checking the body has exactly the signature `expected`.
+    /// - Throws: `DBusError.unexpectedSignature` otherwise.
+    public func arguments(matching expected: Signature) throws(DBusError) -> [DBusValue] {
+        guard signature == expected else {
+            throw .unexpectedSignature(expected: expected.rawValue, actual: signature.rawValue)
+        }
+        return arguments
+    }
+}
+
+// MARK: - C callbacks
+//
+// libdbus calls these synchronously from inside the libdbus call we made, i.e. on the
+// connection's queue (or, for the final close, from the exclusive context of deinit).
+// They reach the core through an unretained pointer; the core outlives every callback
+// because it clears all callbacks in `shutdown()` before releasing the connection.
+
+private func core(_ data: UnsafeMutableRawPointer?) -> ConnectionCore? {
+    guard let data else { return nil }
+    return Unmanaged<ConnectionCore>.fromOpaque(data).takeUnretainedValue()
+}
+
+private let cAddWatch: DBusAddWatchFunction = { watch, data in
+    guard let watch, let core = core(data) else { return 0 }
+    return core.addWatch(watch) ? 1 : 0
+}
+private let cRemoveWatch: DBusRemoveWatchFunction = { watch, data in
+    guard let watch, let core = core(data) else { return }
+    core.removeWatch(watch)
+}
+private let cToggleWatch: DBusWatchToggledFunction = { watch, data in
+    guard let watch, let core = core(data) else { return }
+    core.toggleWatch(watch)
+}
+private let cAddTimeout: DBusAddTimeoutFunction = { timeout, data in
+    guard let timeout, let core = core(data) else { return 0 }
+    core.addTimeout(timeout)
+    return 1
+}
+private let cRemoveTimeout: DBusRemoveTimeoutFunction = { timeout, data in
+    guard let timeout, let core = core(data) else { return }
+    core.removeTimeout(timeout)
+}
+private let cToggleTimeout: DBusTimeoutToggledFunction = { timeout, data in
+    guard let timeout, let core = core(data) else { return }
+    core.toggleTimeout(timeout)
+}
+private let cDispatchStatusChanged: DBusDispatchStatusFunction = { _, status, data in
+    guard status == DBUS_DISPATCH_DATA_REMAINS, let core = core(data) else { return }
+    core.dispatchStatusChanged()
+}
+private let cFilter: DBusHandleMessageFunction = { _, message, data in
+    guard let message, let core = core(data) else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+    return core.filter(message)
+}
+private let cPendingNotify: DBusPendingCallNotifyFunction = { pending, data in
+    guard let pending, let core = core(data) else { return }
+    core.completeCall(pending)
+}
+
+/// All state of one connection, owned by the `DBusConnection` actor and touched only on
+/// its queue (or in deinit, when nothing else can reach it).
+final class ConnectionCore {
+    /// The libdbus connection; valid until `shutdown()`.
+    private let raw: OpaquePointer
+    let queue: DispatchQueue
+    weak var owner: DBusConnection?
+    private(set) var isClosed = false
+    private var installed = false
+    var uniqueName = ""
+    private var nextID: UInt64 = 1
+
+    init(raw: OpaquePointer, queue: DispatchQueue) {
+        self.raw = raw
+        self.queue = queue
+    }
+
+    deinit {
+        shutdown()
+    }
+
+    func newID() -> UInt64 {
+        defer { nextID += 1 }
+        return nextID
+    }
+
+    private var selfPointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    /// Hooks libdbus up to this core. Called once, on the queue, with `owner` set.
+    func install() throws(DBusError) {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.setEventHandler { [weak owner] in
+            owner?.assumeIsolated { $0.core.handleTimer() }
+        }
+        timer.schedule(deadline: .distantFuture, repeating: .never)
+        timer.resume()
+        self.timer = timer
+        installed = true
+        dbus_connection_set_exit_on_disconnect(raw, 0)
+        guard dbus_connection_add_filter(raw, cFilter, selfPointer, nil) != 0,
+            dbus_connection_set_watch_functions(raw, cAddWatch, cRemoveWatch, cToggleWatch, selfPointer, nil) != 0,
+            dbus_connection_set_timeout_functions(raw, cAddTimeout, cRemoveTimeout, cToggleTimeout, selfPointer, nil) != 0
+        else {
+            throw Marshal.outOfMemory
+        }
+        dbus_connection_set_dispatch_status_function(raw, cDispatchStatusChanged, selfPointer, nil)
+        if dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS { scheduleDrain() }
+    }
+
+    // MARK: Watches
+
+    private final class WatchState {
+        let raw: OpaquePointer
+        var sources: [any DispatchSourceProtocol] = []
+        var resumed = false
+        init(raw: OpaquePointer) { self.raw = raw }
+    }
+
+    private var watches: [UInt64: WatchState] = [:]
+    private var watchIDs: [OpaquePointer: UInt64] = [:]
+
+    fileprivate func addWatch(_ watch: OpaquePointer) -> Bool {
+        let id = newID()
+        let fd = dbus_watch_get_unix_fd(watch)
+        guard fd >= 0 else { return false }
+        let flags = dbus_watch_get_flags(watch)
+        let state = WatchState(raw: watch)
+        let owner = self.owner
+        if flags & CDBUS_WATCH_READABLE != 0 {
+            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            source.setEventHandler { [weak owner] in
+                owner?.assumeIsolated { $0.core.handleWatch(id, CDBUS_WATCH_READABLE) }
+            }
+            state.sources.append(source)
+        }
+        if flags & CDBUS_WATCH_WRITABLE != 0 {
+            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            source.setEventHandler { [weak owner] in
+                owner?.assumeIsolated { $0.core.handleWatch(id, CDBUS_WATCH_WRITABLE) }
+            }
+            state.sources.append(source)
+        }
+        watches[id] = state
+        watchIDs[watch] = id
+        update(state)
+        return true
+    }
+
+    private func update(_ state: WatchState) {
+        let enabled = dbus_watch_get_enabled(state.raw) != 0
+        if enabled && !state.resumed {
+            for s in state.sources { s.resume() }
+            state.resumed = true
+        } else if !enabled && state.resumed {
+            for s in state.sources { s.suspend() }
+            state.resumed = false
+        }
+    }
+
+    private func cancel(_ state: WatchState) {
+        for s in state.sources { s.cancel() }
+        // A suspended or never-activated source must be resumed before it is released.
+        if !state.resumed {
+            for s in state.sources { s.resume() }
+            state.resumed = true
+        }
+    }
+
+    fileprivate func removeWatch(_ watch: OpaquePointer) {
+        guard let id = watchIDs.removeValue(forKey: watch), let state = watches.removeValue(forKey: id) else { return }
+        cancel(state)
+    }
+
+    fileprivate func toggleWatch(_ watch: OpaquePointer) {
+        guard let id = watchIDs[watch], let state = watches[id] else { return }
+        update(state)
+    }
+
+    /// A watch's fd is ready: let libdbus do its I/O, then dispatch what arrived.
+    func handleWatch(_ id: UInt64, _ flags: UInt32) {
+        guard !isClosed, let state = watches[id], dbus_watch_get_enabled(state.raw) != 0 else { return }
+        inHandler = true
+        dbus_watch_handle(state.raw, flags)
+        inHandler = false
+        drain()
+    }
+
+    // MARK: Timeouts (one timer for all of them)
+
+    private final class TimeoutState {
+        let raw: OpaquePointer
+        var deadline: UInt64?
+        init(raw: OpaquePointer) { self.raw = raw }
+    }
+
+    private var timeouts: [OpaquePointer: TimeoutState] = [:]
+    private var timer: (any DispatchSourceTimer)?
+    private var armedDeadline: UInt64?
+
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    private func refresh(_ state: TimeoutState, now: UInt64) {
+        if dbus_timeout_get_enabled(state.raw) != 0 {
+            let interval = UInt64(max(0, dbus_timeout_get_interval(state.raw)))
+            state.deadline = now + interval * 1_000_000
+        } else {
+            state.deadline = nil
+        }
+    }
+
+    fileprivate func addTimeout(_ timeout: OpaquePointer) {
+        let state = TimeoutState(raw: timeout)
+        timeouts[timeout] = state
+        refresh(state, now: Self.now())
+        rearm()
+    }
+
+    fileprivate func removeTimeout(_ timeout: OpaquePointer) {
+        timeouts[timeout] = nil
+        rearm()
+    }
+
+    fileprivate func toggleTimeout(_ timeout: OpaquePointer) {
+        guard let state = timeouts[timeout] else { return }
+        refresh(state, now: Self.now())
+        rearm()
+    }
+
+    /// Arms the timer for the earliest enabled timeout, or disarms it: no timeout, no wakeup.
+    private func rearm() {
+        guard let timer, !isClosed else { return }
+        var next: UInt64?
+        for t in timeouts.values {
+            if let d = t.deadline, d < (next ?? .max) { next = d }
+        }
+        guard next != armedDeadline else { return }
+        armedDeadline = next
+        if let next {
+            timer.schedule(deadline: DispatchTime(uptimeNanoseconds: next), repeating: .never, leeway: .milliseconds(1))
+        } else {
+            timer.schedule(deadline: .distantFuture, repeating: .never)
+        }
+    }
+
+    func handleTimer() {
+        guard !isClosed else { return }
+        armedDeadline = nil
+        let now = Self.now()
+        let due = timeouts.values.filter { ($0.deadline ?? .max) <= now }
+        inHandler = true
+        for state in due where timeouts[state.raw] === state {
+            // libdbus timeouts repeat until removed or disabled.
+            let interval = UInt64(max(0, dbus_timeout_get_interval(state.raw)))
+            state.deadline = now + interval * 1_000_000
+            dbus_timeout_handle(state.raw)
+        }
+        inHandler = false
+        rearm()
+        drain()
+    }
+
+    // MARK: Dispatching
+
+    private var drainScheduled = false
+    private var dispatching = false
+    private var inHandler = false
+    private var shutdownRequested = false
+
+    fileprivate func dispatchStatusChanged() {
+        // Inside a watch/timer handler or the drain loop, the caller drains right after.
+        if !inHandler && !dispatching { scheduleDrain() }
+    }
+
+    private func scheduleDrain() {
+        guard !drainScheduled, !isClosed else { return }
+        drainScheduled = true
+        queue.async { [weak owner] in
+            owner?.assumeIsolated { connection in
+                connection.core.drainScheduled = false
+                connection.core.drain()
+            }
+        }
+    }
+
+    /// Dispatches queued incoming messages, a bounded number per turn so the actor's other
+    /// jobs interleave; the rest is rescheduled.
+    func drain() {
+        guard !isClosed, !dispatching else { return }
+        dispatching = true
+        var budget = 64
+        while budget > 0, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
+            dbus_connection_dispatch(raw)
+            budget -= 1
+            if shutdownRequested { break }
+        }
+        dispatching = false
+        if shutdownRequested {
+            shutdown()
+        } else if budget == 0 {
+            scheduleDrain()
+        }
+    }
+
+    // MARK: Sending
+
+    /// Sends a message that expects no reply; returns its serial.
+    @discardableResult
+    func send(_ message: borrowing OwnedMessage) throws(DBusError) -> UInt32 {
+        guard !isClosed else { throw .disconnected }
+        try checkFDs(message)
+        var serial: UInt32 = 0
+        guard dbus_connection_send(raw, message.raw, &serial) != 0 else { throw Marshal.outOfMemory }
+        return serial
+    }
+
+    private func checkFDs(_ message: borrowing OwnedMessage) throws(DBusError) {
+        if dbus_message_contains_unix_fds(message.raw) != 0 && dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
+            throw .failed("this connection cannot pass unix file descriptors")
+        }
+    }
+
+    // MARK: Pending calls
+
+    private struct PendingEntry {
+        let id: UInt64
+        let continuation: CheckedContinuation<Message, any Error>
+    }
+
+    private var pendingByPointer: [OpaquePointer: PendingEntry] = [:]
+    private var pendingByID: [UInt64: OpaquePointer] = [:]
+
+    /// Sends `message` and arranges for `continuation` to get the reply (or an error).
+    func startCall(
+        _ message: borrowing OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
+        continuation: CheckedContinuation<Message, any Error>
+    ) {
+        guard !isClosed else { return continuation.resume(throwing: DBusError.disconnected) }
+        do { try checkFDs(message) } catch { return continuation.resume(throwing: error) }
+        var pending: OpaquePointer?
+        guard dbus_connection_send_with_reply(raw, message.raw, &pending, timeoutMilliseconds) != 0 else {
+            return continuation.resume(throwing: Marshal.outOfMemory)
+        }
+        // libdbus gives no pending call when the connection is already disconnected.
+        guard let pending else { return continuation.resume(throwing: DBusError.disconnected) }
+        pendingByPointer[pending] = PendingEntry(id: id, continuation: continuation)
+        pendingByID[id] = pending
+        guard dbus_pending_call_set_notify(pending, cPendingNotify, selfPointer, nil) != 0 else {
+            pendingByPointer[pending] = nil
+            pendingByID[id] = nil
+            dbus_pending_call_cancel(pending)
+            dbus_pending_call_unref(pending)
+            return continuation.resume(throwing: Marshal.outOfMemory)
+        }
+        if dbus_pending_call_get_completed(pending) != 0 { completeCall(pending) }
+    }
+
+    /// libdbus completed a pending call (reply, error, timeout or disconnection).
+    fileprivate func completeCall(_ pending: OpaquePointer) {
+        guard let entry = pendingByPointer.removeValue(forKey: pending) else { return }
+        pendingByID[entry.id] = nil
+        let reply = dbus_pending_call_steal_reply(pending)
+        dbus_pending_call_unref(pending)
+        guard let reply else { return entry.continuation.resume(throwing: DBusError.disconnected) }
+        let owned = OwnedMessage(adopting: reply)
+        let message: Message
+        do {
+            message = try Message.decode(owned.raw)
+        } catch {
+            return entry.continuation.resume(throwing: error)
+        }
+        if message.kind == .error {
+            entry.continuation.resume(throwing: mapError(message))
+        } else {
+            entry.continuation.resume(returning: message)
+        }
+    }
+
+    private func mapError(_ m: Message) -> DBusError {
+        // libdbus synthesises NoReply itself (no sender) on a timeout and on disconnection.
+        if m.errorName == DBusError.Names.noReply && m.sender == nil {
+            return dbus_connection_get_is_connected(raw) != 0 ? .timeout : .disconnected
+        }
+        return m.error ?? .failed("error reply without a name")
+    }
+
+    /// The awaiting task was cancelled: drop the pending call.
+    func cancelCall(_ id: UInt64) {
+        guard let pending = pendingByID.removeValue(forKey: id),
+            let entry = pendingByPointer.removeValue(forKey: pending)
+        else { return }
+        dbus_pending_call_cancel(pending)
+        dbus_pending_call_unref(pending)
+        entry.continuation.resume(throwing: CancellationError())
+    }
+
+    // MARK: Incoming messages
+
+    fileprivate func filter(_ raw: OpaquePointer) -> DBusHandlerResult {
+        let type = dbus_message_get_type(raw)
+        guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        }
+        let message: Message
+        do {
+            message = try Message.decode(raw)
+        } catch {
+            if type == CDBUS_MESSAGE_TYPE_METHOD_CALL && dbus_message_get_no_reply(raw) == 0 {
+                sendError(replySerial: dbus_message_get_serial(raw), destination: dbus_message_get_sender(raw).map { String(cString: $0) },
+                          name: DBusError.Names.failed, text: error.message)
+            }
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
+        if message.kind == .signal {
+            if message.interface?.rawValue == StandardInterface.local && message.member?.rawValue == "Disconnected" {
+                shutdownRequested = true
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            deliverSignal(message)
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        }
+        handleMethodCall(message)
+        return DBUS_HANDLER_RESULT_HANDLED
+    }
+
+    // MARK: Signals
+
+    enum SignalSink {
+        case stream(AsyncStream<Signal>.Continuation)
+        case callback(@Sendable (Signal) -> Void)
+    }
+
+    struct Subscription {
+        let rule: MatchRule
+        let sink: SignalSink
+    }
+
+    private(set) var subscriptions: [UInt64: Subscription] = [:]
+    /// Owners of the well-known names used as `sender` in subscriptions.
+    private var owners: [String: (count: Int, owner: String?)] = [:]
+
+    func addSubscription(_ id: UInt64, _ subscription: Subscription) {
+        subscriptions[id] = subscription
+    }
+
+    func removeSubscription(_ id: UInt64) -> Subscription? {
+        subscriptions.removeValue(forKey: id)
+    }
+
+    /// Starts tracking a well-known name's owner; true when this is the first user.
+    func retainOwnerTracking(_ name: String) -> Bool {
+        if var entry = owners[name] {
+            entry.count += 1
+            owners[name] = entry
+            return false
+        }
+        owners[name] = (1, nil)
+        return true
+    }
+
+    /// Stops tracking; true when this was the last user.
+    func releaseOwnerTracking(_ name: String) -> Bool {
+        guard var entry = owners[name] else { return false }
+        entry.count -= 1
+        if entry.count <= 0 {
+            owners[name] = nil
+            return true
+        }
+        owners[name] = entry
+        return false
+    }
+
+    func setOwner(_ name: String, _ owner: String?) {
+        guard var entry = owners[name] else { return }
+        entry.owner = owner
+        owners[name] = entry
+    }
+
+    private func deliverSignal(_ message: Message) {
+        if message.sender == BusName.bus.rawValue, message.member?.rawValue == "NameOwnerChanged",
+            message.signature.rawValue == "sss", let name = message.arguments[0].stringValue, owners[name] != nil
+        {
+            let newOwner = message.arguments[2].stringValue ?? ""
+            setOwner(name, newOwner.isEmpty ? nil : newOwner)
+        }
+        guard !subscriptions.isEmpty, let signal = Signal(message) else { return }
+        for id in subscriptions.keys.sorted() {
+            guard let sub = subscriptions[id] else { continue }
+            let resolved = sub.rule.sender.flatMap { owners[$0.rawValue]?.owner }
+            guard sub.rule.matches(message, resolvedSender: resolved) else { continue }
+            switch sub.sink {
+            case .stream(let continuation): continuation.yield(signal)
+            case .callback(let callback): callback(signal)
+            }
+        }
+    }
+
+    // MARK: Exported objects
+
+    final class ExportState {
+        let object: ExportedObject
+        var values: [String: [String: DBusValue]]
+        init(_ object: ExportedObject) {
+            self.object = object
+            var values: [String: [String: DBusValue]] = [:]
+            for iface in object.interfaces {
+                var props: [String: DBusValue] = [:]
+                for p in iface.properties { props[p.name.rawValue] = p.value }
+                values[iface.name.rawValue] = props
+            }
+            self.values = values
+        }
+
+        func interface(_ name: String) -> ExportedInterface? {
+            object.interfaces.first { $0.name.rawValue == name }
+        }
+
+        /// Readable properties of `iface` as `a{sv}`.
+        func readableProperties(_ iface: ExportedInterface) -> DBusValue {
+            var dict: [String: DBusValue] = [:]
+            for p in iface.properties where p.access != .write {
+                dict[p.name.rawValue] = values[iface.name.rawValue]?[p.name.rawValue] ?? p.value
+            }
+            return .variantDictionary(dict)
+        }
+    }
+
+    private(set) var exports: [ObjectPath: ExportState] = [:]
+    private(set) var managers: Set<ObjectPath> = []
+
+    func export(_ object: ExportedObject, at path: ObjectPath) throws(DBusError) {
+        guard !isClosed else { throw .disconnected }
+        try object.validate()
+        guard exports[path] == nil else { throw .invalidArgument("an object is already exported at \(path)") }
+        let state = ExportState(object)
+        exports[path] = state
+        for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
+            emit(manager, StandardInterface.objectManager, "InterfacesAdded", [.objectPath(path), interfacesAndProperties(state)])
+        }
+    }
+
+    func unexport(_ path: ObjectPath) {
+        guard let state = exports.removeValue(forKey: path) else { return }
+        for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
+            let names = [StandardInterface.introspectable, StandardInterface.properties] + state.object.interfaces.map(\.name.rawValue)
+            emit(manager, StandardInterface.objectManager, "InterfacesRemoved", [.objectPath(path), .stringArray(names)])
+        }
+    }
+
+    func addObjectManager(_ path: ObjectPath) { managers.insert(path) }
+    func removeObjectManager(_ path: ObjectPath) { managers.remove(path) }
+
+    private func interfacesAndProperties(_ state: ExportState) -> DBusValue {
+        let empty = DBusValue.variantDictionary([:])
+        var entries: [(key: DBusValue, value: DBusValue)] = [
+            (.string(StandardInterface.introspectable), empty),
+            (.string(StandardInterface.properties), empty),
+        ]
+        for iface in state.object.interfaces {
+            entries.append((.string(iface.name.rawValue), state.readableProperties(iface)))
+        }
+        return .dictionary(key: Signature(unchecked: "s"), value: Signature(unchecked: "a{sv}"), entries)
+    }
+
+    /// Updates a stored property value and emits `PropertiesChanged` as declared.
+    func updateProperty(_ path: ObjectPath, _ interface: InterfaceName, _ name: String, _ value: DBusValue) throws(DBusError) {
+        guard let state = exports[path] else { throw .invalidArgument("no object exported at \(path)") }
+        guard let iface = state.interface(interface.rawValue),
+            let property = iface.properties.first(where: { $0.name.rawValue == name })
+        else { throw .invalidArgument("no property \(interface).\(quoted(name)) at \(path)") }
+        guard value.signatureString == property.signature.rawValue else {
+            throw .invalidArgument("property \(name) has type \(property.signature), not \(value.signatureString)")
+        }
+        try value.validate()
+        state.values[interface.rawValue, default: [:]][name] = value
+        emitChanged(path, iface, property, value)
+    }
+
+    private func emitChanged(_ path: ObjectPath, _ iface: ExportedInterface, _ property: ExportedProperty, _ value: DBusValue) {
+        switch property.changeSignal {
+        case .none: return
+        case .emits:
+            emit(path, StandardInterface.properties, "PropertiesChanged",
+                 [.string(iface.name.rawValue), .variantDictionary([property.name.rawValue: value]), .stringArray([])])
+        case .invalidates:
+            emit(path, StandardInterface.properties, "PropertiesChanged",
+                 [.string(iface.name.rawValue), .variantDictionary([:]), .stringArray([property.name.rawValue])])
+        }
+    }
+
+    /// Emits a signal from code that knows its names are valid.
+    private func emit(_ path: ObjectPath, _ interface: String, _ member: String, _ arguments: [DBusValue]) {
+        guard let message = try? OwnedMessage.signal(
+            path: path, interface: InterfaceName(unchecked: interface), member: MemberName(unchecked: member),
+            destination: nil, arguments: arguments)
+        else { return }
+        _ = try? send(message)
+    }
+
+    // MARK: Method calls
+
+    private func handleMethodCall(_ m: Message) {
+        guard let path = m.path, let member = m.member else { return }
+        let call = MethodCall(
+            sender: m.sender ?? "", path: path, interface: m.interface, member: member,
+            arguments: m.arguments, noReplyExpected: m.noReplyExpected, serial: m.serial)
+        let interface = m.interface?.rawValue
+        let object = exports[path]
+
+        switch (interface, member.rawValue) {
+        case (StandardInterface.introspectable, "Introspect"), (nil, "Introspect"):
+            let children = childNames(of: path)
+            guard object != nil || !children.isEmpty || path == .root || managers.contains(path) else {
+                return replyError(call, DBusError.Names.unknownObject, "No such object path '\(path)'")
+            }
+            let xml = Introspection.xml(
+                interfaces: object?.object.interfaces, isManager: managers.contains(path), children: children)
+            return reply(call, [.string(xml)])
+        case (StandardInterface.objectManager, "GetManagedObjects") where managers.contains(path):
+            return reply(call, [managedObjects(under: path)])
+        case (StandardInterface.properties, _):
+            guard let object else {
+                return replyError(call, DBusError.Names.unknownObject, "No such object path '\(path)'")
+            }
+            return handleProperties(call, object)
+        default:
+            break
+        }
+
+        guard let object else {
+            return replyError(call, DBusError.Names.unknownObject, "No such object path '\(path)'")
+        }
+        let method: ExportedMethod
+        if let interface {
+            guard let iface = object.interface(interface) else {
+                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(interface)' at '\(path)'")
+            }
+            guard let found = iface.methods.first(where: { $0.name == member }) else {
+                return replyError(call, DBusError.Names.unknownMethod, "No such method '\(member)' in '\(interface)'")
+            }
+            method = found
+        } else {
+            guard let found = object.object.interfaces.lazy.flatMap(\.methods).first(where: { $0.name == member }) else {
+                return replyError(call, DBusError.Names.unknownMethod, "No such method '\(member)' at '\(path)'")
+            }
+            method = found
+        }
+        guard m.signature == method.inputSignature else {
+            return replyError(
+                call, DBusError.Names.invalidArgs,
+                "Method '\(member)' takes signature '\(method.inputSignature)', got '\(m.signature)'")
+        }
+        switch method.handler {
+        case .immediate(let handler):
+            do {
+                let result = try handler(call)
+                replyChecked(call, result, method.outputSignature)
+            } catch {
+                replyError(call, error)
+            }
+        case .async(let handler):
+            guard let owner else { return }
+            let output = method.outputSignature
+            Task {
+                do {
+                    let result = try await handler(call)
+                    await owner.finishCall(call, result: .success(result), output: output)
+                } catch {
+                    await owner.finishCall(call, result: .failure(error), output: output)
+                }
+            }
+        }
+    }
+
+    /// Sends a handler's result, or `Failed` when it has the wrong signature.
+    func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature) {
+        var signature = ""
+        for v in values { v.appendSignature(to: &signature) }
+        guard signature == output.rawValue else {
+            return replyError(call, DBusError.Names.failed,
+                              "Method handler returned signature '\(signature)' instead of '\(output)'")
+        }
+        reply(call, values)
+    }
+
+    func reply(_ call: MethodCall, _ values: [DBusValue]) {
+        guard !call.noReplyExpected, !isClosed else { return }
+        do {
+            let message = try OwnedMessage.methodReturn(
+                replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
+            try send(message)
+        } catch {
+            replyError(call, error)
+        }
+    }
+
+    func replyError(_ call: MethodCall, _ error: any Error) {
+        let (name, text) = DBusError.replyFields(for: error)
+        replyError(call, name, text)
+    }
+
+    func replyError(_ call: MethodCall, _ name: String, _ text: String) {
+        guard !call.noReplyExpected else { return }
+        sendError(replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, name: name, text: text)
+    }
+
+    private func sendError(replySerial: UInt32, destination: String?, name: String, text: String) {
+        guard !isClosed, let message = try? OwnedMessage.error(
+            replySerial: replySerial, destination: destination, name: name, text: text)
+        else { return }
+        _ = try? send(message)
+    }
+
+    private func childNames(of path: ObjectPath) -> [String] {
+        var names = Set<String>()
+        let prefix = path.rawValue == "/" ? "/" : path.rawValue + "/"
+        for candidate in Array(exports.keys) + Array(managers) where candidate.rawValue.hasPrefix(prefix) {
+            let rest = candidate.rawValue.utf8.dropFirst(prefix.utf8.count)
+            let element = rest.split(separator: UInt8(ascii: "/"), maxSplits: 1).first.map { String(decoding: $0, as: UTF8.self) }
+            if let element, !element.isEmpty { names.insert(element) }
+        }
+        return names.sorted()
+    }
+
+    private func managedObjects(under manager: ObjectPath) -> DBusValue {
+        var entries: [(key: DBusValue, value: DBusValue)] = []
+        for (path, state) in exports.sorted(by: { $0.key < $1.key })
+        where path != manager && path.isDescendant(ofOrEqualTo: manager) {
+            entries.append((.objectPath(path), interfacesAndProperties(state)))
+        }
+        return .dictionary(key: Signature(unchecked: "o"), value: Signature(unchecked: "a{sa{sv}}"), entries)
+    }
+
+    private func handleProperties(_ call: MethodCall, _ object: ExportState) {
+        let args = call.arguments
+        func lookup(_ ifaceName: String) -> ExportedInterface? {
+            object.interface(ifaceName)
+        }
+        switch call.member.rawValue {
+        case "Get":
+            guard args.count == 2, let ifaceName = args[0].stringValue, let name = args[1].stringValue else {
+                return replyError(call, DBusError.Names.invalidArgs, "Get takes (ss)")
+            }
+            guard let iface = lookup(ifaceName) else {
+                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
+            }
+            guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
+                return replyError(call, DBusError.Names.unknownProperty, "No such property '\(name)'")
+            }
+            guard property.access != .write else {
+                return replyError(call, DBusError.Names.accessDenied, "Property '\(name)' is not readable")
+            }
+            let value = object.values[ifaceName]?[name] ?? property.value
+            reply(call, [.variant(value)])
+        case "GetAll":
+            guard args.count == 1, let ifaceName = args[0].stringValue else {
+                return replyError(call, DBusError.Names.invalidArgs, "GetAll takes (s)")
+            }
+            if ifaceName.isEmpty || ExportedObject.reservedInterfaces.contains(ifaceName) {
+                // All standard interfaces have no properties; "" means all, which we do not merge.
+                if ifaceName.isEmpty, object.object.interfaces.count == 1, let only = object.object.interfaces.first {
+                    return reply(call, [object.readableProperties(only)])
+                }
+                return reply(call, [.variantDictionary([:])])
+            }
+            guard let iface = lookup(ifaceName) else {
+                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
+            }
+            reply(call, [object.readableProperties(iface)])
+        case "Set":
+            guard args.count == 3, let ifaceName = args[0].stringValue, let name = args[1].stringValue,
+                case .variant(let value) = args[2]
+            else {
+                return replyError(call, DBusError.Names.invalidArgs, "Set takes (ssv)")
+            }
+            guard let iface = lookup(ifaceName) else {
+                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
+            }
+            guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
+                return replyError(call, DBusError.Names.unknownProperty, "No such property '\(name)'")
+            }
+            guard property.access != .read else {
+                return replyError(call, DBusError.Names.propertyReadOnly, "Property '\(name)' is read-only")
+            }
+            guard value.signatureString == property.signature.rawValue else {
+                return replyError(call, DBusError.Names.invalidArgs,
+                                  "Property '\(name)' has type '\(property.signature)', not '\(value.signatureString)'")
+            }
+            do {
+                try property.onSet?(value, call)
+            } catch {
+                return replyError(call, error)
+            }
+            object.values[ifaceName, default: [:]][name] = value
+            reply(call, [])
+            emitChanged(call.path, iface, property, value)
+        default:
+            replyError(call, DBusError.Names.unknownMethod, "No such method '\(call.member)' in '\(StandardInterface.properties)'")
+        }
+    }
+
+    // MARK: Disconnection
+
+    private var disconnectWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+
+    func addDisconnectWaiter(_ id: UInt64, _ continuation: CheckedContinuation<Void, Never>) {
+        if isClosed { return continuation.resume() }
+        disconnectWaiters[id] = continuation
+    }
+
+    func removeDisconnectWaiter(_ id: UInt64) {
+        disconnectWaiters.removeValue(forKey: id)?.resume()
+    }
+
+    /// Closes the connection for good: fails pending calls with `.disconnected`, ends
+    /// signal streams, wakes disconnect waiters, closes and releases the libdbus connection.
+    func shutdown() {
+        guard !isClosed else { return }
+        isClosed = true
+        let pending = pendingByPointer
+        pendingByPointer = [:]
+        pendingByID = [:]
+        for (p, entry) in pending {
+            dbus_pending_call_cancel(p)
+            dbus_pending_call_unref(p)
+            entry.continuation.resume(throwing: DBusError.disconnected)
+        }
+        let subs = subscriptions
+        subscriptions = [:]
+        for (_, sub) in subs {
+            if case .stream(let continuation) = sub.sink { continuation.finish() }
+        }
+        let waiters = disconnectWaiters
+        disconnectWaiters = [:]
+        for (_, w) in waiters { w.resume() }
+
+        if installed {
+            dbus_connection_remove_filter(raw, cFilter, selfPointer)
+            dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
+        }
+        // Closing first is mandatory: releasing an open private connection aborts.
+        dbus_connection_close(raw)
+        if installed {
+            _ = dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
+            _ = dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
+        }
+        for (_, state) in watches { cancel(state) }
+        watches = [:]
+        watchIDs = [:]
+        timeouts = [:]
+        timer?.cancel()
+        timer = nil
+        dbus_connection_unref(raw)
+    }
+}

@@ -1,1 +1,0 @@
-// Placeholder: the D-Bus layer is being written (issue 3).

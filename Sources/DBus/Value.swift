@@ -1,0 +1,342 @@
+/// A D-Bus value of any type, with its signature.
+///
+/// Byte arrays (`ay`) have their own case, `.byteArray`, so that they are carried as one
+/// `[UInt8]` and marshalled as a block (`dbus_message_iter_append_fixed_array` /
+/// `get_fixed_array`); decoding always produces `.byteArray` for `ay`, and
+/// `.array("y", [.byte…])` compares equal to the same `.byteArray`.
+public enum DBusValue: Sendable {
+    /// `y`
+    case byte(UInt8)
+    /// `b`
+    case bool(Bool)
+    /// `n`
+    case int16(Int16)
+    /// `q`
+    case uint16(UInt16)
+    /// `i`
+    case int32(Int32)
+    /// `u`
+    case uint32(UInt32)
+    /// `x`
+    case int64(Int64)
+    /// `t`
+    case uint64(UInt64)
+    /// `d`
+    case double(Double)
+    /// `s`: must not contain NUL (refused before marshalling).
+    case string(String)
+    /// `o`
+    case objectPath(ObjectPath)
+    /// `g`
+    case signature(Signature)
+    /// `h`: an owned file descriptor.
+    case unixFD(UnixFD)
+    /// `aT`: an array whose elements all have the single complete type `T`.
+    indirect case array(Signature, [DBusValue])
+    /// `ay`, marshalled as a block.
+    case byteArray([UInt8])
+    /// `a{KV}`: ordered key/value pairs; `K` must be a basic type.
+    indirect case dictionary(key: Signature, value: Signature, [(key: DBusValue, value: DBusValue)])
+    /// `(T…)`: a struct of at least one field.
+    case structure([DBusValue])
+    /// `v`: a value together with its own signature.
+    indirect case variant(DBusValue)
+
+    /// The signature of this value (one complete type).
+    public var signature: Signature { Signature(unchecked: signatureString) }
+
+    var signatureString: String {
+        var out = ""
+        appendSignature(to: &out)
+        return out
+    }
+
+    func appendSignature(to out: inout String) {
+        switch self {
+        case .byte: out += "y"
+        case .bool: out += "b"
+        case .int16: out += "n"
+        case .uint16: out += "q"
+        case .int32: out += "i"
+        case .uint32: out += "u"
+        case .int64: out += "x"
+        case .uint64: out += "t"
+        case .double: out += "d"
+        case .string: out += "s"
+        case .objectPath: out += "o"
+        case .signature: out += "g"
+        case .unixFD: out += "h"
+        case .array(let element, _): out += "a"; out += element.rawValue
+        case .byteArray: out += "ay"
+        case .dictionary(let key, let value, _): out += "a{"; out += key.rawValue; out += value.rawValue; out += "}"
+        case .structure(let fields):
+            out += "("
+            for f in fields { f.appendSignature(to: &out) }
+            out += ")"
+        case .variant: out += "v"
+        }
+    }
+}
+
+// MARK: - Typed accessors
+
+extension DBusValue {
+    /// The payload of `.byte`.
+    public var byteValue: UInt8? { if case .byte(let v) = self { v } else { nil } }
+    /// The payload of `.bool`.
+    public var boolValue: Bool? { if case .bool(let v) = self { v } else { nil } }
+    /// The payload of `.int16`.
+    public var int16Value: Int16? { if case .int16(let v) = self { v } else { nil } }
+    /// The payload of `.uint16`.
+    public var uint16Value: UInt16? { if case .uint16(let v) = self { v } else { nil } }
+    /// The payload of `.int32`.
+    public var int32Value: Int32? { if case .int32(let v) = self { v } else { nil } }
+    /// The payload of `.uint32`.
+    public var uint32Value: UInt32? { if case .uint32(let v) = self { v } else { nil } }
+    /// The payload of `.int64`.
+    public var int64Value: Int64? { if case .int64(let v) = self { v } else { nil } }
+    /// The payload of `.uint64`.
+    public var uint64Value: UInt64? { if case .uint64(let v) = self { v } else { nil } }
+    /// The payload of `.double`.
+    public var doubleValue: Double? { if case .double(let v) = self { v } else { nil } }
+    /// The payload of `.string`.
+    public var stringValue: String? { if case .string(let v) = self { v } else { nil } }
+    /// The payload of `.objectPath`.
+    public var objectPathValue: ObjectPath? { if case .objectPath(let v) = self { v } else { nil } }
+    /// The payload of `.signature`.
+    public var signatureValue: Signature? { if case .signature(let v) = self { v } else { nil } }
+    /// The payload of `.unixFD`.
+    public var unixFDValue: UnixFD? { if case .unixFD(let v) = self { v } else { nil } }
+    /// The contents of an `ay` (either representation).
+    public var bytes: [UInt8]? {
+        switch self {
+        case .byteArray(let b): return b
+        case .array(let sig, let items) where sig.rawValue == "y":
+            var out: [UInt8] = []
+            out.reserveCapacity(items.count)
+            for item in items {
+                guard case .byte(let b) = item else { return nil }
+                out.append(b)
+            }
+            return out
+        default: return nil
+        }
+    }
+    /// The elements of any array (`ay` gives `.byte` elements).
+    public var arrayValue: [DBusValue]? {
+        switch self {
+        case .array(_, let items): items
+        case .byteArray(let b): b.map { .byte($0) }
+        default: nil
+        }
+    }
+    /// The entries of a dictionary.
+    public var dictionaryValue: [(key: DBusValue, value: DBusValue)]? {
+        if case .dictionary(_, _, let entries) = self { entries } else { nil }
+    }
+    /// The fields of a struct.
+    public var structureValue: [DBusValue]? { if case .structure(let v) = self { v } else { nil } }
+    /// The contents of a variant (one level).
+    public var variantValue: DBusValue? { if case .variant(let v) = self { v } else { nil } }
+    /// This value with all enclosing variants removed.
+    public var unwrapped: DBusValue {
+        var v = self
+        while case .variant(let inner) = v { v = inner }
+        return v
+    }
+    /// An array of strings (`as`).
+    public var stringArray: [String]? {
+        guard case .array(_, let items) = self else { return nil }
+        var out: [String] = []
+        out.reserveCapacity(items.count)
+        for item in items {
+            guard case .string(let s) = item else { return nil }
+            out.append(s)
+        }
+        return out
+    }
+    /// A dictionary with string keys (`a{sT}`), variant values unwrapped one level:
+    /// the usual shape of D-Bus property sets (`a{sv}`). Later duplicates win.
+    public var stringKeyedDictionary: [String: DBusValue]? {
+        guard case .dictionary(_, _, let entries) = self else { return nil }
+        var out: [String: DBusValue] = [:]
+        for (k, v) in entries {
+            guard case .string(let key) = k else { return nil }
+            out[key] = v.variantValue ?? v
+        }
+        return out
+    }
+}
+
+// MARK: - Convenience constructors
+
+extension DBusValue {
+    /// An `a{sv}` from a Swift dictionary, keys sorted for a stable wire order.
+    public static func variantDictionary(_ dict: [String: DBusValue]) -> DBusValue {
+        .dictionary(
+            key: Signature(unchecked: "s"), value: Signature(unchecked: "v"),
+            dict.sorted { $0.key < $1.key }.map { (key: .string($0.key), value: .variant($0.value)) })
+    }
+
+    /// An `as`.
+    public static func stringArray(_ strings: [String]) -> DBusValue {
+        .array(Signature(unchecked: "s"), strings.map { .string($0) })
+    }
+
+    /// An `ao`.
+    public static func objectPathArray(_ paths: [ObjectPath]) -> DBusValue {
+        .array(Signature(unchecked: "o"), paths.map { .objectPath($0) })
+    }
+}
+
+// MARK: - Equality
+
+extension DBusValue: Equatable {
+    /// Structural equality. Doubles compare by value or identical bits (so NaN equals
+    /// itself), file descriptors by identity, and `.array("y", …)` equals `.byteArray`.
+    public static func == (a: DBusValue, b: DBusValue) -> Bool {
+        switch (a, b) {
+        case (.byte(let x), .byte(let y)): return x == y
+        case (.bool(let x), .bool(let y)): return x == y
+        case (.int16(let x), .int16(let y)): return x == y
+        case (.uint16(let x), .uint16(let y)): return x == y
+        case (.int32(let x), .int32(let y)): return x == y
+        case (.uint32(let x), .uint32(let y)): return x == y
+        case (.int64(let x), .int64(let y)): return x == y
+        case (.uint64(let x), .uint64(let y)): return x == y
+        case (.double(let x), .double(let y)): return x == y || x.bitPattern == y.bitPattern
+        case (.string(let x), .string(let y)): return x == y
+        case (.objectPath(let x), .objectPath(let y)): return x == y
+        case (.signature(let x), .signature(let y)): return x == y
+        case (.unixFD(let x), .unixFD(let y)): return x === y
+        case (.byteArray(let x), .byteArray(let y)): return x == y
+        case (.byteArray(let x), .array(let s, _)): return s.rawValue == "y" && b.bytes == x
+        case (.array(let s, _), .byteArray(let y)): return s.rawValue == "y" && a.bytes == y
+        case (.array(let s1, let x), .array(let s2, let y)): return s1 == s2 && x == y
+        case (.dictionary(let k1, let v1, let x), .dictionary(let k2, let v2, let y)):
+            guard k1 == k2, v1 == v2, x.count == y.count else { return false }
+            for (p, q) in zip(x, y) where p.key != q.key || p.value != q.value { return false }
+            return true
+        case (.structure(let x), .structure(let y)): return x == y
+        case (.variant(let x), .variant(let y)): return x == y
+        default: return false
+        }
+    }
+}
+
+// MARK: - Description
+
+extension DBusValue: CustomStringConvertible {
+    /// A compact GVariant-like rendering, for logs and test failures.
+    public var description: String {
+        switch self {
+        case .byte(let v): return "byte \(v)"
+        case .bool(let v): return v ? "true" : "false"
+        case .int16(let v): return "int16 \(v)"
+        case .uint16(let v): return "uint16 \(v)"
+        case .int32(let v): return "\(v)"
+        case .uint32(let v): return "uint32 \(v)"
+        case .int64(let v): return "int64 \(v)"
+        case .uint64(let v): return "uint64 \(v)"
+        case .double(let v): return "\(v)"
+        case .string(let v): return quoted(v)
+        case .objectPath(let v): return "objectpath \(quoted(v.rawValue))"
+        case .signature(let v): return "signature \(quoted(v.rawValue))"
+        case .unixFD(let v): return v.description
+        case .byteArray(let b):
+            return b.count > 32 ? "bytes[\(b.count)]" : "bytes[" + b.map { String($0, radix: 16) }.joined(separator: " ") + "]"
+        case .array(let s, let items):
+            return items.isEmpty ? "@a\(s) []" : "[" + items.map(\.description).joined(separator: ", ") + "]"
+        case .dictionary(let k, let v, let entries):
+            return entries.isEmpty
+                ? "@a{\(k)\(v)} {}"
+                : "{" + entries.map { "\($0.key.description): \($0.value.description)" }.joined(separator: ", ") + "}"
+        case .structure(let fields): return "(" + fields.map(\.description).joined(separator: ", ") + ")"
+        case .variant(let v): return "<\(v.description)>"
+        }
+    }
+}
+
+// MARK: - Validation
+
+extension DBusValue {
+    /// Maximum nesting of containers (arrays, structs, dict entries, variants) in one
+    /// message body that the bus accepts.
+    static let maximumTotalDepth = 64
+
+    /// Checks everything libdbus would abort on (or the bus would reject) before the
+    /// value is marshalled.
+    func validate(depth: Int = 0) throws(DBusError) {
+        switch self {
+        case .string(let s):
+            try checkNoNUL(s, what: "string argument")
+        case .unixFD(let fd):
+            guard fd.fileDescriptor != nil else { throw .invalidArgument("unix fd argument is closed") }
+        case .byteArray(let b):
+            guard b.count <= Int(DBusValue.maximumArrayLength) else {
+                throw .invalidArgument("byte array of \(b.count) bytes exceeds the D-Bus maximum of 64 MiB")
+            }
+            guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+        case .array(let element, let items):
+            guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+            let parsed = element.parsed
+            guard parsed.count == 1 else {
+                throw .invalidArgument("array element signature \(quoted(element.rawValue)) is not one complete type")
+            }
+            let expected = element.rawValue
+            for item in items {
+                let actual = item.signatureString
+                guard actual == expected else {
+                    throw .invalidArgument("array of \(quoted(expected)) holds an element of type \(quoted(actual))")
+                }
+                try item.validate(depth: depth + 1)
+            }
+        case .dictionary(let key, let value, let entries):
+            guard depth + 2 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+            guard key.parsed.count == 1, let k = key.rawValue.utf8.first, SignatureType.basicCodes.contains(k) else {
+                throw .invalidArgument("dictionary key signature \(quoted(key.rawValue)) is not a basic type")
+            }
+            guard value.parsed.count == 1 else {
+                throw .invalidArgument("dictionary value signature \(quoted(value.rawValue)) is not one complete type")
+            }
+            for (k, v) in entries {
+                guard k.signatureString == key.rawValue, v.signatureString == value.rawValue else {
+                    throw .invalidArgument(
+                        "dictionary a{\(key)\(value)} holds an entry of types \(quoted(k.signatureString)), \(quoted(v.signatureString))")
+                }
+                try k.validate(depth: depth + 2)
+                try v.validate(depth: depth + 2)
+            }
+        case .structure(let fields):
+            guard !fields.isEmpty else { throw .invalidArgument("a struct needs at least one field") }
+            guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+            for f in fields { try f.validate(depth: depth + 1) }
+        case .variant(let inner):
+            guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+            let sig = inner.signatureString
+            guard (try? SignatureParser.parse(sig)) != nil else {
+                throw .invalidArgument("variant contents have an invalid signature \(quoted(sig))")
+            }
+            try inner.validate(depth: depth + 1)
+        default:
+            break
+        }
+    }
+
+    static let maximumArrayLength: Int32 = 67_108_864
+
+    /// Validates a whole argument list: each value, and their concatenated signature.
+    static func validate(arguments: [DBusValue]) throws(DBusError) -> String {
+        var signature = ""
+        for a in arguments { a.appendSignature(to: &signature) }
+        guard (try? SignatureParser.parse(signature)) != nil else {
+            throw .invalidArgument("arguments have an invalid signature \(quoted(signature))")
+        }
+        for a in arguments { try a.validate() }
+        return signature
+    }
+}
+
+extension DBusError {
+    static let tooDeep = DBusError.invalidArgument("containers nested deeper than D-Bus allows (64)")
+}

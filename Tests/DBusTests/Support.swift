@@ -1,0 +1,246 @@
+import DBus
+import Foundation
+import Synchronization
+import Testing
+
+/// All DBus tests run one after another: they measure time and memory, and share two cores.
+@Suite("DBus", .serialized)
+enum DBusTests {}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A private dbus-daemon on a unix socket in a fresh temp dir, killed by `stop()`.
+final class TestBus: Sendable {
+    let directory: String
+    let address: String
+    let pid: Int32
+    private let process: Mutex<Process?>
+
+    static let config = """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:path=SOCKET</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+        </busconfig>
+        """
+
+    init() throws {
+        let template = NSTemporaryDirectory() + "dbt-XXXXXX"
+        var buffer = Array(template.utf8CString)
+        guard let made = mkdtemp(&buffer) else { throw TestFailure("mkdtemp failed") }
+        directory = String(cString: made)
+        let configPath = directory + "/bus.conf"
+        try TestBus.config.replacingOccurrences(of: "SOCKET", with: directory + "/bus")
+            .write(toFile: configPath, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--config-file=\(configPath)", "--nofork", "--print-address"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        pid = process.processIdentifier
+        self.process = Mutex(process)
+        // The daemon prints its address once it listens.
+        let line = try readLine(out.fileHandleForReading.fileDescriptor, timeout: 10)
+        guard line.hasPrefix("unix:") else {
+            process.terminate()
+            throw TestFailure("dbus-daemon printed \(line)")
+        }
+        address = line
+    }
+
+    /// Kills the daemon (SIGTERM by default) and waits for it; idempotent.
+    func stop(signal: Int32 = SIGTERM) {
+        let p = process.withLock { p -> Process? in
+            defer { p = nil }
+            return p
+        }
+        guard let p else { return }
+        kill(p.processIdentifier, signal)
+        p.waitUntilExit()
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Reads one line from `fd`, failing after `timeout` seconds.
+func readLine(_ fd: Int32, timeout: Double) throws -> String {
+    var bytes: [UInt8] = []
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        let remaining = deadline.timeIntervalSinceNow
+        guard remaining > 0 else { throw TestFailure("timed out reading a line") }
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let r = poll(&pfd, 1, Int32(remaining * 1000))
+        if r < 0 && errno == EINTR { continue }
+        guard r > 0 else { continue }
+        var c: UInt8 = 0
+        let n = read(fd, &c, 1)
+        guard n == 1 else { throw TestFailure("EOF before a line") }
+        if c == 10 { return String(decoding: bytes, as: UTF8.self) }
+        bytes.append(c)
+    }
+}
+
+/// Runs `body` with a fresh bus, stopping it afterwards.
+func withBus<T>(_ body: (TestBus) async throws -> T) async throws -> T {
+    let bus = try TestBus()
+    defer { bus.stop() }
+    return try await body(bus)
+}
+
+/// A bus with two connections: `server` exports objects, `client` calls them.
+struct Pair {
+    let bus: TestBus
+    let server: DBusConnection
+    let client: DBusConnection
+    var serverName: BusName { BusName(validating: server.uniqueName)! }
+}
+
+func withPair<T>(_ body: (Pair) async throws -> T) async throws -> T {
+    try await withBus { bus in
+        let server = try await DBusConnection.connect(to: .address(bus.address))
+        let client = try await DBusConnection.connect(to: .address(bus.address))
+        do {
+            let result = try await body(Pair(bus: bus, server: server, client: client))
+            await server.close()
+            await client.close()
+            return result
+        } catch {
+            await server.close()
+            await client.close()
+            throw error
+        }
+    }
+}
+
+/// Runs `body`, failing with a TestFailure when it takes longer than `seconds`.
+func withTimeout<T: Sendable>(
+    _ seconds: Double, _ what: String = "operation", _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            throw TestFailure("\(what) did not finish within \(seconds) s")
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next() else { throw TestFailure("no result") }
+        return first
+    }
+}
+
+/// Takes the next `count` signals from `stream`, failing after `seconds`.
+/// (A timeout cancels the iteration, which ends the stream.)
+func next(_ count: Int, from stream: AsyncStream<Signal>, within seconds: Double = 5) async throws -> [Signal] {
+    try await withTimeout(seconds, "waiting for \(count) signal(s)") {
+        var out: [Signal] = []
+        for await s in stream {
+            out.append(s)
+            if out.count == count { break }
+        }
+        return out
+    }
+}
+
+/// Collects signals delivered to a callback.
+final class Collector: Sendable {
+    private let items = Mutex<[Signal]>([])
+    var handler: @Sendable (Signal) -> Void { { [self] s in items.withLock { $0.append(s) } } }
+    var signals: [Signal] { items.withLock { $0 } }
+
+    /// Waits until at least `count` signals arrived, failing after `seconds`.
+    func wait(for count: Int, within seconds: Double = 5) async throws -> [Signal] {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            let s = signals
+            if s.count >= count { return s }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+        throw TestFailure("only \(signals.count) of \(count) signals arrived")
+    }
+}
+
+/// Runs a command, returning (status, stdout); fails after `timeout` seconds.
+func run(_ executable: String, _ arguments: [String], timeout: Double = 10) throws -> (Int32, String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = out
+    try process.run()
+    let reader = out.fileHandleForReading
+    var data = Data()
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        var pfd = pollfd(fd: reader.fileDescriptor, events: Int16(POLLIN), revents: 0)
+        let remaining = deadline.timeIntervalSinceNow
+        if remaining <= 0 {
+            process.terminate()
+            throw TestFailure("\(executable) timed out")
+        }
+        let r = poll(&pfd, 1, Int32(remaining * 1000))
+        if r <= 0 { continue }
+        var buf = [UInt8](repeating: 0, count: 65536)
+        let n = read(reader.fileDescriptor, &buf, buf.count)
+        if n <= 0 { break }
+        data.append(contentsOf: buf[0..<n])
+    }
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// This process's resident set size in KiB (VmRSS).
+func residentKiB() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return -1 }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? -1
+    }
+    return -1
+}
+
+/// Asserts that `body` throws exactly `expected`.
+func expectDBusError(
+    _ expected: DBusError, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> Void
+) async {
+    do {
+        try await body()
+        Issue.record("expected \(expected), nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as DBusError {
+        #expect(error == expected, sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected \(expected), got \(error)", sourceLocation: sourceLocation)
+    }
+}
+
+/// Asserts that `body` throws a DBusError whose D-Bus name is `name`; returns it.
+@discardableResult
+func expectErrorName(
+    _ name: String, sourceLocation: SourceLocation = #_sourceLocation, _ body: () async throws -> Void
+) async -> DBusError? {
+    do {
+        try await body()
+        Issue.record("expected \(name), nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as DBusError {
+        #expect(error.name == name, "\(error)", sourceLocation: sourceLocation)
+        return error
+    } catch {
+        Issue.record("expected \(name), got \(error)", sourceLocation: sourceLocation)
+    }
+    return nil
+}
