@@ -26,13 +26,14 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "JSON"], swiftSettings: strict),
+        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
+        .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture"], swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
@@ -42,6 +43,7 @@ let package = Package(
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
             exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
         .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd"], swiftSettings: strict),
     ]

@@ -1,0 +1,23 @@
+public import ANCSSession
+public import DBus
+
+/// What `ancsd run` is told to do.
+public struct DaemonOptions: Sendable {
+    /// The bus where bluetoothd lives.
+    public var bus: BusAddress = .system
+    /// Only these phones (addresses as `AA:BB:CC:DD:EE:FF`); empty for every bonded phone.
+    public var devices: Set<String> = []
+    /// Only phones on this adapter (`hci0`); nil for every adapter.
+    public var adapter: String?
+    /// Try AcquireNotify (a socket per characteristic) before StartNotify (D-Bus signals).
+    public var preferAcquireNotify = true
+    /// How each phone's session fetches attributes.
+    public var session = SessionConfiguration()
+
+    public init() {}
+
+    /// True if the options allow this device.
+    func allows(address: String, adapterName: String?) -> Bool {
+        (devices.isEmpty || devices.contains(address)) && (adapter == nil || adapter == adapterName)
+    }
+}

@@ -1,0 +1,67 @@
+public import DBus
+
+/// Calls on `org.bluez.GattCharacteristic1` objects.
+public struct GattClient: Sendable {
+    public let connection: DBusConnection
+    /// How long one GATT call may take; BlueZ's own ATT timeout is 30 s.
+    public var timeout: Duration
+
+    public init(connection: DBusConnection, timeout: Duration = .seconds(10)) {
+        self.connection = connection
+        self.timeout = timeout
+    }
+
+    /// `AcquireNotify`: a SOCK_SEQPACKET descriptor that carries one datagram per notification, and the MTU.
+    public func acquireNotify(_ characteristic: ObjectPath) async throws -> (fd: UnixFD, mtu: UInt16) {
+        let reply = try await connection.call(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "AcquireNotify", arguments: [.variantDictionary([:])], expecting: "hq", timeout: timeout)
+        guard let fd = reply[0].unixFDValue, let mtu = reply[1].uint16Value else {
+            throw DBusError.unexpectedSignature(expected: "hq", actual: reply.map(\.signature.description).joined())
+        }
+        return (fd, mtu)
+    }
+
+    /// `StartNotify`: notifications then arrive as PropertiesChanged of `Value`.
+    public func startNotify(_ characteristic: ObjectPath) async throws {
+        _ = try await connection.call(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "StartNotify", expecting: .empty, timeout: timeout)
+    }
+
+    /// `StopNotify`.
+    public func stopNotify(_ characteristic: ObjectPath) async throws {
+        _ = try await connection.call(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "StopNotify", expecting: .empty, timeout: timeout)
+    }
+
+    /// `WriteValue` with `type: request` (a write with response, as the Control Point needs).
+    public func writeRequest(_ characteristic: ObjectPath, _ value: [UInt8]) async throws {
+        _ = try await connection.call(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "WriteValue",
+            arguments: [.array("y", value.map { .byte($0) }), .variantDictionary(["type": .string("request")])],
+            expecting: .empty, timeout: timeout)
+    }
+}
+
+/// The ATT error code inside a BlueZ error, if any.
+///
+/// BlueZ reports ATT errors of a write as `org.bluez.Error.Failed` "Operation failed with ATT
+/// error: 0xa2", ATT 0x03 as `org.bluez.Error.NotPermitted` "Write not permitted", and the
+/// authentication and encryption errors as `NotPermitted` "Not paired" (or similar).
+public func attErrorCode(in error: DBusError) -> UInt8? {
+    guard case .remote(let name, let message) = error else { return nil }
+    if let range = message.firstRange(of: "ATT error: 0x") {
+        let digits = message[range.upperBound...].prefix { $0.isHexDigit }
+        if let code = UInt8(digits, radix: 16) { return code }
+    }
+    if name == "org.bluez.Error.NotPermitted" {
+        let text = message.lowercased()
+        if text.contains("write not permitted") { return 0x03 }
+        if text.contains("not paired") || text.contains("authentication") { return 0x05 }
+        if text.contains("encrypt") { return 0x0F }
+    }
+    return nil
+}
