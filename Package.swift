@@ -34,7 +34,9 @@ let package = Package(
         ),
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
-        .executableTarget(name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture"], swiftSettings: strict),
+        .executableTarget(
+            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus"],
+            swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),

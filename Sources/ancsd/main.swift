@@ -1,39 +1,28 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSDaemon
 
 /// The version printed by `ancsd --version`.
 let ancsdVersion = "0.1.0"
 
 let topLevelHelp = """
-Usage: ancsd <command> [options]
+Usage: ancsd [--bus ADDRESS] <command> [options]
 
 ancsd shows an iPhone's notifications on Linux: it speaks Apple Notification Center
 Service (ANCS) over Bluetooth LE through BlueZ.
 
 Commands:
+  run               show the notifications of bonded iPhones (the daemon)
   decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1) to JSON Lines
 
 Options:
+  --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
   -h, --help        show this help (or a command's: ancsd <command> --help)
   --version         print the version
 
 Run "ancsd <command> --help" for a command's options.
 """
-
-/// Writes text to standard error, unbuffered.
-func writeStandardError(_ text: String) {
-    var text = text
-    text.withUTF8 { bytes in
-        var offset = 0
-        while offset < bytes.count {
-            let written = write(STDERR_FILENO, bytes.baseAddress.map { $0 + offset }, bytes.count - offset)
-            if written < 0 && errno == EINTR { continue }
-            guard written > 0 else { return }
-            offset += written
-        }
-    }
-}
 
 /// Writes an error message to standard error.
 func logError(_ message: String) {
@@ -47,7 +36,19 @@ func usageFailure(_ error: any Error, command: String?) -> Int32 {
     return 2
 }
 
-func runMain(_ arguments: [String]) -> Int32 {
+func runMain(_ arguments: [String]) async -> Int32 {
+    var arguments = arguments
+    var bus: String? = nil
+    if let first = arguments.first, first == "--bus" || first.hasPrefix("--bus=") {
+        if first == "--bus" {
+            guard arguments.count > 1 else { return usageFailure(UsageError("--bus needs a D-Bus address"), command: nil) }
+            bus = arguments[1]
+            arguments.removeFirst(2)
+        } else {
+            bus = String(first.dropFirst("--bus=".count))
+            arguments.removeFirst()
+        }
+    }
     guard let command = arguments.first else {
         writeStandardError(topLevelHelp + "\n")
         return 2
@@ -62,9 +63,11 @@ func runMain(_ arguments: [String]) -> Int32 {
         return 0
     case "decode":
         return DecodeCommand.run(rest)
+    case "run":
+        return await RunCommand.run(rest, bus: bus)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }
 }
 
-exit(runMain(Array(CommandLine.arguments.dropFirst())))
+exit(await runMain(Array(CommandLine.arguments.dropFirst())))
