@@ -10,9 +10,11 @@ import Dispatch
 /// It survives phones walking away and coming back and bluetoothd restarting; it ends when its
 /// task is cancelled (SIGTERM) or the bus goes away.
 public actor Daemon {
-    public let options: DaemonOptions
-    private let output: OutputRouter
+    public private(set) var options: DaemonOptions
+    private var output: OutputRouter
     private let logger: Logger
+    private let notifier: SystemdNotifier
+    private var statusPending = false
     private var connection: DBusConnection?
     private var tree = BlueZObjectTree()
     private var links: [ObjectPath: PhoneLink] = [:]
@@ -24,11 +26,54 @@ public actor Daemon {
     /// Counters for status reports.
     public private(set) var eventsEmitted = 0
 
-    public init(options: DaemonOptions, output: OutputRouter, logger: Logger, onReady: (@Sendable () -> Void)? = nil) {
+    public init(
+        options: DaemonOptions, output: OutputRouter, logger: Logger, notifier: SystemdNotifier = SystemdNotifier(),
+        onReady: (@Sendable () -> Void)? = nil
+    ) {
         self.options = options
         self.output = output
         self.logger = logger
+        self.notifier = notifier
         self.onReady = onReady
+    }
+
+    /// A line for `systemctl status`: "2 phones connected, 14 notifications".
+    public var statusLine: String {
+        let phones = links.values.filter { $0.state == .running }
+        let notifications = phones.reduce(0) { $0 + $1.session.notifications.count }
+        let phoneText = phones.count == 1 ? "1 phone connected" : "\(phones.count) phones connected"
+        let notificationText = notifications == 1 ? "1 notification" : "\(notifications) notifications"
+        return phones.isEmpty && tree.adapters.isEmpty && connection != nil ? "waiting for bluetoothd" : "\(phoneText), \(notificationText)"
+    }
+
+    /// Answers the watchdog: proves the daemon's executor is not wedged.
+    public func ping() -> Bool { true }
+
+    /// Applies new settings without dropping the phones it may keep (SIGHUP).
+    public func update(options newOptions: DaemonOptions, output newOutput: OutputRouter?) {
+        if newOptions.bus != options.bus { logger.warning("a new bus address takes effect only after a restart") }
+        var kept = newOptions
+        kept.bus = options.bus
+        options = kept
+        if let newOutput { output = newOutput }
+        ignoredDevices = []
+        reconcile()
+        scheduleStatus()
+    }
+
+    /// Sends the status line to systemd, at most once a second.
+    private func scheduleStatus() {
+        guard notifier.isActive, !statusPending else { return }
+        statusPending = true
+        Task {
+            try? await Task.sleep(for: .seconds(1))
+            self.sendStatus()
+        }
+    }
+
+    private func sendStatus() {
+        statusPending = false
+        notifier.status(statusLine)
     }
 
     /// The phones with a running session, by address.
@@ -47,6 +92,7 @@ public actor Daemon {
         let bluezSignals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
         let ownerChanges = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
         await refresh()
+        notifier.ready(status: statusLine)
         onReady?()
         onReady = nil
 
@@ -184,6 +230,7 @@ public actor Daemon {
         let how = link.delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
         logger.info("\(link.device.address): connected (\(link.device.name ?? "unnamed"), \(how))")
         output.emit(.connected(device: link.device.address, name: link.device.name))
+        scheduleStatus()
     }
 
     private func enableNotifications(_ characteristic: ObjectPath, on link: PhoneLink, gatt: GattClient) async throws {
@@ -243,6 +290,7 @@ public actor Daemon {
                 let n = event.notification
                 logger.debug("\(link.device.address): \(event.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")")
                 output.emit(.notification(event, device: link.device.address))
+                scheduleStatus()
             case .actionCompleted(let uid, let action, let outcome):
                 logger.info("\(link.device.address): \(action) action on \(uid): \(outcome)")
             case .log(let level, let message):
@@ -313,6 +361,7 @@ public actor Daemon {
         if wasRunning {
             logger.info("\(link.device.address): \(reason) after \(link.notificationCount) notification event(s)")
             output.emit(.disconnected(device: link.device.address, reason: reason))
+            scheduleStatus()
         }
     }
 

@@ -2,20 +2,31 @@
 import Glibc
 #endif
 public import ANCSSession
+import Synchronization
 
 /// Writes log lines to standard error: with journald priority prefixes (`<6>`) when standard
 /// error is connected to the journal, else with a readable level word. Notification content is
 /// only ever logged at `.debug`; callers keep it out of the other levels.
-public struct Logger: Sendable {
-    /// The lowest level written.
-    public var threshold: LogLevel
+///
+/// The threshold can change while the daemon runs (SIGHUP reloads it).
+public final class Logger: Sendable {
+    private let level: Atomic<Int>
     /// True when standard error goes to journald (systemd sets `JOURNAL_STREAM`).
-    public var journald: Bool
+    public let journald: Bool
 
     public init(threshold: LogLevel = .info, journald: Bool = Logger.stderrIsJournal()) {
-        self.threshold = threshold
+        level = Atomic(threshold.rawValue)
         self.journald = journald
     }
+
+    /// The lowest level written.
+    public var threshold: LogLevel {
+        get { LogLevel(rawValue: level.load(ordering: .relaxed)) ?? .info }
+        set { level.store(newValue.rawValue, ordering: .relaxed) }
+    }
+
+    /// True if a message at `level` would be written.
+    public func isEnabled(_ level: LogLevel) -> Bool { level >= threshold }
 
     public func log(_ level: LogLevel, _ message: @autoclosure () -> String) {
         guard level >= threshold else { return }

@@ -32,124 +32,197 @@ enum RunCommand {
                            AcquireNotify sockets
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
+      --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
+                           exists); its keys are the long options' names, e.g. "format = json";
+                           the command line overrides it, SIGHUP re-reads it
       -h, --help           show this help
 
     Logs go to standard error, with journald priorities when run by systemd.
     """
 
-    struct Configuration {
-        var options = DaemonOptions()
-        var format: OutputFormat?
-        var fifoPath: String?
-        var fifoMode: mode_t = 0o600
-        var logLevel = LogLevel.info
+    /// The default configuration file; a missing default file is not an error.
+    static let defaultConfigPath = "/etc/ancsd/ancsd.conf"
+
+    /// The command line, kept as key/value pairs so a reload can apply it over a new file.
+    struct CommandLineSettings {
+        var configPath: String?
+        var pairs: [(key: String, value: String)] = []
     }
 
-    static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> Configuration? {
-        var configuration = Configuration()
-        if let bus { configuration.options.bus = .address(bus) }
+    static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> CommandLineSettings? {
+        var settings = CommandLineSettings()
+        if let bus { settings.pairs.append(("bus", bus)) }
         var scanner = ArgumentScanner(arguments)
         while let argument = scanner.next() {
             switch argument {
             case .option("--help", _), .option("-h", _):
                 return nil
-            case .option("--format", let inline):
-                let value = try scanner.value(of: "--format", inline: inline)
-                guard let format = OutputFormat(rawValue: value) else { throw UsageError("--format must be text or json, not '\(value)'") }
-                configuration.format = format
-            case .option("--fifo", let inline):
-                let value = try scanner.value(of: "--fifo", inline: inline)
-                guard !value.isEmpty else { throw UsageError("--fifo needs a path") }
-                configuration.fifoPath = value
-            case .option("--fifo-mode", let inline):
-                let value = try scanner.value(of: "--fifo-mode", inline: inline)
-                guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
-                    throw UsageError("--fifo-mode must be octal permissions such as 0600, not '\(value)'")
-                }
-                configuration.fifoMode = mode
-            case .option("--device", let inline):
-                let value = try scanner.value(of: "--device", inline: inline)
-                guard let address = normalizedAddress(value) else {
-                    throw UsageError("--device needs a Bluetooth address such as AA:BB:CC:DD:EE:FF, not '\(value)'")
-                }
-                configuration.options.devices.insert(address)
-            case .option("--adapter", let inline):
-                let value = try scanner.value(of: "--adapter", inline: inline)
-                guard value.hasPrefix("hci"), let number = Int(value.dropFirst(3)), number >= 0 else {
-                    throw UsageError("--adapter needs an adapter name such as hci0, not '\(value)'")
-                }
-                configuration.options.adapter = value
-            case .option("--bus", let inline):
-                let value = try scanner.value(of: "--bus", inline: inline)
-                guard !value.isEmpty else { throw UsageError("--bus needs a D-Bus address") }
-                configuration.options.bus = .address(value)
+            case .option("--config", let inline):
+                settings.configPath = try scanner.value(of: "--config", inline: inline)
             case .option("--no-acquire-notify", nil):
-                configuration.options.preferAcquireNotify = false
-            case .option("--log-level", let inline):
-                let value = try scanner.value(of: "--log-level", inline: inline)
-                guard let level = LogLevel(name: value) else {
-                    throw UsageError("--log-level must be debug, info, warning or error, not '\(value)'")
-                }
-                configuration.logLevel = level
+                settings.pairs.append(("acquire-notify", "no"))
+            case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
+                settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):
                 throw UsageError("unknown option \(name)")
             case .positional(let value):
                 throw UsageError("run takes no arguments, got '\(value)'")
             }
         }
-        return configuration
+        // Check every value now, so a mistake is reported before anything starts.
+        var check = RunSettings()
+        for (key, value) in settings.pairs {
+            do { try check.set(key, value) } catch { throw UsageError("--\(error.description)") }
+        }
+        return settings
+    }
+
+    /// The configuration file's settings with the command line's on top. A `--device` on the
+    /// command line replaces the file's devices rather than adding to them.
+    static func load(_ commandLine: CommandLineSettings) throws(SettingError) -> RunSettings {
+        var settings = RunSettings()
+        let path = commandLine.configPath ?? defaultConfigPath
+        switch readTextFile(path) {
+        case .success(let text):
+            try settings.apply(configuration: text, path: path)
+        case .failure(let error):
+            if commandLine.configPath != nil || error.code != ENOENT {
+                throw SettingError("cannot read \(path): \(error.description)")
+            }
+        }
+        if commandLine.pairs.contains(where: { $0.key == "device" }) { settings.options.devices = [] }
+        for (key, value) in commandLine.pairs { try settings.set(key, value) }
+        return settings
     }
 
     static func run(_ arguments: [String], bus: String?) async -> Int32 {
-        let configuration: Configuration
+        let commandLine: CommandLineSettings
         do {
             guard let parsed = try parse(arguments, bus: bus) else {
                 print(help)
                 return 0
             }
-            configuration = parsed
+            commandLine = parsed
         } catch {
             return usageFailure(error, command: "run")
         }
-        signal(SIGPIPE, SIG_IGN)
-        let logger = Logger(threshold: configuration.logLevel)
-        let format = configuration.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
-        var sinks = [LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)]
-        if let path = configuration.fifoPath {
-            do {
-                let fd = try openOutputFIFO(path: path, mode: configuration.fifoMode)
-                sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, logger: logger))
-            } catch {
-                logger.error("\(error)")
-                return 1
-            }
+        let settings: RunSettings
+        do {
+            settings = try load(commandLine)
+        } catch {
+            logError("\(error)")
+            return 2
         }
-        let daemon = Daemon(options: configuration.options, output: OutputRouter(format: format, sinks: sinks), logger: logger)
+        signal(SIGPIPE, SIG_IGN)
+        let logger = Logger(threshold: settings.logLevel)
+        let notifier = SystemdNotifier()
+        let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)
+        let output: OutputRouter
+        do {
+            output = try makeOutput(settings, stdout: stdout, logger: logger)
+        } catch {
+            logger.error("\(error)")
+            return 1
+        }
+        let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier)
         let task = Task { try await daemon.run() }
-        let signals = [SIGTERM, SIGINT].map { number -> any DispatchSourceSignal in
+        let reloader = Reloader(commandLine: commandLine, settings: settings, output: output)
+
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT, SIGHUP] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
-                logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
-                task.cancel()
+                if number == SIGHUP {
+                    Task { await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier) }
+                } else {
+                    logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
+                    notifier.stopping()
+                    task.cancel()
+                }
             }
             source.resume()
-            return source
+            sources.append(source)
         }
-        defer { signals.forEach { $0.cancel() } }
+        defer { sources.forEach { $0.cancel() } }
+
+        // The watchdog is answered through the daemon's actor, so a wedged daemon stops answering.
+        let watchdog = notifier.watchdogInterval.map { interval in
+            Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: interval / 2)
+                    if await daemon.ping() { notifier.watchdog() }
+                }
+            }
+        }
+        defer { watchdog?.cancel() }
+
         let status: Int32
         do {
             try await task.value
             status = 0
         } catch {
-            logger.error("\(describe(error, bus: configuration.options.bus))")
+            logger.error("\(describe(error))")
             status = 1
         }
-        for sink in sinks { _ = sink.flush(timeout: .seconds(2)) }
+        for sink in await reloader.currentSinks { _ = sink.flush(timeout: .seconds(2)) }
         return status
     }
 
-    private static func describe(_ error: any Error, bus: BusAddress) -> String {
+    /// The outputs the settings ask for: standard output, and the FIFO if one is named.
+    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger) throws(FIFOError) -> OutputRouter {
+        let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
+        var sinks = [stdout]
+        if let path = settings.fifoPath {
+            let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
+            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, logger: logger))
+        }
+        return OutputRouter(format: format, sinks: sinks)
+    }
+
+    /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.
+    actor Reloader {
+        let commandLine: CommandLineSettings
+        var settings: RunSettings
+        var output: OutputRouter
+
+        init(commandLine: CommandLineSettings, settings: RunSettings, output: OutputRouter) {
+            self.commandLine = commandLine
+            self.settings = settings
+            self.output = output
+        }
+
+        var currentSinks: [LineSink] { output.sinks }
+
+        func reload(daemon: Daemon, stdout: LineSink, logger: Logger, notifier: SystemdNotifier) async {
+            notifier.reloading()
+            defer { notifier.status("reloaded") }
+            let fresh: RunSettings
+            do {
+                fresh = try RunCommand.load(commandLine)
+            } catch {
+                logger.error("reload failed, keeping the current settings: \(error)")
+                notifier.reloaded(status: await daemon.statusLine)
+                return
+            }
+            logger.threshold = fresh.logLevel
+            var newOutput: OutputRouter? = nil
+            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode {
+                do {
+                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger)
+                    output = newOutput ?? output
+                } catch {
+                    logger.error("reload: \(error); keeping the current outputs")
+                }
+            }
+            settings = fresh
+            await daemon.update(options: fresh.options, output: newOutput)
+            logger.info("reloaded the configuration")
+            notifier.reloaded(status: await daemon.statusLine)
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
         guard let error = error as? DBusError else { return "\(error)" }
         switch error {
         case .connectionFailed(let message): return "cannot connect to the D-Bus bus (\(message)); is dbus running?"

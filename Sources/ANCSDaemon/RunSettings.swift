@@ -1,0 +1,103 @@
+#if canImport(Glibc)
+public import Glibc
+#endif
+public import ANCSSession
+import BlueZ
+
+/// Everything `ancsd run` can be told, from `/etc/ancsd/ancsd.conf` and the command line.
+///
+/// The configuration file takes the long options' names as keys (`format = json`,
+/// `device = AA:BB:CC:DD:EE:FF`, …); the command line overrides it.
+public struct RunSettings: Sendable {
+    public var options = DaemonOptions()
+    /// nil: text on a terminal, JSON otherwise.
+    public var format: OutputFormat?
+    public var fifoPath: String?
+    public var fifoMode: mode_t = 0o600
+    public var logLevel = LogLevel.info
+
+    public init() {}
+
+    /// The keys a configuration file may use (the long options without `--`).
+    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify"]
+
+    /// Sets one key. `device` adds to the list (a comma-separated list is accepted too).
+    public mutating func set(_ key: String, _ value: String) throws(SettingError) {
+        switch key {
+        case "format":
+            guard let format = OutputFormat(rawValue: value) else { throw SettingError("format must be text or json, not '\(value)'") }
+            self.format = format
+        case "fifo":
+            guard !value.isEmpty else { throw SettingError("fifo needs a path") }
+            fifoPath = value
+        case "fifo-mode":
+            guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
+                throw SettingError("fifo-mode must be octal permissions such as 0600, not '\(value)'")
+            }
+            fifoMode = mode
+        case "device":
+            for item in value.split(separator: ",") {
+                let text = item.trimmingCharacters(in: " \t")
+                guard let address = normalizedAddress(text) else {
+                    throw SettingError("device needs a Bluetooth address such as AA:BB:CC:DD:EE:FF, not '\(text)'")
+                }
+                options.devices.insert(address)
+            }
+        case "adapter":
+            guard value.hasPrefix("hci"), let number = Int(value.dropFirst(3)), number >= 0 else {
+                throw SettingError("adapter needs an adapter name such as hci0, not '\(value)'")
+            }
+            options.adapter = value
+        case "bus":
+            guard !value.isEmpty else { throw SettingError("bus needs a D-Bus address") }
+            options.bus = .address(value)
+        case "log-level":
+            guard let level = LogLevel(name: value) else {
+                throw SettingError("log-level must be debug, info, warning or error, not '\(value)'")
+            }
+            logLevel = level
+        case "acquire-notify":
+            switch value.lowercased() {
+            case "yes", "true", "on", "1": options.preferAcquireNotify = true
+            case "no", "false", "off", "0": options.preferAcquireNotify = false
+            default: throw SettingError("acquire-notify must be yes or no, not '\(value)'")
+            }
+        default:
+            throw SettingError("unknown setting '\(key)'")
+        }
+    }
+
+    /// Applies a configuration file's text; errors name the line.
+    public mutating func apply(configuration text: String, path: String) throws(SettingError) {
+        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.trimmingCharacters(in: " \t\r")
+            guard !line.isEmpty, !line.hasPrefix("#") else { continue }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw SettingError("\(path):\(index + 1): expected 'key = value', found '\(line)'")
+            }
+            let key = line[..<equals].trimmingCharacters(in: " \t")
+            var value = line[line.index(after: equals)...].trimmingCharacters(in: " \t")
+            if value.count >= 2, value.first == "\"", value.last == "\"" { value = String(value.dropFirst().dropLast()) }
+            do {
+                try set(key, value)
+            } catch {
+                throw SettingError("\(path):\(index + 1): \(error.description)")
+            }
+        }
+    }
+}
+
+/// A setting that cannot be used, with a message for the person who wrote it.
+public struct SettingError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+extension StringProtocol {
+    func trimmingCharacters(in set: String) -> String {
+        var slice = Substring(self)
+        while let first = slice.first, set.contains(first) { slice.removeFirst() }
+        while let last = slice.last, set.contains(last) { slice.removeLast() }
+        return String(slice)
+    }
+}
