@@ -6,14 +6,24 @@ SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev pkg-config
-TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin
+TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 FIXTURES    := Tests/ANCSCaptureTests/Fixtures/captures
 DEMO_CAPTURE ?= $(FIXTURES)/real-ds-ringly-sms-uid0x14-all-eight-attributes.jsonl
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
 
-.PHONY: all build release demo test bench fuzz deps clean
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BINDIR      ?= $(PREFIX)/bin
+MANDIR      ?= $(PREFIX)/share/man
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
+
+.PHONY: all build release release-static demo test check-install bench fuzz deps install uninstall clean
 
 all: build
 
@@ -26,6 +36,27 @@ build: deps
 release: deps
 	$(SWIFT) build -c release $(STRICT) --product ancsd
 
+## release-static: ancsd with the Swift runtime linked in, for machines without Swift.
+release-static: deps
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+
+## install: the binary, the systemd unit and sysusers entry, the configuration (kept if it
+## exists), the man page and bash completion. PREFIX and DESTDIR are respected.
+install: release-static
+	install -Dm755 -s $(RELEASE_BIN)/ancsd $(DESTDIR)$(BINDIR)/ancsd
+	install -d $(DESTDIR)$(UNITDIR)
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ancsd.service > $(DESTDIR)$(UNITDIR)/ancsd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/ancsd.service
+	install -Dm644 systemd/ancsd.sysusers $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf || install -Dm644 systemd/ancsd.conf $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf
+	install -Dm644 docs/ancsd.8 $(DESTDIR)$(MANDIR)/man8/ancsd.8
+	install -Dm644 completions/ancsd.bash $(DESTDIR)$(BASHCOMPDIR)/ancsd
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \
+		$(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf $(DESTDIR)$(MANDIR)/man8/ancsd.8 $(DESTDIR)$(BASHCOMPDIR)/ancsd
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/ancsd 2>/dev/null
+
 ## demo: decodes the bundled sample capture and prints each record as JSON.
 demo: release
 	@echo "== ancsd decode $(DEMO_CAPTURE)"
@@ -36,6 +67,11 @@ test:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build
+
+## check-install: make install / uninstall into a scratch DESTDIR, checked (scripts/check-install).
+check-install:
+	@scripts/install-deps $(TEST_DEPS)
+	scripts/check-install
 
 ## bench: release-build benchmarks that print their numbers.
 bench:
