@@ -38,6 +38,7 @@ let package = Package(
             name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus"],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON"], swiftSettings: strict),
@@ -47,6 +48,6 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd"], swiftSettings: strict),
+        .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd", "TestSupport"], swiftSettings: strict),
     ]
 )
