@@ -24,10 +24,10 @@ public final class ChildProcess: Sendable {
         process.standardError = err
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        collect(out.fileHandleForReading) { [stdoutLines] line in
+        collect(out.fileHandleForReading) { [self] line in
             stdoutLines.withLock { $0.append(Line(text: line, arrived: .now)) }
         }
-        collect(err.fileHandleForReading) { [stderrText] line in
+        collect(err.fileHandleForReading) { [self] line in
             stderrText.withLock { $0 += line + "\n" }
         }
     }
