@@ -20,6 +20,7 @@ let package = Package(
         .library(name: "ANCS", targets: ["ANCS"]),
         .library(name: "DBus", targets: ["DBus"]),
         .executable(name: "ancsd", targets: ["ancsd"]),
+        .executable(name: "ancs-phone-sim", targets: ["ancs-phone-sim"]),
     ],
     targets: [
         .target(name: "ANCS", swiftSettings: strict),
@@ -39,6 +40,11 @@ let package = Package(
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
+        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus"], swiftSettings: strict),
+        .testTarget(
+            name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON"],
+            swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON"], swiftSettings: strict),

@@ -1,0 +1,385 @@
+import ANCS
+import DBus
+
+/// The BlueZ object tree and its method handlers. Every handler is `immediate`: it runs on
+/// the connection's queue, inside its isolation, and its reply is sent before anything it
+/// queued for the outboxes.
+extension PhoneSimulator {
+    func exportAll(_ c: isolated DBusConnection) throws {
+        c.exportObjectManager(at: .root)
+        try c.export(rootObject(c), at: BlueZ.root)
+        try c.export(adapterObject(c), at: BlueZ.adapterPath)
+        for device in settings.devices.indices {
+            let (paths, connected) = state.withLock { ($0.devices[device].paths, $0.devices[device].connected) }
+            try c.export(deviceObject(device, connected: connected, c), at: paths.device)
+            try c.export(serviceObject(paths), at: paths.service)
+            for characteristic in ANCSCharacteristic.allCases {
+                try c.export(characteristicObject(device, characteristic, paths, c), at: paths.characteristic(characteristic))
+            }
+        }
+    }
+
+    /// Runs `body` in the isolation of the connection a handler belongs to.
+    private func onQueue(
+        _ conn: DBusConnection?, _ body: @Sendable (isolated DBusConnection) throws -> [DBusValue]
+    ) throws -> [DBusValue] {
+        guard let conn else { throw BlueZError.failed("Not available") }
+        return try conn.assumeIsolated { c in try body(c) }
+    }
+
+    private func method(
+        _ name: MemberName, input: Signature = .empty, output: Signature = .empty, _ conn: DBusConnection,
+        _ body: @escaping @Sendable (MethodCall, isolated DBusConnection) throws -> [DBusValue]
+    ) -> ExportedMethod {
+        .immediate(name, input: input, output: output) { [weak self, weak conn] call in
+            guard let self else { throw BlueZError.failed("Not available") }
+            return try self.onQueue(conn) { c in try body(call, c) }
+        }
+    }
+
+    // MARK: /org/bluez
+
+    private func rootObject(_ conn: DBusConnection) -> ExportedObject {
+        ExportedObject(
+            ExportedInterface(BlueZ.agentManager1, methods: [
+                method("RegisterAgent", input: "os", conn) { call, _ in
+                    try self.register("agent", call, exists: false)
+                },
+                method("UnregisterAgent", input: "o", conn) { call, _ in
+                    try self.register("agent", call, exists: true, remove: true)
+                },
+                method("RequestDefaultAgent", input: "o", conn) { call, _ in
+                    try self.register("agent", call, exists: true)
+                },
+            ]),
+            ExportedInterface("org.bluez.ProfileManager1", methods: [
+                method("RegisterProfile", input: "osa{sv}", conn) { _, _ in [] },
+                method("UnregisterProfile", input: "o", conn) { _, _ in [] },
+            ]))
+    }
+
+    /// Records or checks a client registration ("agent" or "adv") keyed by sender and path.
+    private func register(_ kind: String, _ call: MethodCall, exists: Bool, remove: Bool = false) throws -> [DBusValue] {
+        let key = kind + ":" + call.sender + ":" + (call.arguments.first?.objectPathValue?.rawValue ?? "")
+        try state.withLock { s in
+            if exists {
+                guard s.registrations.contains(key) else {
+                    throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+                }
+                if remove { s.registrations.remove(key) }
+            } else {
+                guard s.registrations.insert(key).inserted else {
+                    throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+                }
+            }
+        }
+        return []
+    }
+
+    // MARK: /org/bluez/hci0
+
+    private func adapterObject(_ conn: DBusConnection) -> ExportedObject {
+        let accept: @Sendable (DBusValue, MethodCall) throws -> Void = { _, _ in }
+        return ExportedObject(
+            ExportedInterface(
+                BlueZ.adapter1,
+                methods: [
+                    method("StartDiscovery", conn) { _, c in
+                        try? c.setExportedProperty(path: BlueZ.adapterPath, interface: BlueZ.adapter1, name: "Discovering", value: .bool(true))
+                        return []
+                    },
+                    method("StopDiscovery", conn) { _, c in
+                        try? c.setExportedProperty(path: BlueZ.adapterPath, interface: BlueZ.adapter1, name: "Discovering", value: .bool(false))
+                        return []
+                    },
+                    method("SetDiscoveryFilter", input: "a{sv}", conn) { _, _ in [] },
+                    method("GetDiscoveryFilters", output: "as", conn) { _, _ in
+                        [.stringArray(["UUIDs", "RSSI", "Pathloss", "Transport", "DuplicateData", "Discoverable", "Pattern"])]
+                    },
+                    method("RemoveDevice", input: "o", conn) { _, _ in throw BlueZError.notSupported },
+                ],
+                properties: [
+                    ExportedProperty("Address", value: .string(settings.adapterAddress)),
+                    ExportedProperty("AddressType", value: .string("public")),
+                    ExportedProperty("Name", value: .string(settings.adapterName)),
+                    ExportedProperty("Alias", value: .string(settings.adapterName), access: .readWrite, onSet: accept),
+                    ExportedProperty("Class", value: .uint32(0x7C_010C)),
+                    ExportedProperty("Powered", value: .bool(true), access: .readWrite, onSet: accept),
+                    ExportedProperty("PowerState", value: .string("on")),
+                    ExportedProperty("Discoverable", value: .bool(false), access: .readWrite, onSet: accept),
+                    ExportedProperty("DiscoverableTimeout", value: .uint32(180), access: .readWrite, onSet: accept),
+                    ExportedProperty("Pairable", value: .bool(true), access: .readWrite, onSet: accept),
+                    ExportedProperty("PairableTimeout", value: .uint32(0), access: .readWrite, onSet: accept),
+                    ExportedProperty("Discovering", value: .bool(false)),
+                    ExportedProperty("UUIDs", value: .stringArray([
+                        "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
+                        "0000180a-0000-1000-8000-00805f9b34fb",
+                    ])),
+                    ExportedProperty("Modalias", value: .string("usb:v1D6Bp0246d0542")),
+                    ExportedProperty("Roles", value: .stringArray(["central", "peripheral"])),
+                ]),
+            ExportedInterface(
+                BlueZ.leAdvertisingManager1,
+                methods: [
+                    method("RegisterAdvertisement", input: "oa{sv}", conn) { call, _ in
+                        try self.register("adv", call, exists: false)
+                    },
+                    method("UnregisterAdvertisement", input: "o", conn) { call, _ in
+                        try self.register("adv", call, exists: true, remove: true)
+                    },
+                ],
+                properties: [
+                    ExportedProperty("ActiveInstances", value: .byte(0)),
+                    ExportedProperty("SupportedInstances", value: .byte(5)),
+                    ExportedProperty("SupportedIncludes", value: .stringArray(["tx-power", "appearance", "local-name"])),
+                ]),
+            ExportedInterface(BlueZ.gattManager1, methods: [
+                method("RegisterApplication", input: "oa{sv}", conn) { _, _ in [] },
+                method("UnregisterApplication", input: "o", conn) { _, _ in [] },
+            ]))
+    }
+
+    // MARK: Device
+
+    private func deviceObject(_ device: Int, connected: Bool, _ conn: DBusConnection) -> ExportedObject {
+        let d = settings.devices[device]
+        return ExportedObject(ExportedInterface(
+            BlueZ.device1,
+            methods: [
+                method("Connect", conn) { _, _ in
+                    let connected = self.state.withLock { $0.devices[device].connected }
+                    // The phone comes back only when the scenario says `connect`.
+                    guard connected else { throw BlueZError.failed("le-connection-abort-by-local") }
+                    return []
+                },
+                method("Disconnect", conn) { _, c in
+                    self.disconnect(device, c)
+                    return []
+                },
+                method("Pair", conn) { _, _ in
+                    throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+                },
+                method("CancelPairing", conn) { _, _ in
+                    throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+                },
+                method("ConnectProfile", input: "s", conn) { _, _ in throw BlueZError.notSupported },
+                method("DisconnectProfile", input: "s", conn) { _, _ in throw BlueZError.notSupported },
+            ],
+            properties: [
+                ExportedProperty("Address", value: .string(d.address)),
+                ExportedProperty("AddressType", value: .string(d.addressType)),
+                ExportedProperty("Name", value: .string(d.name)),
+                ExportedProperty("Alias", value: .string(d.name)),
+                ExportedProperty("Appearance", value: .uint16(0x0040)),
+                ExportedProperty("Icon", value: .string("phone")),
+                ExportedProperty("Paired", value: .bool(d.paired)),
+                ExportedProperty("Bonded", value: .bool(d.bonded)),
+                ExportedProperty("Trusted", value: .bool(d.trusted)),
+                ExportedProperty("Blocked", value: .bool(false)),
+                ExportedProperty("LegacyPairing", value: .bool(false)),
+                ExportedProperty("Connected", value: .bool(connected)),
+                ExportedProperty("UUIDs", value: .stringArray([
+                    "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
+                    "00001805-0000-1000-8000-00805f9b34fb", "0000180a-0000-1000-8000-00805f9b34fb",
+                    "0000180f-0000-1000-8000-00805f9b34fb", ANCSUUID.service.description,
+                    "89d3502b-0f36-433a-8ef4-c502ad55f8dc",
+                ])),
+                ExportedProperty("Adapter", value: .objectPath(BlueZ.adapterPath)),
+                ExportedProperty("ServicesResolved", value: .bool(connected)),
+                ExportedProperty("WakeAllowed", value: .bool(false)),
+            ]))
+    }
+
+    private func serviceObject(_ paths: DevicePaths) -> ExportedObject {
+        ExportedObject(ExportedInterface(BlueZ.gattService1, properties: [
+            ExportedProperty("UUID", value: .string(ANCSUUID.service.description)),
+            ExportedProperty("Device", value: .objectPath(paths.device)),
+            ExportedProperty("Primary", value: .bool(true)),
+            ExportedProperty("Includes", value: .objectPathArray([])),
+        ]))
+    }
+
+    // MARK: Characteristics
+
+    private func characteristicObject(
+        _ device: Int, _ characteristic: ANCSCharacteristic, _ paths: DevicePaths, _ conn: DBusConnection
+    ) -> ExportedObject {
+        var properties = [
+            ExportedProperty("UUID", value: .string(characteristic.uuid.description)),
+            ExportedProperty("Service", value: .objectPath(paths.service)),
+            ExportedProperty("Value", value: .byteArray([])),
+            ExportedProperty("Flags", value: .stringArray(characteristic.flags)),
+        ]
+        if characteristic.notifies {
+            properties.append(ExportedProperty("Notifying", value: .bool(false)))
+            properties.append(ExportedProperty("NotifyAcquired", value: .bool(false)))
+        }
+        return ExportedObject(ExportedInterface(
+            BlueZ.gattCharacteristic1,
+            methods: [
+                method("ReadValue", input: "a{sv}", output: "ay", conn) { _, _ in
+                    try self.requireConnected(device)
+                    throw BlueZError.notPermitted("Read not permitted")
+                },
+                method("WriteValue", input: "aya{sv}", conn) { call, c in
+                    try self.writeValue(call, device, characteristic, c)
+                },
+                method("AcquireWrite", input: "a{sv}", output: "hq", conn) { _, _ in
+                    try self.requireConnected(device)
+                    throw BlueZError.notSupported
+                },
+                method("AcquireNotify", input: "a{sv}", output: "hq", conn) { call, c in
+                    try self.acquireNotify(call, device, characteristic, c)
+                },
+                method("StartNotify", conn) { call, c in
+                    try self.startNotify(call, device, characteristic, c)
+                },
+                method("StopNotify", conn) { call, c in
+                    try self.stopNotify(call, device, characteristic, c)
+                },
+            ],
+            properties: properties))
+    }
+
+    private func requireConnected(_ device: Int) throws {
+        guard state.withLock({ $0.devices[device].connected }) else { throw BlueZError.notConnected }
+    }
+
+    private func startNotify(
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+    ) throws -> [DBusValue] {
+        let changes = try state.withLock { s throws -> [PropertyChange] in
+            var d = s.devices[device]
+            defer { s.devices[device] = d }
+            guard d.connected else { throw BlueZError.notConnected }
+            guard characteristic.notifies else { throw BlueZError.notSupported }
+            let sub = d.subscription(characteristic)
+            if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if sub.clients.contains(call.sender) { return [] }
+            let wasActive = sub.isActive
+            d.modifySubscription(characteristic) { _ = $0.clients.insert(call.sender) }
+            if !wasActive { activated(&d, characteristic, device) }
+            return sub.clients.isEmpty
+                ? [PropertyChange(d.paths.characteristic(characteristic), BlueZ.gattCharacteristic1, "Notifying", .bool(true))]
+                : []
+        }
+        apply(changes, c)
+        return []
+    }
+
+    private func stopNotify(
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+    ) throws -> [DBusValue] {
+        let changes = try state.withLock { s throws -> [PropertyChange] in
+            var d = s.devices[device]
+            defer { s.devices[device] = d }
+            guard characteristic.notifies else { throw BlueZError.notSupported }
+            // bluetoothd ends an acquired session for whoever asks.
+            if d.subscription(characteristic).acquired != nil { return d.releaseAcquired(characteristic) }
+            guard d.subscription(characteristic).clients.contains(call.sender) else {
+                throw BlueZError.failed("No notify session started")
+            }
+            return d.endSession(of: call.sender, characteristic)
+        }
+        apply(changes, c)
+        return []
+    }
+
+    private func acquireNotify(
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+    ) throws -> [DBusValue] {
+        let (changes, clientEnd, mtu) = try state.withLock { s throws -> ([PropertyChange], Int32, Int) in
+            var d = s.devices[device]
+            defer { s.devices[device] = d }
+            guard d.connected else { throw BlueZError.notConnected }
+            guard settings.acquireNotify else { throw BlueZError.notSupported }
+            let sub = d.subscription(characteristic)
+            if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if !sub.clients.isEmpty { throw BlueZError.inProgress }
+            guard characteristic.notifies else { throw BlueZError.notSupported }
+            guard let (socket, clientEnd) = NotifySocket.makePair(
+                sender: call.sender, queue: socketQueue, onPeerClosed: { [weak self] in self?.socketClosed($0) })
+            else { throw BlueZError.failed("Failed to create socket") }
+            d.modifySubscription(characteristic) { $0.acquired = socket }
+            activated(&d, characteristic, device)
+            let change = PropertyChange(d.paths.characteristic(characteristic), BlueZ.gattCharacteristic1, "NotifyAcquired", .bool(true))
+            return ([change], clientEnd, d.settings.mtu)
+        }
+        apply(changes, c)
+        // The reply dups the descriptor; ours closes when the reply has been sent.
+        return [.unixFD(UnixFD(adopting: clientEnd)), .uint16(UInt16(mtu))]
+    }
+
+    /// The phone sees notifications enabled: on the Notification Source it replays every
+    /// notification it holds, as iOS does at the start of a session. Call under the lock.
+    private func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
+        guard characteristic == .notificationSource else { return }
+        let outbox = outbox(device, .notificationSource)
+        for event in d.model.replay() { outbox.send(.value(event.encoded, session: d.session)) }
+    }
+
+    private func writeValue(
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+    ) throws -> [DBusValue] {
+        let value = call.arguments.first?.bytes ?? []
+        let options = call.arguments.count > 1 ? call.arguments[1].stringKeyedDictionary ?? [:] : [:]
+        let changes = try state.withLock { s throws -> [PropertyChange] in
+            var d = s.devices[device]
+            defer { s.devices[device] = d }
+            guard d.connected else { throw BlueZError.notConnected }
+            if let type = options["type"]?.unwrapped.stringValue, type != "request" {
+                guard type == "command" || type == "reliable" else { throw BlueZError.invalidArguments() }
+                throw BlueZError.notSupported
+            }
+            guard characteristic == .controlPoint else { throw BlueZError.forATT(.writeNotPermitted) }
+            switch d.model.handleControlPoint(value) {
+            case .rejected(let code):
+                log("\(d.settings.name): CP write \(hexString(value)) refused with ATT \(BlueZError.hex(code.rawValue))")
+                throw BlueZError.forATT(code)
+            case .accepted(let response?):
+                queueResponse(response, &d, device)
+                return []
+            case .accepted(nil):
+                // An action on a call or a dismissal takes the notification away, as on the phone.
+                guard case .performNotificationAction(let uid, let action)? = try? ControlPointRequest(decoding: value),
+                      let n = d.model.notification(uid: uid),
+                      action == .negative || n.category == .incomingCall,
+                      let event = d.model.remove(key: n.key)
+                else { return [] }
+                Self.queueEvent(event, d, outbox(device, .notificationSource))
+                return []
+            }
+        }
+        apply(changes, c)
+        return []
+    }
+
+    /// Queues a Data Source response in fragments of at most mtu - 3 bytes, honouring `slow`
+    /// and `mid_response_disconnect`.
+    private func queueResponse(_ response: [UInt8], _ d: inout DeviceState, _ device: Int) {
+        let outbox = outbox(device, .dataSource)
+        if d.slowDelay > 0 { outbox.send(.pause(d.slowDelay, session: d.session)) }
+        if d.midResponseDisconnect {
+            d.midResponseDisconnect = false
+            let half = Array(response.prefix(max(1, response.count / 2)))
+            for fragment in DataSourceEncoder.fragments(of: half, mtu: d.settings.mtu) {
+                outbox.send(.value(fragment, session: d.session))
+            }
+            outbox.send(.disconnect(session: d.session))
+            return
+        }
+        for fragment in DataSourceEncoder.fragments(of: response, mtu: d.settings.mtu) {
+            outbox.send(.value(fragment, session: d.session))
+        }
+    }
+}
+
+func hexString(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef")
+    var out = ""
+    for b in bytes.prefix(64) {
+        out.append(digits[Int(b >> 4)])
+        out.append(digits[Int(b & 0x0F)])
+    }
+    return bytes.count > 64 ? out + "…" : out
+}

@@ -1,0 +1,154 @@
+public import ANCS
+
+/// A notification the phone holds.
+public struct PhoneNotification: Hashable, Sendable {
+    /// The scenario's key for it (stable across reconnects).
+    public var key: UInt32
+    /// The UID sent on the wire in the current session.
+    public var uid: UInt32
+    public var category: CategoryID
+    public var flags: EventFlags
+    public var attributes: [NotificationAttributeID: String]
+
+    /// The attribute values as the Data Source sends them, MessageSize computed from Message.
+    public var wireAttributes: [NotificationAttributeID: [UInt8]] {
+        var out: [NotificationAttributeID: [UInt8]] = [:]
+        for (id, text) in attributes { out[id] = Array(text.utf8) }
+        out[.messageSize] = Array(String(attributes[.message]?.utf8.count ?? 0).utf8)
+        return out
+    }
+}
+
+/// How the phone answers one Control Point write.
+public enum ControlPointOutcome: Hashable, Sendable {
+    /// The write is acknowledged; `response` (if any) follows on the Data Source.
+    case accepted(response: [UInt8]?)
+    /// The write is refused with this ATT error code.
+    case rejected(ATTErrorCode)
+}
+
+/// The ANCS Notification Provider of one phone, without any I/O: its notifications, the
+/// per-session UIDs, and the misbehaviour a scenario switched on.
+public struct PhoneModel: Sendable {
+    /// App identifier → display name.
+    public var apps: [String: String]
+    /// Notifications in the order they were added.
+    public private(set) var notifications: [PhoneNotification] = []
+    /// The next UID handed out when renumbering.
+    private var nextUID: UInt32 = 1
+
+    /// Pending injected CP errors: the code and how many writes remain.
+    public var injectedError: (code: ATTErrorCode, remaining: Int)?
+    /// While true, every CP write fails with ATT 0x03 (Write Not Permitted).
+    public var sharingDenied = false
+    /// Tuples left out of notification responses.
+    public var omitted: Set<NotificationAttributeID> = []
+
+    public init(apps: [String: String]) {
+        self.apps = apps
+    }
+
+    /// The notification with wire UID `uid`.
+    public func notification(uid: UInt32) -> PhoneNotification? { notifications.first { $0.uid == uid } }
+
+    private func index(key: UInt32) -> Int? { notifications.firstIndex { $0.key == key } }
+
+    private func count(of category: CategoryID) -> UInt8 {
+        UInt8(clamping: notifications.lazy.filter { $0.category == category }.count)
+    }
+
+    private func event(_ id: EventID, _ n: PhoneNotification, extra: EventFlags = []) -> NotificationSourceEvent {
+        NotificationSourceEvent(
+            eventID: id, flags: n.flags.union(extra), categoryID: n.category, categoryCount: count(of: n.category),
+            notificationUID: n.uid)
+    }
+
+    private func uidIsFree(_ uid: UInt32) -> Bool { !notifications.contains { $0.uid == uid } }
+
+    private mutating func freshUID() -> UInt32 {
+        while !uidIsFree(nextUID) { nextUID &+= 1 }
+        defer { nextUID &+= 1 }
+        return nextUID
+    }
+
+    /// Adds (or, for a key already present, replaces and reports as modified) a notification.
+    public mutating func add(_ spec: NotificationSpec) -> NotificationSourceEvent {
+        if let i = index(key: spec.uid) {
+            notifications[i].category = spec.category
+            notifications[i].flags = spec.flags
+            notifications[i].attributes = spec.attributes
+            return event(.notificationModified, notifications[i])
+        }
+        let uid = uidIsFree(spec.uid) ? spec.uid : freshUID()
+        nextUID = max(nextUID, uid &+ 1)
+        let n = PhoneNotification(key: spec.uid, uid: uid, category: spec.category, flags: spec.flags, attributes: spec.attributes)
+        notifications.append(n)
+        return event(.notificationAdded, n)
+    }
+
+    /// Applies a change; nil if no notification has that key.
+    public mutating func modify(key: UInt32, _ change: NotificationChange) -> NotificationSourceEvent? {
+        guard let i = index(key: key) else { return nil }
+        if let c = change.category { notifications[i].category = c }
+        if let f = change.flags { notifications[i].flags = f }
+        for (id, value) in change.attributes { notifications[i].attributes[id] = value }
+        return event(.notificationModified, notifications[i])
+    }
+
+    /// Removes a notification; nil if no notification has that key.
+    public mutating func remove(key: UInt32) -> NotificationSourceEvent? {
+        guard let i = index(key: key) else { return nil }
+        let n = notifications.remove(at: i)
+        return event(.notificationRemoved, n)
+    }
+
+    /// Starts a new session (a new connection): UIDs are handed out afresh when `renumber`.
+    public mutating func newSession(renumber: Bool) {
+        guard renumber, !notifications.isEmpty else { return }
+        nextUID = (notifications.map(\.uid).max() ?? 0) &+ 1
+        let old = notifications
+        notifications = []
+        for var n in old {
+            n.uid = nextUID
+            nextUID &+= 1
+            notifications.append(n)
+        }
+    }
+
+    /// Every existing notification as Added with the pre-existing flag, oldest first, as iOS
+    /// sends them when a consumer subscribes to the Notification Source.
+    public func replay() -> [NotificationSourceEvent] {
+        notifications.map { event(.notificationAdded, $0, extra: .preExisting) }
+    }
+
+    /// Answers a Control Point write as an iPhone does.
+    public mutating func handleControlPoint(_ value: [UInt8]) -> ControlPointOutcome {
+        if sharingDenied { return .rejected(.writeNotPermitted) }
+        if let injected = injectedError {
+            injectedError = injected.remaining > 1 ? (injected.code, injected.remaining - 1) : nil
+            return .rejected(injected.code)
+        }
+        let request: ControlPointRequest
+        do {
+            request = try ControlPointRequest(decoding: value)
+        } catch {
+            if case .unknownCommand = error { return .rejected(.unknownCommand) }
+            return .rejected(.invalidCommand)
+        }
+        switch request {
+        case .getNotificationAttributes(let uid, _):
+            guard let n = notification(uid: uid) else { return .rejected(.invalidParameter) }
+            let response = DataSourceEncoder.response(
+                to: request, notificationAttributes: n.wireAttributes,
+                options: DataSourceEncodingOptions(omittedAttributes: omitted))
+            return .accepted(response: response)
+        case .getAppAttributes(let identifier, _):
+            let name = apps[identifier] ?? ""
+            return .accepted(response: DataSourceEncoder.response(to: request, appAttributes: [.displayName: Array(name.utf8)]))
+        case .performNotificationAction(let uid, let action):
+            guard let n = notification(uid: uid) else { return .rejected(.invalidParameter) }
+            let allowed = action == .positive ? n.flags.contains(.positiveAction) : n.flags.contains(.negativeAction)
+            return allowed ? .accepted(response: nil) : .rejected(.actionFailed)
+        }
+    }
+}

@@ -1,0 +1,337 @@
+import ANCS
+public import DBus
+import Dispatch
+import Synchronization
+
+/// Why the simulator could not start or had to stop.
+public enum SimulatorError: Error, Sendable, CustomStringConvertible {
+    /// Another connection owns `org.bluez`.
+    case nameTaken(String)
+    /// A bus call failed.
+    case bus(String)
+    /// A `wait_subscribed` step timed out.
+    case timeout(String)
+
+    public var description: String {
+        switch self {
+        case .nameTaken(let owner): "org.bluez is already owned (\(owner))"
+        case .bus(let message), .timeout(let message): message
+        }
+    }
+}
+
+/// A simulated bluetoothd 5.66 with one adapter and one or more iPhones that speak ANCS.
+///
+/// All state sits behind one mutex, and every change that shows on D-Bus runs on the bus
+/// connection's queue (method handlers do; scenario steps hop there with `simPerform`), so
+/// the objects, signals and replies a client sees are always in one consistent order.
+/// Notification values for each characteristic of each phone leave through their own
+/// serial outbox, after the method reply that caused them.
+public final class PhoneSimulator: Sendable {
+    public let settings: ScenarioSettings
+    let busAddress: BusAddress
+    let log: @Sendable (String) -> Void
+    let timeline: Timeline?
+    let state: Mutex<SimState>
+    let socketQueue = DispatchQueue(label: "ancs-phone-sim.sockets")
+    /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
+    let outboxes: [[Outbox]]
+    let consumers = Mutex<[Task<Void, Never>]>([])
+
+    public init(
+        settings: ScenarioSettings, bus: BusAddress, timeline: Timeline? = nil,
+        log: @escaping @Sendable (String) -> Void = standardErrorLog
+    ) {
+        self.settings = settings
+        self.busAddress = bus
+        self.timeline = timeline
+        self.log = log
+        state = Mutex(SimState(devices: settings.devices.map { DeviceState(settings: $0, apps: settings.apps) }))
+        outboxes = settings.devices.map { _ in [Outbox(), Outbox()] }
+    }
+
+    // MARK: Lifecycle
+
+    /// Connects to the bus, exports the BlueZ tree and takes the name `org.bluez`.
+    public func start() async throws {
+        startOutboxes()
+        try await comeUp()
+    }
+
+    /// Releases the name, closes every socket and the connection, stops the outboxes.
+    public func stop() async {
+        let connection = state.withLock { s -> DBusConnection? in
+            s.stopped = true
+            for i in s.devices.indices { s.devices[i].dropSubscriptions() }
+            defer { s.connection = nil }
+            return s.connection
+        }
+        if let connection {
+            _ = try? await connection.releaseName(BlueZ.busName)
+            await connection.close()
+        }
+        for row in outboxes { for outbox in row { outbox.finish() } }
+        for task in consumers.withLock({ $0 }) { await task.value }
+    }
+
+    /// The unique bus name the simulator currently has, if connected.
+    public var uniqueName: String? { state.withLock { $0.connection?.uniqueName } }
+
+    func connection() -> DBusConnection? { state.withLock { $0.connection } }
+
+    private func comeUp() async throws {
+        let conn: DBusConnection
+        do {
+            conn = try await DBusConnection.connect(to: busAddress)
+        } catch {
+            throw SimulatorError.bus("cannot connect to the bus: \(error)")
+        }
+        do {
+            _ = try await conn.subscribe(to: .nameOwnerChanged()) { [weak self, weak conn] signal in
+                guard let self, let conn, let change = try? NameOwnerChanged(signal),
+                      change.name.hasPrefix(":"), change.newOwner == nil
+                else { return }
+                conn.assumeIsolated { self.clientVanished(change.name, $0) }
+            }
+            try await conn.simPerform { c in try self.exportAll(c) }
+            state.withLock { $0.connection = conn }
+            let reply = try await conn.requestName(BlueZ.busName, flags: [.doNotQueue])
+            guard reply == .primaryOwner || reply == .alreadyOwner else {
+                let owner = (try? await conn.nameOwner(BlueZ.busName)) ?? nil
+                throw SimulatorError.nameTaken(owner ?? "unknown owner")
+            }
+            log("owns org.bluez as \(conn.uniqueName); \(settings.devices.count) phone(s)")
+        } catch {
+            state.withLock { if $0.connection === conn { $0.connection = nil } }
+            await conn.close()
+            if let e = error as? SimulatorError { throw e }
+            throw SimulatorError.bus("cannot set up org.bluez: \(error)")
+        }
+    }
+
+    /// Like a bluetoothd restart: the name and every object vanish, sockets close, links drop;
+    /// after `downtime` the name is owned again (by a new connection) and the tree re-exported,
+    /// with the phones that were connected connected again in a new ANCS session.
+    func restartBlueZ(downtime: Double) async throws {
+        if let old = connection() {
+            await old.simPerform { _ in
+                self.state.withLock { s in
+                    s.connection = nil
+                    for i in s.devices.indices { s.devices[i].dropSubscriptions() }
+                }
+            }
+            _ = try? await old.releaseName(BlueZ.busName)
+            await old.close()
+            log("bluetoothd stopped")
+        }
+        try await Task.sleep(for: .seconds(downtime))
+        state.withLock { s in
+            for i in s.devices.indices where s.devices[i].connected {
+                s.devices[i].newSession(renumber: settings.renumberOnConnect)
+            }
+        }
+        try await comeUp()
+    }
+
+    // MARK: Outboxes
+
+    private func startOutboxes() {
+        var tasks: [Task<Void, Never>] = []
+        for (device, row) in outboxes.enumerated() {
+            for (index, outbox) in row.enumerated() {
+                let characteristic: ANCSCharacteristic = index == 0 ? .notificationSource : .dataSource
+                tasks.append(Task { [self] in
+                    for await item in outbox.stream {
+                        await self.handle(item, device: device, characteristic: characteristic)
+                    }
+                })
+            }
+        }
+        consumers.withLock { $0 += tasks }
+    }
+
+    func outbox(_ device: Int, _ characteristic: ANCSCharacteristic) -> Outbox {
+        outboxes[device][characteristic == .notificationSource ? 0 : 1]
+    }
+
+    private func handle(_ item: Outbox.Item, device: Int, characteristic: ANCSCharacteristic) async {
+        switch item {
+        case .value(let bytes, let session):
+            while true {
+                guard let conn = connection() else { return }
+                let result = await conn.simPerform { c in
+                    self.deliver(bytes, session: session, device: device, characteristic: characteristic, c)
+                }
+                guard result == .wouldBlock else { return }
+                // The client is not reading its socket yet: wait rather than drop (see docs).
+                try? await Task.sleep(for: .microseconds(500))
+                if Task.isCancelled { return }
+            }
+        case .pause(let seconds, let session):
+            guard state.withLock({ $0.devices[device].session == session }) else { return }
+            try? await Task.sleep(for: .seconds(seconds))
+        case .disconnect(let session):
+            guard let conn = connection() else { return }
+            await conn.simPerform { c in
+                guard self.state.withLock({ $0.devices[device].session == session }) else { return }
+                self.log("\(self.settings.devices[device].name): link lost in the middle of a response")
+                self.disconnect(device, c)
+            }
+        }
+    }
+
+    enum Delivery: Equatable { case sent, dropped, wouldBlock }
+
+    /// Sends one GATT notification value the way the client subscribed: a datagram on the
+    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's queue.
+    private func deliver(
+        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+    ) -> Delivery {
+        enum Target { case none, socket(NotifySocket), signal(ObjectPath) }
+        let target = state.withLock { s -> Target in
+            let d = s.devices[device]
+            guard s.connection === c, d.connected, d.session == session else { return .none }
+            let sub = d.subscription(characteristic)
+            if let socket = sub.acquired { return .socket(socket) }
+            return sub.clients.isEmpty ? .none : .signal(d.paths.characteristic(characteristic))
+        }
+        switch target {
+        case .none:
+            return .dropped
+        case .socket(let socket):
+            switch socket.send(bytes) {
+            case .sent: break
+            case .wouldBlock: return .wouldBlock
+            case .closed: return .dropped
+            }
+        case .signal(let path):
+            do {
+                try c.setExportedProperty(path: path, interface: BlueZ.gattCharacteristic1, name: "Value", value: .byteArray(bytes))
+            } catch {
+                return .dropped
+            }
+        }
+        if characteristic == .notificationSource, let timeline, let event = try? NotificationSourceEvent(decoding: bytes) {
+            timeline.record(uid: event.notificationUID, event: event.eventID.description, at: monotonicNanoseconds())
+        }
+        return .sent
+    }
+
+    // MARK: State changes that show on D-Bus (on the connection's queue)
+
+    /// Applies property changes in order; objects that are gone are skipped.
+    func apply(_ changes: [PropertyChange], _ c: isolated DBusConnection?) {
+        // An unwrapped `isolated` optional is no longer known to be isolated: re-assert it
+        // (this runs on the connection's queue, so the check passes).
+        guard let c, !changes.isEmpty else { return }
+        c.assumeIsolated { c in
+            for change in changes {
+                try? c.setExportedProperty(path: change.path, interface: change.interface, name: change.name, value: change.value)
+            }
+        }
+    }
+
+    /// Drops the link to a phone: sockets close (HUP), subscriptions end, Connected goes false.
+    func disconnect(_ device: Int, _ c: isolated DBusConnection?) {
+        let changes = state.withLock { s -> [PropertyChange] in
+            guard s.devices[device].connected else { return [] }
+            var changes = s.devices[device].dropSubscriptions()
+            s.devices[device].connected = false
+            s.devices[device].session &+= 1
+            let path = s.devices[device].paths.device
+            changes.append(PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(false)))
+            changes.append(PropertyChange(path, BlueZ.device1, "Connected", .bool(false)))
+            return changes
+        }
+        if !changes.isEmpty { log("\(settings.devices[device].name): disconnected") }
+        apply(changes, c)
+    }
+
+    /// Brings the link back: a new ANCS session, UIDs renumbered if the settings say so.
+    func connect(_ device: Int, _ c: isolated DBusConnection?) {
+        let changes = state.withLock { s -> [PropertyChange] in
+            guard !s.devices[device].connected else { return [] }
+            s.devices[device].connected = true
+            s.devices[device].newSession(renumber: settings.renumberOnConnect)
+            let path = s.devices[device].paths.device
+            return [PropertyChange(path, BlueZ.device1, "Connected", .bool(true)),
+                    PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(true))]
+        }
+        if !changes.isEmpty { log("\(settings.devices[device].name): connected (new ANCS session)") }
+        apply(changes, c)
+    }
+
+    /// A client left the bus: its notify sessions end, as bluetoothd's disconnect watch does.
+    func clientVanished(_ name: String, _ c: isolated DBusConnection) {
+        let changes = state.withLock { s -> [PropertyChange] in
+            var changes: [PropertyChange] = []
+            for i in s.devices.indices {
+                for characteristic in [ANCSCharacteristic.notificationSource, .dataSource] {
+                    changes += s.devices[i].endSession(of: name, characteristic)
+                }
+            }
+            return changes
+        }
+        apply(changes, c)
+    }
+
+    /// The client closed its end of an acquired socket.
+    func socketClosed(_ socket: NotifySocket) {
+        guard let conn = connection() else { return }
+        Task {
+            await conn.simPerform { c in
+                let changes = self.state.withLock { s -> [PropertyChange] in
+                    for i in s.devices.indices {
+                        for characteristic in [ANCSCharacteristic.notificationSource, .dataSource]
+                        where s.devices[i].subscription(characteristic).acquired === socket {
+                            return s.devices[i].releaseAcquired(characteristic)
+                        }
+                    }
+                    return []
+                }
+                self.apply(changes, c)
+            }
+        }
+    }
+
+    /// Queues a Notification Source event if a client is subscribed (the phone keeps
+    /// notifications while nobody is; they are replayed at subscription). Call under the lock.
+    static func queueEvent(_ event: NotificationSourceEvent, _ d: DeviceState, _ outbox: Outbox) {
+        guard d.connected, d.subscription(.notificationSource).isActive else { return }
+        outbox.send(.value(event.encoded, session: d.session))
+    }
+}
+
+/// One property change to show on D-Bus.
+struct PropertyChange: Sendable {
+    let path: ObjectPath
+    let interface: InterfaceName
+    let name: String
+    let value: DBusValue
+
+    init(_ path: ObjectPath, _ interface: InterfaceName, _ name: String, _ value: DBusValue) {
+        self.path = path
+        self.interface = interface
+        self.name = name
+        self.value = value
+    }
+}
+
+/// A serial queue of notification values for one characteristic of one phone.
+final class Outbox: Sendable {
+    enum Item: Sendable {
+        case value([UInt8], session: UInt64)
+        case pause(Double, session: UInt64)
+        case disconnect(session: UInt64)
+    }
+
+    let stream: AsyncStream<Item>
+    private let continuation: AsyncStream<Item>.Continuation
+
+    init() {
+        (stream, continuation) = AsyncStream.makeStream(of: Item.self)
+    }
+
+    func send(_ item: Item) { continuation.yield(item) }
+    func finish() { continuation.finish() }
+}

@@ -1,0 +1,167 @@
+import ANCS
+import DBus
+
+/// How a scenario run ended.
+public enum RunOutcome: Hashable, Sendable {
+    /// An `end` step was reached (or the steps ran out).
+    case ended
+    /// A step could not be carried out: the bus failed, or (`timedOut`) a `wait_subscribed`
+    /// saw no subscription in time.
+    case failed(line: Int, message: String, timedOut: Bool)
+}
+
+extension PhoneSimulator {
+    /// Runs the steps in order, honouring each step's `after` delay.
+    public func run(_ steps: [ScenarioStep]) async -> RunOutcome {
+        for step in steps {
+            if step.after > 0 {
+                do {
+                    try await Task.sleep(for: .seconds(step.after))
+                } catch {
+                    return .failed(line: step.line, message: "cancelled", timedOut: false)
+                }
+            }
+            if case .end = step.action {
+                log("line \(step.line): end")
+                return .ended
+            }
+            do {
+                try await execute(step.action, device: step.device)
+            } catch let error as SimulatorError {
+                if case .timeout = error { return .failed(line: step.line, message: "\(error)", timedOut: true) }
+                return .failed(line: step.line, message: "\(error)", timedOut: false)
+            } catch {
+                return .failed(line: step.line, message: "\(error)", timedOut: false)
+            }
+        }
+        return .ended
+    }
+
+    /// Performs one action on phone `device` (an index into `settings.devices`).
+    public func execute(_ action: ScenarioAction, device: Int = 0) async throws {
+        guard settings.devices.indices.contains(device) else { throw SimulatorError.bus("there is no device \(device)") }
+        let name = settings.devices[device].name
+        switch action {
+        case .add(let spec):
+            await mutateModel(device) { model in [model.add(spec)] }
+        case .modify(let key, let change):
+            await mutateModel(device) { model in
+                guard let event = model.modify(key: key, change) else {
+                    self.log("\(name): modify of unknown notification \(key) ignored")
+                    return []
+                }
+                return [event]
+            }
+        case .remove(let key):
+            await mutateModel(device) { model in
+                guard let event = model.remove(key: key) else {
+                    self.log("\(name): remove of unknown notification \(key) ignored")
+                    return []
+                }
+                return [event]
+            }
+        case .burst(let count, let start, let rate, let category, let app):
+            try await burst(device, count: count, start: start, rate: rate, category: category, app: app)
+        case .disconnect:
+            await onBus { c in self.disconnect(device, c) }
+        case .connect:
+            await onBus { c in self.connect(device, c) }
+        case .restartBlueZ(let downtime):
+            try await restartBlueZ(downtime: downtime)
+        case .cpError(let code, let count):
+            state.withLock { $0.devices[device].model.injectedError = (ATTErrorCode(rawValue: code), count) }
+        case .denySharing:
+            state.withLock { $0.devices[device].model.sharingDenied = true }
+        case .allowSharing:
+            state.withLock { $0.devices[device].model.sharingDenied = false }
+        case .slow(let delay):
+            state.withLock { $0.devices[device].slowDelay = delay }
+        case .omit(let id):
+            state.withLock { s in
+                if let id { s.devices[device].model.omitted.insert(id) } else { s.devices[device].model.omitted = [] }
+            }
+        case .midResponseDisconnect:
+            state.withLock { $0.devices[device].midResponseDisconnect = true }
+        case .waitSubscribed(let timeout):
+            try await waitSubscribed(device, timeout: timeout)
+        case .sleep(let seconds):
+            try await Task.sleep(for: .seconds(seconds))
+        case .end:
+            break
+        }
+    }
+
+    /// True when phone `device` is connected and a client has notifications of its
+    /// Notification Source enabled.
+    public func isSubscribed(_ device: Int = 0) -> Bool {
+        state.withLock { s in
+            s.connection != nil && s.devices[device].connected && s.devices[device].notificationSource.isActive
+        }
+    }
+
+    /// The wire UID the phone currently uses for the notification the scenario calls `key`.
+    public func currentUID(ofKey key: UInt32, device: Int = 0) -> UInt32? {
+        state.withLock { s in s.devices[device].model.notifications.first { $0.key == key }?.uid }
+    }
+
+    /// Runs `body` on the live connection's queue (or directly when bluetoothd is down).
+    func onBus<T: Sendable>(_ body: @escaping @Sendable (isolated DBusConnection?) -> T) async -> T {
+        if let conn = connection() {
+            return await conn.simPerform { c in body(c) }
+        }
+        return body(nil)
+    }
+
+    /// Changes the phone's notifications and sends the resulting events to a subscribed client.
+    private func mutateModel(
+        _ device: Int, _ body: @escaping @Sendable (inout PhoneModel) -> [NotificationSourceEvent]
+    ) async {
+        let outbox = outbox(device, .notificationSource)
+        await onBus { _ in
+            self.state.withLock { s in
+                for event in body(&s.devices[device].model) { Self.queueEvent(event, s.devices[device], outbox) }
+            }
+        }
+    }
+
+    private func burst(_ device: Int, count: Int, start: UInt32, rate: Double, category: CategoryID, app: String) async throws {
+        log("\(settings.devices[device].name): burst of \(count) from UID \(start)\(rate > 0 ? " at \(rate)/s" : "")")
+        let clock = ContinuousClock()
+        let began = clock.now
+        let batch = rate > 0 ? 1 : 256
+        var index = 0
+        while index < count {
+            let first = index
+            let last = min(count, index + batch)
+            await mutateModel(device) { model in
+                (first..<last).map { i in
+                    let uid = start + UInt32(i)
+                    return model.add(NotificationSpec(
+                        uid: uid, category: category, flags: [],
+                        attributes: [
+                            .appIdentifier: app, .title: "Burst \(i + 1) of \(count)",
+                            .message: "Notification \(uid): generated by the phone simulator to measure throughput.",
+                            .date: "20261130T101500",
+                        ]))
+                }
+            }
+            index = last
+            if rate > 0 {
+                try await clock.sleep(until: began + .seconds(Double(index) / rate))
+            } else {
+                await Task.yield()
+            }
+        }
+    }
+
+    private func waitSubscribed(_ device: Int, timeout: Double) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(timeout)
+        while !isSubscribed(device) {
+            guard clock.now < deadline else {
+                throw SimulatorError.timeout("no client subscribed to the Notification Source of \(settings.devices[device].name) within \(timeout) s")
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}

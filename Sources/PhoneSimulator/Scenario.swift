@@ -1,0 +1,452 @@
+public import ANCS
+import JSON
+
+/// One simulated phone, as the scenario's settings line describes it.
+public struct DeviceSettings: Hashable, Sendable {
+    /// `AA:BB:CC:DD:EE:FF`, upper case.
+    public var address: String
+    public var name: String
+    /// "public" or "random".
+    public var addressType: String
+    public var connected: Bool
+    public var paired: Bool
+    public var bonded: Bool
+    public var trusted: Bool
+    /// The ATT MTU of this phone's link (AcquireNotify returns it; DS fragments use mtu - 3).
+    public var mtu: Int
+
+    public init(
+        address: String, name: String, addressType: String = "random", connected: Bool = true,
+        paired: Bool = true, bonded: Bool = true, trusted: Bool = true, mtu: Int = 185
+    ) {
+        self.address = address
+        self.name = name
+        self.addressType = addressType
+        self.connected = connected
+        self.paired = paired
+        self.bonded = bonded
+        self.trusted = trusted
+        self.mtu = mtu
+    }
+
+    /// The BlueZ object path element: `dev_AA_BB_CC_DD_EE_FF`.
+    public var pathElement: String { "dev_" + address.replacingAll(":", with: "_") }
+}
+
+/// The first line of a scenario.
+public struct ScenarioSettings: Hashable, Sendable {
+    public var name: String
+    /// The default ATT MTU for devices that do not give their own.
+    public var mtu: Int
+    /// Whether AcquireNotify is offered; when false it answers `org.bluez.Error.NotSupported`,
+    /// forcing clients onto StartNotify.
+    public var acquireNotify: Bool
+    /// Whether a reconnect (and a bluetoothd restart) gives existing notifications new UIDs.
+    public var renumberOnConnect: Bool
+    public var adapterAddress: String
+    public var adapterName: String
+    public var devices: [DeviceSettings]
+    /// App identifier → display name, answered to GetAppAttributes.
+    public var apps: [String: String]
+
+    public init(
+        name: String = "scenario", mtu: Int = 185, acquireNotify: Bool = true, renumberOnConnect: Bool = true,
+        adapterAddress: String = "00:1A:7D:DA:71:13", adapterName: String = "ancsd-sim",
+        devices: [DeviceSettings] = [DeviceSettings(address: "AA:BB:CC:DD:EE:FF", name: "iPhone")],
+        apps: [String: String] = [:]
+    ) {
+        self.name = name
+        self.mtu = mtu
+        self.acquireNotify = acquireNotify
+        self.renumberOnConnect = renumberOnConnect
+        self.adapterAddress = adapterAddress
+        self.adapterName = adapterName
+        self.devices = devices
+        self.apps = apps
+    }
+}
+
+/// A notification as a scenario adds it; `uid` is the scenario's key for it.
+public struct NotificationSpec: Hashable, Sendable {
+    public var uid: UInt32
+    public var category: CategoryID
+    public var flags: EventFlags
+    public var attributes: [NotificationAttributeID: String]
+
+    public init(uid: UInt32, category: CategoryID = .other, flags: EventFlags = [], attributes: [NotificationAttributeID: String] = [:]) {
+        self.uid = uid
+        self.category = category
+        self.flags = flags
+        self.attributes = attributes
+    }
+}
+
+/// Changes a `modify` step makes; nil leaves a field as it is.
+public struct NotificationChange: Hashable, Sendable {
+    public var category: CategoryID?
+    public var flags: EventFlags?
+    public var attributes: [NotificationAttributeID: String]
+
+    public init(category: CategoryID? = nil, flags: EventFlags? = nil, attributes: [NotificationAttributeID: String] = [:]) {
+        self.category = category
+        self.flags = flags
+        self.attributes = attributes
+    }
+}
+
+/// What a scenario step does.
+public enum ScenarioAction: Hashable, Sendable {
+    case add(NotificationSpec)
+    case modify(uid: UInt32, NotificationChange)
+    case remove(uid: UInt32)
+    /// `count` notifications from `startUID`, `rate` per second (0: as fast as possible).
+    case burst(count: Int, startUID: UInt32, rate: Double, category: CategoryID, app: String)
+    case disconnect
+    case connect
+    /// Drop the bus name and every object, wait `downtime` seconds, come back.
+    case restartBlueZ(downtime: Double)
+    /// Answer the next `count` Control Point writes with ATT error `code`.
+    case cpError(code: UInt8, count: Int)
+    case denySharing
+    case allowSharing
+    /// Delay each Data Source response by this many seconds.
+    case slow(delay: Double)
+    /// Leave this attribute's tuple out of responses (nil: stop omitting).
+    case omit(NotificationAttributeID?)
+    /// Send half of the next Data Source response, then disconnect.
+    case midResponseDisconnect
+    /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
+    case waitSubscribed(timeout: Double)
+    case sleep(seconds: Double)
+    case end
+}
+
+/// One line after the settings.
+public struct ScenarioStep: Hashable, Sendable {
+    /// The 1-based line number in the scenario file.
+    public var line: Int
+    /// Seconds to wait after the previous step.
+    public var after: Double
+    /// Index into `ScenarioSettings.devices`.
+    public var device: Int
+    public var action: ScenarioAction
+
+    public init(line: Int, after: Double = 0, device: Int = 0, action: ScenarioAction) {
+        self.line = line
+        self.after = after
+        self.device = device
+        self.action = action
+    }
+}
+
+/// A parsed scenario file.
+public struct Scenario: Hashable, Sendable {
+    public var settings: ScenarioSettings
+    public var steps: [ScenarioStep]
+
+    public init(settings: ScenarioSettings, steps: [ScenarioStep]) {
+        self.settings = settings
+        self.steps = steps
+    }
+}
+
+/// A scenario file that cannot be run, with the line at fault.
+public struct ScenarioError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// 1-based line number (0 when the file as a whole is at fault).
+    public var line: Int
+    public var message: String
+
+    public init(line: Int, _ message: String) {
+        self.line = line
+        self.message = message
+    }
+
+    public var description: String { line > 0 ? "line \(line): \(message)" : message }
+}
+
+extension Scenario {
+    /// Parses a JSON Lines scenario. Blank lines and lines starting with `//` or `#` are skipped.
+    public init(parsing text: String) throws(ScenarioError) {
+        var settings: ScenarioSettings?
+        var steps: [ScenarioStep] = []
+        var lineNumber = 0
+        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            lineNumber += 1
+            let line = rawLine.trimmingSpaces
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix("//") { continue }
+            let value: JSONValue
+            do {
+                value = try JSONValue(parsing: String(line))
+            } catch {
+                throw ScenarioError(line: lineNumber, "not valid JSON: \(error)")
+            }
+            guard let object = value.objectValue else {
+                throw ScenarioError(line: lineNumber, "expected a JSON object, found \(value.typeName)")
+            }
+            var reader = ObjectReader(object: object, line: lineNumber)
+            if let current = settings {
+                steps.append(try reader.step(settings: current))
+            } else {
+                settings = try reader.settings()
+            }
+            try reader.finish()
+        }
+        guard let settings else { throw ScenarioError(line: 0, "the scenario is empty: the first line must hold the settings") }
+        self.init(settings: settings, steps: steps)
+    }
+}
+
+/// Reads members of one line's object, remembering which were used so unknown keys
+/// (usually typos) are reported.
+private struct ObjectReader {
+    let object: JSONObject
+    let line: Int
+    var used: Set<String> = []
+
+    init(object: JSONObject, line: Int) {
+        self.object = object
+        self.line = line
+    }
+
+    func fail(_ message: String) -> ScenarioError { ScenarioError(line: line, message) }
+
+    mutating func value(_ key: String) -> JSONValue? {
+        used.insert(key)
+        guard let v = object[key], v != .null else { return nil }
+        return v
+    }
+
+    mutating func string(_ key: String) throws(ScenarioError) -> String? {
+        guard let v = value(key) else { return nil }
+        guard let s = v.stringValue else { throw fail("\"\(key)\" must be a string, not \(v.typeName)") }
+        return s
+    }
+
+    mutating func bool(_ key: String) throws(ScenarioError) -> Bool? {
+        guard let v = value(key) else { return nil }
+        guard let b = v.boolValue else { throw fail("\"\(key)\" must be true or false, not \(v.typeName)") }
+        return b
+    }
+
+    mutating func number(_ key: String, min: Double = 0, max: Double = 86_400) throws(ScenarioError) -> Double? {
+        guard let v = value(key) else { return nil }
+        guard let d = v.doubleValue, d.isFinite else { throw fail("\"\(key)\" must be a number, not \(v.typeName)") }
+        guard d >= min, d <= max else { throw fail("\"\(key)\" must be between \(min) and \(max), not \(d)") }
+        return d
+    }
+
+    mutating func integer(_ key: String, min: Int, max: Int) throws(ScenarioError) -> Int? {
+        guard let v = value(key) else { return nil }
+        guard let i = v.intValue else { throw fail("\"\(key)\" must be an integer, not \(v.typeName)") }
+        guard i >= min, i <= max else { throw fail("\"\(key)\" must be between \(min) and \(max), not \(i)") }
+        return i
+    }
+
+    mutating func uid(_ key: String = "uid") throws(ScenarioError) -> UInt32 {
+        guard let i = try integer(key, min: 0, max: Int(UInt32.max)) else { throw fail("\"\(key)\" is required") }
+        return UInt32(i)
+    }
+
+    func finish() throws(ScenarioError) {
+        let unknown = object.keys.filter { !used.contains($0) }
+        guard unknown.isEmpty else {
+            throw fail("unknown key\(unknown.count > 1 ? "s" : "") " + unknown.map { "\"\($0)\"" }.joined(separator: ", "))
+        }
+    }
+
+    // MARK: Settings
+
+    mutating func settings() throws(ScenarioError) -> ScenarioSettings {
+        var s = ScenarioSettings()
+        guard let name = try string("scenario") else {
+            throw fail("the first line must hold the settings, starting with \"scenario\": NAME")
+        }
+        s.name = name
+        if let mtu = try integer("mtu", min: 23, max: 517) { s.mtu = mtu }
+        if let a = try bool("acquire_notify") { s.acquireNotify = a }
+        if let r = try bool("renumber_on_connect") { s.renumberOnConnect = r }
+        if let a = try string("adapter_address") { s.adapterAddress = try address(a, key: "adapter_address") }
+        if let n = try string("adapter_name") { s.adapterName = n }
+        if let apps = value("apps") {
+            guard let object = apps.objectValue else { throw fail("\"apps\" must be an object of app identifier → name") }
+            s.apps = [:]
+            for (id, name) in object {
+                guard let name = name.stringValue else { throw fail("the name of app \"\(id)\" must be a string") }
+                guard !id.isEmpty, !id.utf8.contains(0) else { throw fail("app identifier \"\(id)\" is empty or has a NUL") }
+                s.apps[id] = name
+            }
+        }
+        if let devices = value("devices") {
+            guard let list = devices.arrayValue, !list.isEmpty else { throw fail("\"devices\" must be a non-empty array") }
+            s.devices = []
+            for (index, entry) in list.enumerated() {
+                guard let object = entry.objectValue else { throw fail("device \(index + 1) must be an object") }
+                var reader = ObjectReader(object: object, line: line)
+                s.devices.append(try reader.device(index: index, defaultMTU: s.mtu))
+                do { try reader.finish() } catch { throw fail("device \(index + 1): \(error.message)") }
+            }
+            var seen = Set<String>()
+            for d in s.devices where !seen.insert(d.address).inserted {
+                throw fail("device address \(d.address) appears twice")
+            }
+        } else {
+            s.devices = [DeviceSettings(address: "AA:BB:CC:DD:EE:FF", name: "iPhone", mtu: s.mtu)]
+        }
+        return s
+    }
+
+    mutating func device(index: Int, defaultMTU: Int) throws(ScenarioError) -> DeviceSettings {
+        guard let a = try string("address") else { throw fail("device \(index + 1) needs an \"address\"") }
+        var d = DeviceSettings(address: try address(a, key: "address"), name: try string("name") ?? "iPhone", mtu: defaultMTU)
+        if let t = try string("address_type") {
+            guard t == "public" || t == "random" else { throw fail("\"address_type\" must be \"public\" or \"random\"") }
+            d.addressType = t
+        }
+        if let v = try bool("connected") { d.connected = v }
+        if let v = try bool("paired") { d.paired = v }
+        if let v = try bool("bonded") { d.bonded = v }
+        if let v = try bool("trusted") { d.trusted = v }
+        if let m = try integer("mtu", min: 23, max: 517) { d.mtu = m }
+        return d
+    }
+
+    func address(_ text: String, key: String) throws(ScenarioError) -> String {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 6, parts.allSatisfy({ $0.utf8.count == 2 && $0.utf8.allSatisfy { hexDigit($0) } }) else {
+            throw fail("\"\(key)\" must look like AA:BB:CC:DD:EE:FF, not \"\(text)\"")
+        }
+        return text.uppercasedASCII
+    }
+
+    // MARK: Steps
+
+    mutating func step(settings: ScenarioSettings) throws(ScenarioError) -> ScenarioStep {
+        guard let kind = try string("do") else { throw fail("a step needs \"do\"") }
+        var step = ScenarioStep(line: line, action: .end)
+        step.after = try number("after") ?? 0
+        if let d = value("device") {
+            if let i = d.intValue {
+                guard i >= 0, i < settings.devices.count else { throw fail("there is no device \(i)") }
+                step.device = i
+            } else if let s = d.stringValue {
+                let wanted = s.uppercasedASCII
+                guard let i = settings.devices.firstIndex(where: { $0.address == wanted }) else {
+                    throw fail("no device has the address \(s)")
+                }
+                step.device = i
+            } else {
+                throw fail("\"device\" must be an address or an index")
+            }
+        }
+        switch kind {
+        case "add":
+            var spec = NotificationSpec(uid: try uid())
+            spec.category = try category() ?? .other
+            spec.flags = try flags() ?? []
+            spec.attributes = try attributes()
+            if spec.attributes[.date] == nil { spec.attributes[.date] = "20261130T101500" }
+            step.action = .add(spec)
+        case "modify":
+            let uid = try uid()
+            step.action = .modify(uid: uid, NotificationChange(category: try category(), flags: try flags(), attributes: try attributes()))
+        case "remove":
+            step.action = .remove(uid: try uid())
+        case "burst":
+            guard let count = try integer("count", min: 1, max: 1_000_000) else { throw fail("\"count\" is required") }
+            let start = try integer("start_uid", min: 0, max: Int(UInt32.max)) ?? 1000
+            guard start + count - 1 <= Int(UInt32.max) else { throw fail("the burst's UIDs do not fit 32 bits") }
+            step.action = .burst(
+                count: count, startUID: UInt32(start), rate: try number("rate", max: 1_000_000) ?? 0,
+                category: try category() ?? .social, app: try string("app") ?? "com.apple.MobileSMS")
+        case "disconnect": step.action = .disconnect
+        case "connect": step.action = .connect
+        case "restart_bluez": step.action = .restartBlueZ(downtime: try number("downtime", max: 600) ?? 1)
+        case "cp_error":
+            guard let code = try integer("code", min: 1, max: 255) else { throw fail("\"code\" (the ATT error) is required") }
+            step.action = .cpError(code: UInt8(code), count: try integer("count", min: 1, max: 1_000_000) ?? 1)
+        case "deny_sharing": step.action = .denySharing
+        case "allow_sharing": step.action = .allowSharing
+        case "slow": step.action = .slow(delay: try number("delay", max: 600) ?? 0.5)
+        case "omit":
+            if let name = try string("attribute") {
+                guard let id = NotificationAttributeID.allDefined.first(where: { $0.name == name }) else {
+                    throw fail("unknown attribute \"\(name)\"; use one of " + NotificationAttributeID.allDefined.compactMap(\.name).joined(separator: ", "))
+                }
+                step.action = .omit(id)
+            } else {
+                step.action = .omit(nil)
+            }
+        case "mid_response_disconnect": step.action = .midResponseDisconnect
+        case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
+        case "sleep":
+            guard let seconds = try number("seconds") else { throw fail("\"seconds\" is required") }
+            step.action = .sleep(seconds: seconds)
+        case "end": step.action = .end
+        default:
+            throw fail("unknown step \"\(kind)\"")
+        }
+        return step
+    }
+
+    mutating func category() throws(ScenarioError) -> CategoryID? {
+        guard let v = value("category") else { return nil }
+        if let i = v.intValue {
+            guard (0...255).contains(i) else { throw fail("\"category\" must be 0…255") }
+            return CategoryID(rawValue: UInt8(i))
+        }
+        guard let name = v.stringValue else { throw fail("\"category\" must be a name or a number") }
+        for raw in UInt8(0)...11 where CategoryID(rawValue: raw).name == name { return CategoryID(rawValue: raw) }
+        throw fail("unknown category \"\(name)\"")
+    }
+
+    mutating func flags() throws(ScenarioError) -> EventFlags? {
+        guard let v = value("flags") else { return nil }
+        guard let list = v.arrayValue else { throw fail("\"flags\" must be an array of flag names") }
+        var flags: EventFlags = []
+        for item in list {
+            guard let name = item.stringValue, let flag = EventFlags.named.first(where: { $0.name == name })?.flag else {
+                throw fail("unknown flag \(item); use " + EventFlags.named.map(\.name).joined(separator: ", "))
+            }
+            flags.insert(flag)
+        }
+        return flags
+    }
+
+    static let attributeKeys: [(String, NotificationAttributeID)] = [
+        ("app", .appIdentifier), ("title", .title), ("subtitle", .subtitle), ("message", .message),
+        ("date", .date), ("positive_action", .positiveActionLabel), ("negative_action", .negativeActionLabel),
+    ]
+
+    mutating func attributes() throws(ScenarioError) -> [NotificationAttributeID: String] {
+        var out: [NotificationAttributeID: String] = [:]
+        for (key, id) in Self.attributeKeys {
+            if let s = try string(key) { out[id] = s }
+        }
+        return out
+    }
+}
+
+private func hexDigit(_ c: UInt8) -> Bool {
+    (0x30...0x39).contains(c) || (0x41...0x46).contains(c) || (0x61...0x66).contains(c)
+}
+
+extension StringProtocol {
+    var trimmingSpaces: Substring {
+        let s = Substring(self)
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" }
+        guard let start = s.firstIndex(where: { !isSpace($0) }), let end = s.lastIndex(where: { !isSpace($0) }) else {
+            return s[s.endIndex...]
+        }
+        return s[start...end]
+    }
+
+    var uppercasedASCII: String {
+        String(decoding: utf8.map { (0x61...0x7A).contains($0) ? $0 - 0x20 : $0 }, as: UTF8.self)
+    }
+
+    func replacingAll(_ target: Character, with replacement: String) -> String {
+        var out = ""
+        for c in self { if c == target { out += replacement } else { out.append(c) } }
+        return out
+    }
+}

@@ -1,0 +1,105 @@
+import ANCS
+import Foundation
+import PhoneSimulator
+import Testing
+
+@Suite("Scenario parsing")
+struct ScenarioParsingTests {
+    @Test("every shipped scenario parses")
+    func shipped() throws {
+        let directory = repositoryRoot.appendingPathComponent("scenarios")
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".jsonl") }.sorted()
+        #expect(files == [
+            "bluez-restart.jsonl", "burst.jsonl", "cp-errors.jsonl", "demo.jsonl", "deny-sharing.jsonl",
+            "disconnect.jsonl", "omitted-tuple.jsonl", "two-phones.jsonl",
+        ])
+        for file in files {
+            let text = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            let scenario = try Scenario(parsing: text)
+            #expect(scenario.steps.last?.action == .end, "\(file) ends with an end step")
+        }
+    }
+
+    @Test("settings, defaults and steps")
+    func good() throws {
+        let text = """
+            {"scenario":"t","mtu":247,"acquire_notify":false,"devices":[{"address":"aa:bb:cc:dd:ee:01","name":"Ada","address_type":"public"},{"address":"AA:BB:CC:DD:EE:02","name":"Bob","connected":false,"mtu":23}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            # a comment
+
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"T","subtitle":"S","message":"M","date":"20261130T101500","flags":["positive_action","silent"],"positive_action":"Reply","negative_action":"Clear"}
+            {"after":0.5,"device":"AA:BB:CC:DD:EE:02","do":"modify","uid":1,"message":"N"}
+            {"after":1,"device":1,"do":"remove","uid":1}
+            {"do":"burst","count":1000,"start_uid":100,"rate":0}
+            {"do":"cp_error","code":162,"count":2}
+            {"do":"omit","attribute":"positive_action_label"}
+            {"do":"restart_bluez"}
+            {"do":"wait_subscribed"}
+            {"do":"sleep","seconds":1}
+            {"do":"end"}
+            """
+        let scenario = try Scenario(parsing: text)
+        let s = scenario.settings
+        #expect(s.name == "t" && s.mtu == 247 && !s.acquireNotify)
+        #expect(s.devices.map(\.address) == ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02"])
+        #expect(s.devices[0].addressType == "public" && s.devices[0].mtu == 247 && s.devices[0].connected)
+        #expect(s.devices[1].addressType == "random" && s.devices[1].mtu == 23 && !s.devices[1].connected)
+        #expect(s.devices[0].pathElement == "dev_AA_BB_CC_DD_EE_01")
+        #expect(s.apps == ["com.apple.MobileSMS": "Messages"])
+        #expect(scenario.steps.map(\.line) == [4, 5, 6, 7, 8, 9, 10, 11, 12, 13])
+        let add = NotificationSpec(
+            uid: 1, category: .social, flags: [.positiveAction, .silent],
+            attributes: [.appIdentifier: "com.apple.MobileSMS", .title: "T", .subtitle: "S", .message: "M",
+                         .date: "20261130T101500", .positiveActionLabel: "Reply", .negativeActionLabel: "Clear"])
+        #expect(scenario.steps[0] == ScenarioStep(line: 4, action: .add(add)))
+        #expect(scenario.steps[1] == ScenarioStep(line: 5, after: 0.5, device: 1, action: .modify(uid: 1, NotificationChange(attributes: [.message: "N"]))))
+        #expect(scenario.steps[2] == ScenarioStep(line: 6, after: 1, device: 1, action: .remove(uid: 1)))
+        #expect(scenario.steps[3].action == .burst(count: 1000, startUID: 100, rate: 0, category: .social, app: "com.apple.MobileSMS"))
+        #expect(scenario.steps[4].action == .cpError(code: 0xA2, count: 2))
+        #expect(scenario.steps[5].action == .omit(.positiveActionLabel))
+        #expect(scenario.steps[6].action == .restartBlueZ(downtime: 1))
+        #expect(scenario.steps[7].action == .waitSubscribed(timeout: 30))
+        #expect(scenario.steps[8].action == .sleep(seconds: 1))
+    }
+
+    @Test("a minimal scenario gets one default phone")
+    func defaults() throws {
+        let scenario = try Scenario(parsing: "{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":3}\n")
+        #expect(scenario.settings.devices.count == 1 && scenario.settings.mtu == 185 && scenario.settings.acquireNotify)
+        guard case .add(let spec) = scenario.steps[0].action else { Issue.record("not an add"); return }
+        #expect(spec.category == .other && spec.attributes[.date] == "20261130T101500")
+    }
+
+    static let badLines: [(String, Int, String)] = [
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":1}\n{\"do\":\"dance\"}", 3, "unknown step \"dance\""),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\"", 2, "not valid JSON"),
+        ("{\"scenario\":\"x\"}\n[1,2]", 2, "expected a JSON object"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\"}", 2, "\"uid\" is required"),
+        ("{\"scenario\":\"x\"}\n\n{\"do\":\"add\",\"uid\":1,\"titel\":\"typo\"}", 3, "unknown key \"titel\""),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":1,\"category\":\"sports\"}", 2, "unknown category \"sports\""),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":1,\"flags\":[\"loud\"]}", 2, "unknown flag"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":-1}", 2, "between 0 and"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"remove\",\"uid\":1,\"device\":3}", 2, "there is no device 3"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"sleep\"}", 2, "\"seconds\" is required"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"cp_error\",\"code\":300}", 2, "between 1 and 255"),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"omit\",\"attribute\":\"colour\"}", 2, "unknown attribute \"colour\""),
+        ("{\"scenario\":\"x\"}\n{\"after\":\"soon\",\"do\":\"end\"}", 2, "\"after\" must be a number"),
+        ("{\"scenario\":\"x\",\"devices\":[{\"address\":\"AA:BB\"}]}", 1, "must look like AA:BB:CC:DD:EE:FF"),
+        ("{\"scenario\":\"x\",\"mtu\":10}", 1, "\"mtu\" must be between 23 and 517"),
+        ("{\"do\":\"add\",\"uid\":1}", 1, "the first line must hold the settings"),
+        ("{\"scenario\":\"x\",\"devices\":[{\"address\":\"AA:BB:CC:DD:EE:01\"},{\"address\":\"aa:bb:cc:dd:ee:01\"}]}", 1, "appears twice"),
+        ("", 0, "the scenario is empty"),
+    ]
+
+    @Test("bad lines are refused, naming the line", arguments: badLines.indices)
+    func bad(index: Int) {
+        let (text, line, fragment) = Self.badLines[index]
+        do {
+            _ = try Scenario(parsing: text)
+            Issue.record("accepted: \(text)")
+        } catch {
+            #expect(error.line == line, "\(error)")
+            #expect(error.description.contains(fragment), "\(error)")
+            if line > 0 { #expect(error.description.hasPrefix("line \(line): ")) }
+        }
+    }
+}
