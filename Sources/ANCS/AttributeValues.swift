@@ -122,10 +122,12 @@ public func parseMessageSize(_ raw: [UInt8]) -> Int? {
 
 /// True if the phone cut the message short: MessageSize exceeds what was delivered.
 ///
-/// iOS counts MessageSize in UTF-16 code units (an NSString length) and may append "…"
-/// (U+2026) to a cut value, so the delivered length is counted the same way without it.
+/// The unit of MessageSize is not specified (an NSString length counts UTF-16 code units; some
+/// phones and peers count UTF-8 bytes), and iOS may append "…" (U+2026) to a cut value. So the
+/// delivered message, without that "…", is measured both ways and the larger count is used: a
+/// message that arrived whole is never called truncated, whichever unit the phone used.
 public func isMessageTruncated(message: String, messageSize: Int) -> Bool {
-    var delivered = message.utf16.count
-    if message.hasSuffix("\u{2026}") { delivered -= 1 }
-    return messageSize > delivered
+    var delivered = Substring(message)
+    if delivered.hasSuffix("\u{2026}") { delivered = delivered.dropLast() }
+    return messageSize > max(delivered.utf16.count, delivered.utf8.count)
 }

@@ -217,10 +217,11 @@ public struct ANCSSession: Sendable {
 
     private mutating func remember(_ notification: PhoneNotification, into actions: inout [SessionAction]) {
         while records.count >= configuration.maxKnownNotifications, let oldest = recordOrder.pop() {
-            if records.removeValue(forKey: oldest) != nil {
-                queued.remove(oldest)
-                actions.append(.log(.debug, "forgot notification \(oldest): more than \(configuration.maxKnownNotifications) are known"))
-            }
+            guard let record = records[oldest] else { continue }
+            if !record.emitted { emit(oldest, into: &actions) }  // nothing is lost: show what is known
+            records.removeValue(forKey: oldest)
+            queued.remove(oldest)
+            actions.append(.log(.debug, "forgot notification \(oldest): more than \(configuration.maxKnownNotifications) are known"))
         }
         records[notification.uid] = Record(notification: notification)
         recordOrder.push(notification.uid)

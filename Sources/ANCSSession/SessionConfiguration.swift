@@ -15,9 +15,10 @@ public struct SessionConfiguration: Hashable, Sendable {
     public var quietPeriod: Duration = .milliseconds(400)
     /// The most notifications waiting for their attributes; past it the oldest backlog is
     /// emitted with what the Notification Source told.
-    public var maxQueuedFetches = 1024
-    /// The most notifications remembered (to report modifications and removals).
-    public var maxKnownNotifications = 2048
+    public var maxQueuedFetches = 4096
+    /// The most notifications remembered (to report modifications and removals); past it the
+    /// oldest is forgotten (shown first, with what is known, if it was not shown yet).
+    public var maxKnownNotifications = 8192
     /// The most app display names remembered.
     public var maxCachedApps = 512
     /// The limits of the Data Source reassembler.

@@ -266,6 +266,16 @@ import Testing
         #expect(h.session.notifications.count <= 100)
     }
 
+    @Test func aForgottenNotificationIsShownFirst() {
+        var h = Harness {
+            $0.maxKnownNotifications = 10
+            $0.maxQueuedFetches = 100
+        }
+        for uid in UInt32(1)...30 { h.ns(.notificationAdded, uid: uid) }
+        #expect(h.session.notifications.count == 10)
+        #expect(h.events.map(\.notification.uid) == Array(1...20), "each forgotten one shown once, with what was known")
+    }
+
     @Test func theAppCacheIsBounded() {
         var h = Harness { $0.maxCachedApps = 2 }
         for uid in UInt32(1)...5 {

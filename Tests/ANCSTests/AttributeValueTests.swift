@@ -56,7 +56,9 @@ import ANCS
         #expect(isMessageTruncated(message: "The Moth Podcast: Monica Cheru-Mpambawas…", messageSize: 113))
         #expect(!isMessageTruncated(message: "haslhkfjdashfa", messageSize: 14))
         #expect(isMessageTruncated(message: "abc", messageSize: 4))
-        #expect(!isMessageTruncated(message: "👍", messageSize: 2), "UTF-16 units, as iOS counts")
+        #expect(!isMessageTruncated(message: "👍", messageSize: 2), "UTF-16 units, as an NSString counts")
+        #expect(!isMessageTruncated(message: "👍", messageSize: 4), "UTF-8 bytes")
+        #expect(isMessageTruncated(message: "„Royal…", messageSize: 30))
         #expect(!isMessageTruncated(message: "", messageSize: 0))
     }
 }
