@@ -54,6 +54,7 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
-        .testTarget(name: "EndToEndTests", dependencies: ["JSON", "ancsd", "TestSupport"], swiftSettings: strict),
+        .testTarget(
+            name: "EndToEndTests", dependencies: ["JSON", "ancsd", "ancs-phone-sim", "TestSupport"], swiftSettings: strict),
     ]
 )

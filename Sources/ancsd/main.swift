@@ -70,4 +70,11 @@ func runMain(_ arguments: [String]) async -> Int32 {
     }
 }
 
+// A parent may have left signals blocked (a process spawned from a thread that blocks them
+// inherits its mask): ancsd handles SIGTERM, SIGINT, SIGHUP and must receive them.
+var handledSignals = sigset_t()
+sigemptyset(&handledSignals)
+for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
+pthread_sigmask(SIG_UNBLOCK, &handledSignals, nil)
+
 exit(await runMain(Array(CommandLine.arguments.dropFirst())))

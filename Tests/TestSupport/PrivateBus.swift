@@ -54,8 +54,10 @@ public final class PrivateBus: Sendable {
         address = line
     }
 
-    /// Stops the daemon (SIGTERM by default) and waits for it; calling again does nothing.
-    public func stop(signal: Int32 = SIGTERM) {
+    /// Stops the daemon and waits for it; calling again does nothing. SIGKILL by default: a
+    /// process started from a Swift concurrency thread inherits that thread's blocked signals,
+    /// so dbus-daemon may never see a SIGTERM.
+    public func stop(signal: Int32 = SIGKILL) {
         let taken = process.withLock { p -> Process? in
             defer { p = nil }
             return p
