@@ -56,7 +56,9 @@ final class TestBus: Sendable {
             return p
         }
         guard let p else { return }
-        kill(p.processIdentifier, SIGTERM)
+        // SIGKILL: a child spawned from a worker thread inherits its blocked signal mask, so
+        // SIGTERM stays pending forever.
+        kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
     }
 
