@@ -15,8 +15,8 @@ struct ExecutableTests {
         var stderr: String
     }
 
-    /// Runs the binary, killing it after `timeout` seconds.
-    static func run(_ arguments: [String], timeout: Double = 15) throws -> Result {
+    /// Runs the binary, killing it after `timeout` seconds. Polls without blocking a thread.
+    static func run(_ arguments: [String], timeout: Double = 15) async throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -25,21 +25,23 @@ struct ExecutableTests {
         process.standardOutput = err
         try process.run()
         let fd = err.fileHandleForReading.fileDescriptor
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         var data = [UInt8]()
-        let deadline = Date().addingTimeInterval(timeout)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
         while true {
-            let remaining = deadline.timeIntervalSinceNow
-            if remaining <= 0 {
+            let n = read(fd, &buffer, buffer.count)
+            if n > 0 {
+                data += buffer[0..<n]
+                continue
+            }
+            if n == 0 { break }
+            guard ContinuousClock.now < deadline else {
                 kill(process.processIdentifier, SIGKILL)
                 process.waitUntilExit()
                 throw TestFailure("ancs-phone-sim \(arguments) did not finish within \(timeout) s")
             }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&pfd, 1, Int32(remaining * 1000) + 1) > 0 else { continue }
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let n = read(fd, &buffer, buffer.count)
-            if n <= 0 { break }
-            data += buffer[0..<n]
+            try await Task.sleep(for: .milliseconds(5))
         }
         process.waitUntilExit()
         return Result(status: process.terminationStatus, stderr: String(decoding: data, as: UTF8.self))
@@ -52,28 +54,28 @@ struct ExecutableTests {
     }
 
     @Test("--help and bad command lines")
-    func commandLine() throws {
-        let help = try Self.run(["--help"])
+    func commandLine() async throws {
+        let help = try await Self.run(["--help"])
         #expect(help.status == 0 && help.stderr.contains("--scenario FILE"))
-        #expect(try Self.run([]).status == 2)
-        #expect(try Self.run(["--frobnicate"]).status == 2)
-        #expect(try Self.run(["--scenario", "/nonexistent/x.jsonl"]).status == 2)
+        for arguments in [[], ["--frobnicate"], ["--scenario", "/nonexistent/x.jsonl"], ["--scenario"]] {
+            #expect(try await Self.run(arguments).status == 2, "\(arguments)")
+        }
     }
 
     @Test("a bad scenario exits 2, naming the line")
-    func badScenario() throws {
+    func badScenario() async throws {
         let path = try Self.temporaryFile("{\"scenario\":\"bad\"}\n{\"do\":\"add\",\"uid\":1}\n{\"do\":\"jump\"}\n")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let result = try Self.run(["--scenario", path, "--bus", "unix:path=/nonexistent"])
+        let result = try await Self.run(["--scenario", path, "--bus", "unix:path=/nonexistent"])
         #expect(result.status == 2)
         #expect(result.stderr.contains("line 3: unknown step \"jump\""), "\(result.stderr)")
     }
 
     @Test("no bus: exit 1")
-    func noBus() throws {
+    func noBus() async throws {
         let path = try Self.temporaryFile("{\"scenario\":\"nobus\"}\n{\"do\":\"end\"}\n")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let result = try Self.run(["--scenario", path, "--bus", "unix:path=/nonexistent/bus"])
+        let result = try await Self.run(["--scenario", path, "--bus", "unix:path=/nonexistent/bus"])
         #expect(result.status == 1, "\(result.stderr)")
     }
 
@@ -92,7 +94,7 @@ struct ExecutableTests {
             """)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let address = bus.address
-        let run = Task.detached { try Self.run(["--scenario", path, "--bus", address, "--timeline", timeline]) }
+        let run = Task { try await Self.run(["--scenario", path, "--bus", address, "--timeline", timeline]) }
         let client = try await DBusConnection.connect(to: .address(bus.address))
         let ns: ObjectPath = "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_01/service0010/char0011"
         try await eventually("the simulator owns org.bluez") { try await client.nameOwner("org.bluez") != nil }
@@ -111,7 +113,7 @@ struct ExecutableTests {
 
         let waits = try Self.temporaryFile("{\"scenario\":\"waits\"}\n{\"do\":\"wait_subscribed\",\"timeout\":0.2}\n{\"do\":\"end\"}\n")
         defer { try? FileManager.default.removeItem(atPath: waits) }
-        let timedOut = try Self.run(["--scenario", waits, "--bus", bus.address])
+        let timedOut = try await Self.run(["--scenario", waits, "--bus", bus.address])
         #expect(timedOut.status == 3, "\(timedOut.stderr)")
         #expect(timedOut.stderr.contains("line 2:"))
     }

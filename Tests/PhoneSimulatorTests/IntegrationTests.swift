@@ -259,7 +259,7 @@ struct IntegrationTests {
             #expect(try await client.getProperty(destination: "org.bluez", path: Self.ns, interface: Self.chr, name: "NotifyAcquired") == .bool(true))
             #expect(simulator.isSubscribed())
             // The replay arrives as one datagram per notification.
-            let first = try #require(try readDatagram(fd))
+            let first = try #require(try await readDatagram(fd))
             #expect(try NotificationSourceEvent(decoding: first).flags.contains(.preExisting))
 
             // Exclusive, with bluetoothd's errors.
@@ -282,7 +282,7 @@ struct IntegrationTests {
             try reassembler.expect(Self.request)
             var response: DataSourceResponse?
             while response == nil {
-                let datagram = try #require(try readDatagram(dsFD))
+                let datagram = try #require(try await readDatagram(dsFD))
                 #expect(datagram.count <= 20)
                 let output = reassembler.feed(datagram)
                 #expect(output.error == nil)
@@ -292,7 +292,7 @@ struct IntegrationTests {
 
             // Live events on the NS socket.
             try await simulator.execute(.modify(uid: 1, NotificationChange(attributes: [.message: "changed"])))
-            let modified = try NotificationSourceEvent(decoding: try #require(try readDatagram(fd)))
+            let modified = try NotificationSourceEvent(decoding: try #require(try await readDatagram(fd)))
             #expect(modified.eventID == .notificationModified && modified.notificationUID == 1)
 
             // Closing our end releases the acquisition.
@@ -304,13 +304,13 @@ struct IntegrationTests {
             // Disconnect: our end sees EOF (HUP), the state is dropped, a new session replays
             // with new UIDs.
             try await simulator.execute(.disconnect)
-            #expect(try readDatagram(fd) == nil)
+            #expect(try await readDatagram(fd) == nil)
             #expect(!simulator.isSubscribed())
             try await simulator.execute(.connect)
             let again = try await Self.call(client, Self.ns, "AcquireNotify", [.variantDictionary([:])], expecting: "hq")
             let fd2 = try #require(again[0].unixFDValue?.take())
             defer { close(fd2) }
-            let replay = try NotificationSourceEvent(decoding: try #require(try readDatagram(fd2)))
+            let replay = try NotificationSourceEvent(decoding: try #require(try await readDatagram(fd2)))
             #expect(replay.flags.contains(.preExisting))
             #expect(replay.notificationUID != 1, "renumbered in the new session")
             #expect(simulator.currentUID(ofKey: 1) == replay.notificationUID)
@@ -366,9 +366,9 @@ struct IntegrationTests {
             let reply = try await Self.call(client, Self.ns, "AcquireNotify", [.variantDictionary([:])], expecting: "hq")
             let fd = try #require(reply[0].unixFDValue?.take())
             defer { close(fd) }
-            _ = try readDatagram(fd)
+            _ = try await readDatagram(fd)
             let restart = Task { try await simulator.execute(.restartBlueZ(downtime: 0.3)) }
-            #expect(try readDatagram(fd) == nil, "the socket hangs up")
+            #expect(try await readDatagram(fd) == nil, "the socket hangs up")
             try await restart.value
             try await eventually("owner lost and regained") { changes.signals.count >= 2 }
             let decoded = try changes.signals.map { try NameOwnerChanged($0) }
