@@ -374,12 +374,7 @@ extension PhoneSimulator {
     }
 }
 
+/// Up to 64 bytes as lowercase hex, for logs.
 func hexString(_ bytes: [UInt8]) -> String {
-    let digits = Array("0123456789abcdef")
-    var out = ""
-    for b in bytes.prefix(64) {
-        out.append(digits[Int(b >> 4)])
-        out.append(digits[Int(b & 0x0F)])
-    }
-    return bytes.count > 64 ? out + "…" : out
+    bytes.prefix(64).map { BlueZError.hex($0).dropFirst(2) }.joined() + (bytes.count > 64 ? "…" : "")
 }

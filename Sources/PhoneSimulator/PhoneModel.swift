@@ -32,8 +32,14 @@ public enum ControlPointOutcome: Hashable, Sendable {
 public struct PhoneModel: Sendable {
     /// App identifier → display name.
     public var apps: [String: String]
-    /// Notifications in the order they were added.
-    public private(set) var notifications: [PhoneNotification] = []
+    /// Notifications by scenario key.
+    private var byKey: [UInt32: PhoneNotification] = [:]
+    /// Scenario keys in the order the notifications were added.
+    private var order: [UInt32] = []
+    /// Wire UID → scenario key, for the current session.
+    private var keyByUID: [UInt32: UInt32] = [:]
+    /// Active notifications per category (the NS CategoryCount).
+    private var categoryCounts: [UInt8: Int] = [:]
     /// The next UID handed out when renumbering.
     private var nextUID: UInt32 = 1
 
@@ -48,77 +54,94 @@ public struct PhoneModel: Sendable {
         self.apps = apps
     }
 
+    /// Notifications in the order they were added.
+    public var notifications: [PhoneNotification] { order.compactMap { byKey[$0] } }
+
+    /// How many notifications the phone holds.
+    public var count: Int { order.count }
+
     /// The notification with wire UID `uid`.
-    public func notification(uid: UInt32) -> PhoneNotification? { notifications.first { $0.uid == uid } }
+    public func notification(uid: UInt32) -> PhoneNotification? { keyByUID[uid].flatMap { byKey[$0] } }
 
-    private func index(key: UInt32) -> Int? { notifications.firstIndex { $0.key == key } }
-
-    private func count(of category: CategoryID) -> UInt8 {
-        UInt8(clamping: notifications.lazy.filter { $0.category == category }.count)
-    }
+    /// The notification the scenario calls `key`.
+    public func notification(key: UInt32) -> PhoneNotification? { byKey[key] }
 
     private func event(_ id: EventID, _ n: PhoneNotification, extra: EventFlags = []) -> NotificationSourceEvent {
         NotificationSourceEvent(
-            eventID: id, flags: n.flags.union(extra), categoryID: n.category, categoryCount: count(of: n.category),
-            notificationUID: n.uid)
+            eventID: id, flags: n.flags.union(extra), categoryID: n.category,
+            categoryCount: UInt8(clamping: categoryCounts[n.category.rawValue] ?? 0), notificationUID: n.uid)
     }
 
-    private func uidIsFree(_ uid: UInt32) -> Bool { !notifications.contains { $0.uid == uid } }
-
     private mutating func freshUID() -> UInt32 {
-        while !uidIsFree(nextUID) { nextUID &+= 1 }
+        while keyByUID[nextUID] != nil { nextUID &+= 1 }
         defer { nextUID &+= 1 }
         return nextUID
     }
 
+    private mutating func recount(_ category: CategoryID, by delta: Int) {
+        categoryCounts[category.rawValue, default: 0] += delta
+    }
+
     /// Adds (or, for a key already present, replaces and reports as modified) a notification.
     public mutating func add(_ spec: NotificationSpec) -> NotificationSourceEvent {
-        if let i = index(key: spec.uid) {
-            notifications[i].category = spec.category
-            notifications[i].flags = spec.flags
-            notifications[i].attributes = spec.attributes
-            return event(.notificationModified, notifications[i])
+        if var n = byKey[spec.uid] {
+            recount(n.category, by: -1)
+            recount(spec.category, by: 1)
+            n.category = spec.category
+            n.flags = spec.flags
+            n.attributes = spec.attributes
+            byKey[spec.uid] = n
+            return event(.notificationModified, n)
         }
-        let uid = uidIsFree(spec.uid) ? spec.uid : freshUID()
+        let uid = keyByUID[spec.uid] == nil ? spec.uid : freshUID()
         nextUID = max(nextUID, uid &+ 1)
         let n = PhoneNotification(key: spec.uid, uid: uid, category: spec.category, flags: spec.flags, attributes: spec.attributes)
-        notifications.append(n)
+        byKey[spec.uid] = n
+        order.append(spec.uid)
+        keyByUID[uid] = spec.uid
+        recount(n.category, by: 1)
         return event(.notificationAdded, n)
     }
 
     /// Applies a change; nil if no notification has that key.
     public mutating func modify(key: UInt32, _ change: NotificationChange) -> NotificationSourceEvent? {
-        guard let i = index(key: key) else { return nil }
-        if let c = change.category { notifications[i].category = c }
-        if let f = change.flags { notifications[i].flags = f }
-        for (id, value) in change.attributes { notifications[i].attributes[id] = value }
-        return event(.notificationModified, notifications[i])
+        guard var n = byKey[key] else { return nil }
+        if let c = change.category, c != n.category {
+            recount(n.category, by: -1)
+            recount(c, by: 1)
+            n.category = c
+        }
+        if let f = change.flags { n.flags = f }
+        for (id, value) in change.attributes { n.attributes[id] = value }
+        byKey[key] = n
+        return event(.notificationModified, n)
     }
 
     /// Removes a notification; nil if no notification has that key.
     public mutating func remove(key: UInt32) -> NotificationSourceEvent? {
-        guard let i = index(key: key) else { return nil }
-        let n = notifications.remove(at: i)
+        guard let n = byKey.removeValue(forKey: key) else { return nil }
+        if let i = order.lastIndex(of: key) { order.remove(at: i) }
+        keyByUID[n.uid] = nil
+        recount(n.category, by: -1)
         return event(.notificationRemoved, n)
     }
 
     /// Starts a new session (a new connection): UIDs are handed out afresh when `renumber`.
     public mutating func newSession(renumber: Bool) {
-        guard renumber, !notifications.isEmpty else { return }
-        nextUID = (notifications.map(\.uid).max() ?? 0) &+ 1
-        let old = notifications
-        notifications = []
-        for var n in old {
-            n.uid = nextUID
+        guard renumber, !order.isEmpty else { return }
+        nextUID = (keyByUID.keys.max() ?? 0) &+ 1
+        keyByUID = [:]
+        for key in order {
+            byKey[key]?.uid = nextUID
+            keyByUID[nextUID] = key
             nextUID &+= 1
-            notifications.append(n)
         }
     }
 
     /// Every existing notification as Added with the pre-existing flag, oldest first, as iOS
     /// sends them when a consumer subscribes to the Notification Source.
     public func replay() -> [NotificationSourceEvent] {
-        notifications.map { event(.notificationAdded, $0, extra: .preExisting) }
+        order.compactMap { byKey[$0] }.map { event(.notificationAdded, $0, extra: .preExisting) }
     }
 
     /// Answers a Control Point write as an iPhone does.

@@ -71,7 +71,10 @@ public final class PhoneSimulator: Sendable {
             await connection.close()
         }
         for row in outboxes { for outbox in row { outbox.finish() } }
-        for task in consumers.withLock({ $0 }) { await task.value }
+        // Cancelling ends a `slow` pause or a wait for socket room at once.
+        let tasks = consumers.withLock { $0 }
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
     }
 
     /// The unique bus name the simulator currently has, if connected.

@@ -101,7 +101,7 @@ extension PhoneSimulator {
 
     /// The wire UID the phone currently uses for the notification the scenario calls `key`.
     public func currentUID(ofKey key: UInt32, device: Int = 0) -> UInt32? {
-        state.withLock { s in s.devices[device].model.notifications.first { $0.key == key }?.uid }
+        state.withLock { s in s.devices[device].model.notification(key: key)?.uid }
     }
 
     /// Runs `body` on the live connection's queue (or directly when bluetoothd is down).

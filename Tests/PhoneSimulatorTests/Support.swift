@@ -56,7 +56,9 @@ final class TestBus: Sendable {
             return p
         }
         guard let p else { return }
-        kill(p.processIdentifier, SIGTERM)
+        // SIGKILL: a child spawned from a worker thread inherits its blocked signal mask, so
+        // SIGTERM stays pending forever.
+        kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
     }
 
@@ -148,20 +150,17 @@ func expectError(
 }
 
 /// Reads one datagram from a non-blocking socket, failing after `seconds`; nil at EOF (HUP).
-func readDatagram(_ fd: Int32, within seconds: Double = 5) throws -> [UInt8]? {
-    let deadline = Date().addingTimeInterval(seconds)
+/// It never blocks a thread: the simulator under test needs the (two) cooperative threads.
+func readDatagram(_ fd: Int32, within seconds: Double = 5) async throws -> [UInt8]? {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    var buffer = [UInt8](repeating: 0, count: 1024)
     while true {
-        let remaining = deadline.timeIntervalSinceNow
-        guard remaining > 0 else { throw TestFailure("no datagram within \(seconds) s") }
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let r = poll(&pfd, 1, Int32(remaining * 1000) + 1)
-        if r <= 0 { continue }
-        var buffer = [UInt8](repeating: 0, count: 1024)
         let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
         if n > 0 { return Array(buffer[0..<n]) }
         if n == 0 { return nil }
-        if errno == EAGAIN || errno == EINTR { continue }
-        throw TestFailure("recv failed: errno \(errno)")
+        guard errno == EAGAIN || errno == EINTR else { throw TestFailure("recv failed: errno \(errno)") }
+        guard ContinuousClock.now < deadline else { throw TestFailure("no datagram within \(seconds) s") }
+        try await Task.sleep(for: .milliseconds(2))
     }
 }
 
