@@ -12,6 +12,8 @@ FIXTURES    := Tests/ANCSCaptureTests/Fixtures/captures
 DEMO_CAPTURE ?= $(FIXTURES)/real-ds-ringly-sms-uid0x14-all-eight-attributes.jsonl
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
+# ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
+BENCH_LINK  := $(foreach f,malloc calloc realloc,-Xlinker --defsym=$(f)=ancs_bench_$(f))
 
 .PHONY: all build release demo test bench fuzz deps clean
 
@@ -40,7 +42,7 @@ test:
 ## bench: release-build benchmarks that print their numbers.
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
-	$(SWIFT) build -c release $(STRICT) --product ancs-bench
+	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
 
 ## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
