@@ -48,9 +48,11 @@ bench:
 ## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
 fuzz:
 	@mkdir -p $(FUZZ_DIR) Fuzz/corpus
-	$(SWIFTC) -O -parse-as-library -sanitize=fuzzer,address -module-name ANCSFuzz \
-		Sources/ANCS/*.swift Fuzz/ANCSFuzz.swift -o $(FUZZ_DIR)/ancs-fuzz
-	$(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 Fuzz/corpus Fuzz/seeds
+	$(SWIFTC) -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
+		-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault \
+		-module-name ANCSFuzz Sources/ANCS/*.swift Fuzz/*.swift -o $(FUZZ_DIR)/ancs-fuzz
+	$(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -print_final_stats=1 \
+		-artifact_prefix=Fuzz/ Fuzz/corpus Fuzz/seeds
 
 clean:
 	rm -rf .build
