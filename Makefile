@@ -51,7 +51,7 @@ fuzz:
 	$(SWIFTC) -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
 		-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault \
 		-module-name ANCSFuzz Sources/ANCS/*.swift Fuzz/*.swift -o $(FUZZ_DIR)/ancs-fuzz
-	$(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -print_final_stats=1 \
+	SWIFT_BACKTRACE=enable=no $(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -print_final_stats=1 \
 		-artifact_prefix=Fuzz/ Fuzz/corpus Fuzz/seeds
 
 clean:

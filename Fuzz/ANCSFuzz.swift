@@ -1,6 +1,6 @@
 // libFuzzer target for the ANCS protocol core: the Data Source reassembler and the Notification
 // Source / Control Point decoders. Built by `make fuzz` together with Sources/ANCS/*.swift and
-// Fuzz/ReferenceReassembler.swift into one module. Every broken invariant traps (`precondition`),
+// Fuzz/ReferenceReassembler.swift into one module. Every broken invariant traps (`check`, `fatalError`),
 // which libFuzzer reports as a crash. The input format is described in Fuzz/README.md:
 //
 //   byte 0 % 3 == 0: the rest is a Notification Source value
@@ -30,13 +30,20 @@ func hexBytes(_ hex: String) -> [UInt8] {
     return stride(from: 0, to: digits.count, by: 2).map { nibble(digits[$0]) << 4 | nibble(digits[$0 + 1]) }
 }
 
+/// Traps with the message (kept in -O builds, unlike `precondition`'s) if an invariant is broken.
+func check(_ condition: Bool, _ message: @autoclosure () -> String, file: StaticString = #file, line: UInt = #line) {
+    if !condition { fatalError(message(), file: file, line: line) }
+}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = Array(UnsafeBufferPointer(start: data, count: size))
     guard let mode = input.first else { return 0 }
     switch mode % 3 {
     case 0: checkNotificationSource(input[1...])
-    case 1: checkControlPoint(input[1...])
+    case 1:
+        checkControlPoint(input[1...])
+        checkExpectValidation(input[1...])
     default:
         var session = ReassemblerSession(input)
         session.run()
@@ -49,12 +56,12 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 func checkNotificationSource(_ bytes: ArraySlice<UInt8>) {
     do {
         let event = try NotificationSourceEvent(decoding: bytes)
-        precondition(bytes.count == NotificationSourceEvent.size, "NS decoded from \(bytes.count) bytes")
-        precondition(event.encoded == Array(bytes), "NS encoding differs from the decoded bytes")
-        precondition(event.reservedFields.isEmpty == (!event.eventID.isReserved && event.flags.reservedBits == 0
+        check(bytes.count == NotificationSourceEvent.size, "NS decoded from \(bytes.count) bytes")
+        check(event.encoded == Array(bytes), "NS encoding differs from the decoded bytes")
+        check(event.reservedFields.isEmpty == (!event.eventID.isReserved && event.flags.reservedBits == 0
             && !event.categoryID.isReserved), "NS reservedFields inconsistent")
     } catch {
-        precondition(error == .wrongLength(bytes.count) && bytes.count != NotificationSourceEvent.size,
+        check(error == .wrongLength(bytes.count) && bytes.count != NotificationSourceEvent.size,
                      "NS refused with \(error) for \(bytes.count) bytes")
     }
 }
@@ -73,7 +80,7 @@ func checkControlPoint(_ bytes: ArraySlice<UInt8>) {
         // Only an app identifier that was not UTF-8 can grow (each bad byte becomes U+FFFD).
         guard case .tooLong = error, case .getAppAttributes(let identifier, _) = request,
               identifier.utf8.count > bytes.count else {
-            preconditionFailure("a decoded CP request does not encode: \(error)")
+            fatalError("a decoded CP request does not encode: \(error)")
         }
         return
     }
@@ -83,13 +90,49 @@ func checkControlPoint(_ bytes: ArraySlice<UInt8>) {
         // Not UTF-8: decoding repaired it, so only a second round trip must be stable.
         let again: ControlPointRequest
         do { again = try ControlPointRequest(decoding: encoded) } catch {
-            preconditionFailure("re-decoding an encoded CP request failed: \(error)")
+            fatalError("re-decoding an encoded CP request failed: \(error)")
         }
-        precondition(again == request, "CP decode(encode(decode(x))) != decode(x)")
+        check(again == request, "CP decode(encode(decode(x))) != decode(x)")
         return
     }
-    precondition(encoded == Array(bytes), "CP encode(decode(x)) != x")
-    precondition(request.commandID.rawValue == bytes.first, "CP commandID differs from byte 0")
+    check(encoded == Array(bytes), "CP encode(decode(x)) != x")
+    check(request.commandID.rawValue == bytes.first, "CP commandID differs from byte 0")
+}
+
+/// Builds a request straight from the bytes (not through the decoder, so it can break every rule
+/// of the specification) and checks that `expect` refuses it exactly as `encoded()` does.
+func checkExpectValidation(_ bytes: ArraySlice<UInt8>) {
+    guard let kind = bytes.first else { return }
+    let rest = Array(bytes.dropFirst())
+    let request: ControlPointRequest
+    switch kind % 3 {
+    case 0:
+        var attributes: [NotificationAttributeRequest] = []
+        for pair in stride(from: 0, to: rest.count, by: 2) {
+            let id = NotificationAttributeID(rawValue: rest[pair] & 0x8F)  // mostly 0...15, some reserved
+            let flag = pair + 1 < rest.count ? rest[pair + 1] : 0
+            attributes.append(NotificationAttributeRequest(id, maxLength: flag & 1 == 1 ? UInt16(flag) : nil))
+        }
+        request = .getNotificationAttributes(uid: UInt32(kind), attributes: attributes)
+    case 1:
+        let split = rest.firstIndex(of: 0xFF) ?? rest.count
+        let identifier = String(decoding: rest[..<split], as: UTF8.self)  // may hold NUL
+        let ids = rest[min(split + 1, rest.count)...].map { AppAttributeID(rawValue: $0 & 0x03) }
+        request = .getAppAttributes(appIdentifier: identifier, attributes: ids)
+    default:
+        request = .performNotificationAction(uid: 7, action: ActionID(rawValue: rest.first ?? 0))
+    }
+    var encodeError: ControlPointError?
+    do { _ = try request.encoded() } catch { encodeError = error }
+    var reassembler = DataSourceReassembler()
+    var expectError: ControlPointError?
+    do { try reassembler.expect(request) } catch { expectError = error }
+    var reference = ReferenceReassembler()
+    var referenceError: ControlPointError?
+    do { try reference.expect(request) } catch { referenceError = error }
+    check(expectError == encodeError && referenceError == encodeError,
+          "expect threw \(String(describing: expectError)), encoded() \(String(describing: encodeError))")
+    check(reassembler.pendingRequest == reference.pendingRequest, "pendingRequest after expect differs")
 }
 
 // MARK: - Reassembler
@@ -159,15 +202,15 @@ struct ReassemblerSession {
         do { try reassembler.expect(request) } catch { threw = true
             var referenceError: ControlPointError?
             do { try reference.expect(request) } catch let e { referenceError = e }
-            precondition(referenceError == error, "expect threw \(error), the reference \(String(describing: referenceError))")
-            precondition((try? request.encoded()) == nil, "expect threw for a request that encodes")
+            check(referenceError == error, "expect threw \(error), the reference \(String(describing: referenceError))")
+            check((try? request.encoded()) == nil, "expect threw for a request that encodes")
         }
         if !threw {
-            do { try reference.expect(request) } catch { preconditionFailure("only the reference's expect threw \(error)") }
+            do { try reference.expect(request) } catch { fatalError("only the reference's expect threw \(error)") }
             pending = request.expectsDataSourceResponse
             fed = []
-            precondition(reassembler.pendingRequest == (pending ? request : nil), "pendingRequest after expect")
-            precondition(reassembler.bytesReceived == 0, "bytesReceived after expect")
+            check(reassembler.pendingRequest == (pending ? request : nil), "pendingRequest after expect")
+            check(reassembler.bytesReceived == 0, "bytesReceived after expect")
         }
         checkSameState()
     }
@@ -175,13 +218,13 @@ struct ReassemblerSession {
     mutating func finishEarly() {
         let response = reassembler.finishEarly()
         let referenceResponse = reference.finishEarly()
-        precondition(response == referenceResponse, "finishEarly differs from the reference")
-        precondition(reassembler.pendingRequest == nil && reassembler.bytesReceived == 0, "pending after finishEarly")
+        check(response == referenceResponse, "finishEarly differs from the reference")
+        check(reassembler.pendingRequest == nil && reassembler.bytesReceived == 0, "pending after finishEarly")
         guard pending, let request else {
-            precondition(response == nil, "finishEarly returned a response while idle")
+            check(response == nil, "finishEarly returned a response while idle")
             return
         }
-        guard let response else { preconditionFailure("finishEarly returned nil while pending") }
+        guard let response else { fatalError("finishEarly returned nil while pending") }
         checkResponse(response, for: request, complete: false)
         pending = false
         fed = []
@@ -195,37 +238,37 @@ struct ReassemblerSession {
         default: reassembler.feed(fragment.lazy.map { $0 })  // no contiguous storage
         }
         let referenceOutput = reference.feed(Array(fragment))
-        precondition(output == referenceOutput, "feed: \(output) but the reference gives \(referenceOutput)")
+        check(output == referenceOutput, "feed: \(output) but the reference gives \(referenceOutput)")
         defer { checkSameState() }
 
         guard pending, let request else {
             let expected = fragment.isEmpty ? DataSourceOutput.needMore
                 : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
-            precondition(output == expected, "feed while idle gave \(output)")
+            check(output == expected, "feed while idle gave \(output)")
             return
         }
         fed += fragment
         if let response = output.response {
             checkResponse(response, for: request, complete: true)
             if let error = output.error {
-                guard case .trailingBytes(let count) = error.kind else { preconditionFailure("response with \(error)") }
-                precondition(count > 0 && count <= fragment.count && error.offset + count == fed.count,
+                guard case .trailingBytes(let count) = error.kind else { fatalError("response with \(error)") }
+                check(count > 0 && count <= fragment.count && error.offset + count == fed.count,
                              "trailing bytes \(count) at \(error.offset) after \(fed.count) fed")
             } else {
-                precondition(encodedLength(response) == fed.count, "a complete response left bytes unaccounted")
+                check(encodedLength(response) == fed.count, "a complete response left bytes unaccounted")
             }
         } else if let error = output.error {
             switch error.kind {
-            case .noPendingRequest, .trailingBytes: preconditionFailure("\(error) without a response while pending")
+            case .noPendingRequest, .trailingBytes: fatalError("\(error) without a response while pending")
             default: break
             }
-            precondition(error.offset >= 0 && error.offset <= fed.count, "error offset \(error.offset) of \(fed.count) fed")
+            check(error.offset >= 0 && error.offset <= fed.count, "error offset \(error.offset) of \(fed.count) fed")
         } else {
-            precondition(reassembler.pendingRequest == request, "pendingRequest changed on needMore")
-            precondition(reassembler.bytesReceived == fed.count, "bytesReceived \(reassembler.bytesReceived) != \(fed.count)")
+            check(reassembler.pendingRequest == request, "pendingRequest changed on needMore")
+            check(reassembler.bytesReceived == fed.count, "bytesReceived \(reassembler.bytesReceived) != \(fed.count)")
             return
         }
-        precondition(reassembler.pendingRequest == nil && reassembler.bytesReceived == 0, "still pending after \(output)")
+        check(reassembler.pendingRequest == nil && reassembler.bytesReceived == 0, "still pending after \(output)")
         checkOneShot(output)
         pending = false
         fed = []
@@ -236,14 +279,14 @@ struct ReassemblerSession {
     func checkOneShot(_ output: DataSourceOutput) {
         guard let request else { return }
         var single = DataSourceReassembler(limits: limits)
-        do { try single.expect(request) } catch { preconditionFailure("one-shot expect threw \(error)") }
+        do { try single.expect(request) } catch { fatalError("one-shot expect threw \(error)") }
         let oneShot = single.feed(fed)
-        precondition(oneShot == output, "split feeding gave \(output), one fragment \(oneShot)")
+        check(oneShot == output, "split feeding gave \(output), one fragment \(oneShot)")
     }
 
     func checkSameState() {
-        precondition(reassembler.pendingRequest == reference.pendingRequest, "pendingRequest differs from the reference")
-        precondition(reassembler.bytesReceived == reference.bytesReceived, "bytesReceived differs from the reference")
+        check(reassembler.pendingRequest == reference.pendingRequest, "pendingRequest differs from the reference")
+        check(reassembler.bytesReceived == reference.bytesReceived, "bytesReceived differs from the reference")
     }
 
     /// The invariants of any response: right subject, known and requested IDs each at most once,
@@ -253,30 +296,30 @@ struct ReassemblerSession {
         let requestedIDs: [UInt8]
         switch request {
         case .getNotificationAttributes(let uid, let attributes):
-            precondition(response.subject == .notification(uid: uid), "wrong subject \(response.subject)")
+            check(response.subject == .notification(uid: uid), "wrong subject \(response.subject)")
             requestedIDs = attributes.map(\.id.rawValue)
         case .getAppAttributes(let identifier, let attributes):
-            precondition(response.subject == .app(identifier: identifier), "wrong subject \(response.subject)")
+            check(response.subject == .app(identifier: identifier), "wrong subject \(response.subject)")
             requestedIDs = attributes.map(\.rawValue)
         case .performNotificationAction:
-            preconditionFailure("a response to PerformNotificationAction")
+            fatalError("a response to PerformNotificationAction")
         }
         let receivedIDs = response.attributes.map(\.rawID)
-        precondition(Set(receivedIDs).count == receivedIDs.count, "an attribute ID twice: \(receivedIDs)")
-        precondition(receivedIDs.allSatisfy(requestedIDs.contains), "an unrequested ID in \(receivedIDs)")
-        precondition(response.missingAttributeIDs == requestedIDs.filter { !receivedIDs.contains($0) },
+        check(Set(receivedIDs).count == receivedIDs.count, "an attribute ID twice: \(receivedIDs)")
+        check(receivedIDs.allSatisfy(requestedIDs.contains), "an unrequested ID in \(receivedIDs)")
+        check(response.missingAttributeIDs == requestedIDs.filter { !receivedIDs.contains($0) },
                      "missing IDs \(response.missingAttributeIDs) for received \(receivedIDs) of \(requestedIDs)")
         if complete {
-            precondition(response.isComplete && receivedIDs.count == requestedIDs.count, "incomplete response from feed")
+            check(response.isComplete && receivedIDs.count == requestedIDs.count, "incomplete response from feed")
         }
         for attribute in response.attributes {
-            precondition(attribute.value.count <= limits.maxAttributeLength, "value over maxAttributeLength")
+            check(attribute.value.count <= limits.maxAttributeLength, "value over maxAttributeLength")
         }
         // finishEarly before the header arrived gives an empty response that stands for no bytes.
         if !complete && response.attributes.isEmpty { return }
         let length = encodedLength(response)
-        precondition(length <= fed.count, "the response holds \(length) bytes, \(fed.count) were fed")
-        precondition(length <= limits.maxResponseLength, "the response is over maxResponseLength")
+        check(length <= fed.count, "the response holds \(length) bytes, \(fed.count) were fed")
+        check(length <= limits.maxResponseLength, "the response is over maxResponseLength")
         var expected: [UInt8] = []
         expected.reserveCapacity(length)
         switch response.subject {
@@ -291,7 +334,7 @@ struct ReassemblerSession {
             expected += [attribute.rawID, UInt8(truncatingIfNeeded: count), UInt8(truncatingIfNeeded: count >> 8)]
             expected += attribute.value
         }
-        precondition(fed.starts(with: expected), "the response's bytes are not what was fed")
+        check(fed.starts(with: expected), "the response's bytes are not what was fed")
     }
 
     /// The length on the wire of a response's header and tuples.

@@ -44,6 +44,10 @@ for path in sorted(glob.glob(f"{CAPTURES}/*.jsonl")):
         seeds[f"ds1-{name}"] = session(cp, cut(blob, 1))
         seeds[f"dslimits-{name}"] = session(cp, cut(blob, 20), limits=0x84)
         seeds[f"dsagain-{name}"] = session(cp, [blob[:9]], ops_after=b"\xfe" + bytes([len(blob[:200])]) + blob[:200])
+# CP mode also builds a request straight from the bytes to check expect's validation.
+seeds["cpv-notif-reserved"] = bytes([1, 0x00, 0x00, 0x01, 0x01, 0x0C, 0x00, 0x01, 0x00])
+seeds["cpv-app-nul"] = bytes([1, 0x01]) + b"com.\x00x\xff\x00\x01"
+seeds["cpv-action"] = bytes([1, 0x02, 0x05])
 seeds["ds-idle-feed"] = bytes([2, 0, 11, 5]) + bytes.fromhex("021400000001") + bytes([3, 0, 1, 2])
 
 os.makedirs(OUT, exist_ok=True)
