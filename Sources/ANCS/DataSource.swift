@@ -247,7 +247,7 @@ public struct DataSourceReassembler: Sendable {
             var length = 5
             for attribute in attributes {
                 let id = attribute.id
-                guard !id.isReserved else { throw .reservedAttribute(id.rawValue) }
+                guard !reservedNotificationAttributeIDs.contains(id.rawValue) else { throw .reservedAttribute(id.rawValue) }
                 guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
                 length += 1
                 switch (id.takesMaxLength, attribute.maxLength) {
@@ -264,7 +264,7 @@ public struct DataSourceReassembler: Sendable {
             guard !identifier.isEmpty else { throw .emptyAppIdentifier }
             guard !identifier.contains(0) else { throw .appIdentifierContainsNUL }
             for id in attributes {
-                guard !id.isReserved else { throw .reservedAttribute(id.rawValue) }
+                guard !reservedAppAttributeIDs.contains(id.rawValue) else { throw .reservedAttribute(id.rawValue) }
                 guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
             }
             size = 2 + identifier.count + attributes.count
@@ -275,9 +275,30 @@ public struct DataSourceReassembler: Sendable {
         guard size <= ControlPointRequest.maxEncodedSize else { throw .tooLong(size) }
     }
 
+    /// The raw values whose `isReserved` is true, computed once from the identifier types, so that
+    /// `validate` needs no name lookups.
+    private static let reservedNotificationAttributeIDs = ByteSet(where: { NotificationAttributeID(rawValue: $0).isReserved })
+    private static let reservedAppAttributeIDs = ByteSet(where: { AppAttributeID(rawValue: $0).isReserved })
+
     /// A set of bytes without heap storage.
-    private struct ByteSet {
+    private struct ByteSet: Sendable {
         private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+        init() {}
+
+        init(where predicate: (UInt8) -> Bool) {
+            for byte in UInt8.min...UInt8.max where predicate(byte) { _ = insert(byte) }
+        }
+
+        func contains(_ byte: UInt8) -> Bool {
+            let bit: UInt64 = 1 << UInt64(byte & 63)
+            switch byte >> 6 {
+            case 0: return words.0 & bit != 0
+            case 1: return words.1 & bit != 0
+            case 2: return words.2 & bit != 0
+            default: return words.3 & bit != 0
+            }
+        }
 
         /// Adds `byte`; false if it was already there.
         mutating func insert(_ byte: UInt8) -> Bool {
@@ -296,14 +317,14 @@ public struct DataSourceReassembler: Sendable {
     /// Drops the response in progress, if any, and becomes idle.
     public mutating func reset() {
         request = nil
-        appIdentifier = ""
+        if command == .getAppAttributes { appIdentifier = "" }
         stage = .command
         offset = 0
         fieldValue = 0
         fieldCount = 0
         receivedMask = 0
-        currentValue = []
-        attributes = []
+        if currentValue.capacity != 0 { currentValue = [] }
+        if attributes.capacity != 0 { attributes = [] }
     }
 
     /// Ends the pending response now, returning what arrived marked incomplete with the IDs that
@@ -330,7 +351,7 @@ public struct DataSourceReassembler: Sendable {
     /// Feeds one GATT notification value of the Data Source from a buffer.
     public mutating func feed(_ bytes: UnsafeBufferPointer<UInt8>) -> DataSourceOutput {
         guard request != nil else {
-            return bytes.isEmpty ? .needMore : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
+            return bytes.isEmpty ? DataSourceOutput() : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
         }
         var index = 0
         let end = bytes.count
@@ -343,7 +364,7 @@ public struct DataSourceReassembler: Sendable {
                 if currentValue.count == currentLength {
                     var value: [UInt8] = []
                     swap(&value, &currentValue)
-                    if let done = finishAttribute(value, remaining: end - index) { return done }
+                    if finishAttribute(value) { return completed(remaining: end - index) }
                 }
             case .attributeID:
                 let id = bytes[index]
@@ -357,7 +378,11 @@ public struct DataSourceReassembler: Sendable {
                     // The whole tuple header is here: take the length at once.
                     fieldValue = UInt32(bytes[index + 1]) | UInt32(bytes[index + 2]) << 8
                     advance(&index, by: 3)
-                    if let done = lengthComplete(bytes, &index) { return done }
+                    switch lengthComplete(bytes, &index) {
+                    case .more: break
+                    case .complete: return completed(remaining: end - index)
+                    case .failed(let kind): return fail(kind)
+                    }
                 } else {
                     fieldValue = 0
                     fieldCount = 0
@@ -368,7 +393,13 @@ public struct DataSourceReassembler: Sendable {
                 fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
                 fieldCount += 1
                 advance(&index, by: 1)
-                if fieldCount == 2, let done = lengthComplete(bytes, &index) { return done }
+                if fieldCount == 2 {
+                    switch lengthComplete(bytes, &index) {
+                    case .more: break
+                    case .complete: return completed(remaining: end - index)
+                    case .failed(let kind): return fail(kind)
+                    }
+                }
             case .command:
                 let received = CommandID(rawValue: bytes[index])
                 guard received == command else {
@@ -407,7 +438,7 @@ public struct DataSourceReassembler: Sendable {
                 if fieldCount > appIdentifier.utf8.count { stage = .attributeID }
             }
         }
-        return .needMore
+        return DataSourceOutput()  // need more; built in place rather than copied from `.needMore`
     }
 
     /// How many bytes from `index` on match the expected app identifier from position
@@ -439,32 +470,35 @@ public struct DataSourceReassembler: Sendable {
         return count
     }
 
+    /// What a step inside `feed` leads to. (Steps return this rather than a `DataSourceOutput?`,
+    /// which the caller would have to copy out of the optional.)
+    private enum Progress { case more, complete, failed(DataSourceError.Kind) }
+
     /// The tuple's length (`fieldValue`) has arrived and `offset` is just past it: checks the
     /// limits, then stores an empty value, takes a value that is all in this fragment, or starts
-    /// collecting one. Returns the output if the feed ends here.
-    private mutating func lengthComplete(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> DataSourceOutput? {
+    /// collecting one.
+    private mutating func lengthComplete(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> Progress {
         currentLength = Int(fieldValue)
         guard currentLength <= limits.maxAttributeLength else {
             offset -= 3
-            return fail(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
+            return .failed(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
         }
         guard offset + currentLength <= limits.maxResponseLength else {
-            return fail(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
+            return .failed(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
         }
-        let available = bytes.count - index
         if currentLength == 0 {
             stage = .attributeID
-            return finishAttribute([], remaining: available)
+            return finishAttribute([]) ? .complete : .more
         }
-        if currentLength <= available {
+        if currentLength <= bytes.count - index {
             let value = Array(UnsafeBufferPointer(rebasing: bytes[index..<(index + currentLength)]))
             advance(&index, by: currentLength)
             stage = .attributeID
-            return finishAttribute(value, remaining: available - currentLength)
+            return finishAttribute(value) ? .complete : .more
         }
         currentValue.reserveCapacity(currentLength)
         stage = .value
-        return nil
+        return .more
     }
 
     private mutating func advance(_ index: inout Int, by count: Int) {
@@ -472,12 +506,16 @@ public struct DataSourceReassembler: Sendable {
         offset += count
     }
 
-    /// Stores the finished tuple; returns the output if that completed the response.
-    private mutating func finishAttribute(_ value: [UInt8], remaining: Int) -> DataSourceOutput? {
+    /// Stores the finished tuple; true if that completed the response.
+    private mutating func finishAttribute(_ value: consuming [UInt8]) -> Bool {
         attributes.append(DataSourceAttribute(rawID: currentID, value: value))
         receivedMask |= 1 << UInt16(currentID)
         stage = .attributeID
-        guard receivedMask == requestedMask else { return nil }
+        return receivedMask == requestedMask
+    }
+
+    /// The output for a response just completed, with `remaining` bytes of the fragment after it.
+    private mutating func completed(remaining: Int) -> DataSourceOutput {
         let response = makeResponse()
         let trailingAt = offset
         reset()
@@ -486,25 +524,26 @@ public struct DataSourceReassembler: Sendable {
     }
 
     private func makeResponse() -> DataSourceResponse {
+        let subject: DataSourceResponse.Subject = command == .getAppAttributes
+            ? .app(identifier: appIdentifier) : .notification(uid: uid)
+        return DataSourceResponse(subject: subject, attributes: attributes, missingAttributeIDs: missingIDs())
+    }
+
+    /// The requested IDs that have not arrived, in request order.
+    private func missingIDs() -> [UInt8] {
+        guard receivedMask != requestedMask else { return [] }  // every requested bit is set
         var missing: [UInt8] = []
-        let subject: DataSourceResponse.Subject
         switch request {
-        case .getAppAttributes(let identifier, let requested):
-            subject = .app(identifier: identifier)
-            if receivedMask != requestedMask {
-                for id in requested where receivedMask & (1 << UInt16(id.rawValue)) == 0 { missing.append(id.rawValue) }
+        case .getNotificationAttributes(_, let requested):
+            for attribute in requested where receivedMask & (1 << UInt16(attribute.id.rawValue)) == 0 {
+                missing.append(attribute.id.rawValue)
             }
-        case .getNotificationAttributes(let uid, let requested):
-            subject = .notification(uid: uid)
-            if receivedMask != requestedMask {
-                for attribute in requested where receivedMask & (1 << UInt16(attribute.id.rawValue)) == 0 {
-                    missing.append(attribute.id.rawValue)
-                }
-            }
+        case .getAppAttributes(_, let requested):
+            for id in requested where receivedMask & (1 << UInt16(id.rawValue)) == 0 { missing.append(id.rawValue) }
         case .performNotificationAction, nil:
-            subject = .notification(uid: uid)  // not reached: no response is pending for these
+            break  // no response is pending for these
         }
-        return DataSourceResponse(subject: subject, attributes: attributes, missingAttributeIDs: missing)
+        return missing
     }
 
     private mutating func fail(_ kind: DataSourceError.Kind) -> DataSourceOutput {
