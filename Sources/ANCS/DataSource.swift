@@ -317,7 +317,7 @@ public struct DataSourceReassembler: Sendable {
     /// Drops the response in progress, if any, and becomes idle.
     public mutating func reset() {
         request = nil
-        if command == .getAppAttributes { appIdentifier = "" }
+        if !appIdentifier.isEmpty { appIdentifier = "" }
         stage = .command
         offset = 0
         fieldValue = 0
@@ -444,9 +444,8 @@ public struct DataSourceReassembler: Sendable {
     /// How many bytes from `index` on match the expected app identifier from position
     /// `fieldCount` on, followed by its NUL terminator; stops after the terminator.
     private func matchAppIdentifier(_ bytes: UnsafeBufferPointer<UInt8>, from index: Int) -> Int {
-        let expected = appIdentifier.utf8
         let position = fieldCount
-        let matched: Int? = expected.withContiguousStorageIfAvailable { identifier in
+        func match(_ identifier: UnsafeBufferPointer<UInt8>) -> Int {
             var count = 0
             while index + count < bytes.count {
                 let at = position + count
@@ -457,17 +456,9 @@ public struct DataSourceReassembler: Sendable {
             }
             return count
         }
-        if let matched { return matched }
-        let identifier = Array(expected)
-        var count = 0
-        while index + count < bytes.count {
-            let at = position + count
-            let wanted: UInt8 = at < identifier.count ? identifier[at] : 0
-            guard bytes[index + count] == wanted else { break }
-            count += 1
-            if at == identifier.count { break }
-        }
-        return count
+        // Native strings always have contiguous UTF-8; the copy is only a fallback.
+        return appIdentifier.utf8.withContiguousStorageIfAvailable(match)
+            ?? Array(appIdentifier.utf8).withUnsafeBufferPointer(match)
     }
 
     /// What a step inside `feed` leads to. (Steps return this rather than a `DataSourceOutput?`,
