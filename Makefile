@@ -12,6 +12,8 @@ FIXTURES    := Tests/ANCSCaptureTests/Fixtures/captures
 DEMO_CAPTURE ?= $(FIXTURES)/real-ds-ringly-sms-uid0x14-all-eight-attributes.jsonl
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
+# ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
+BENCH_LINK  := $(foreach f,malloc calloc realloc,-Xlinker --defsym=$(f)=ancs_bench_$(f))
 
 PREFIX      ?= /usr/local
 DESTDIR     ?=
@@ -76,15 +78,17 @@ check-install:
 ## bench: release-build benchmarks that print their numbers.
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
-	$(SWIFT) build -c release $(STRICT) --product ancs-bench
+	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
 
 ## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
 fuzz:
 	@mkdir -p $(FUZZ_DIR) Fuzz/corpus
-	$(SWIFTC) -O -parse-as-library -sanitize=fuzzer,address -module-name ANCSFuzz \
-		Sources/ANCS/*.swift Fuzz/ANCSFuzz.swift -o $(FUZZ_DIR)/ancs-fuzz
-	$(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 Fuzz/corpus Fuzz/seeds
+	$(SWIFTC) -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
+		-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault \
+		-module-name ANCSFuzz Sources/ANCS/*.swift Fuzz/*.swift -o $(FUZZ_DIR)/ancs-fuzz
+	SWIFT_BACKTRACE=enable=no $(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -print_final_stats=1 \
+		-artifact_prefix=Fuzz/ Fuzz/corpus Fuzz/seeds
 
 clean:
 	rm -rf .build

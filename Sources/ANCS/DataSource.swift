@@ -161,23 +161,27 @@ public struct DataSourceOutput: Hashable, Sendable {
 /// allocations are the response's own values. After an error the broken response is dropped and
 /// the reassembler is idle, ready for the next request.
 public struct DataSourceReassembler: Sendable {
+    // Performance notes (the behaviour is that of a byte-at-a-time state machine; see Fuzz/):
+    // - What the response must echo is kept in plain scalar fields, so `feed` copies and
+    //   retains nothing; the request itself is only read to answer `pendingRequest` and to list
+    //   missing IDs.
+    // - `expect` validates the request exactly as `ControlPointRequest.encoded()` does (same
+    //   checks, same order, same errors) without building the bytes, so it allocates nothing.
+    // - A UID, a tuple header or a whole value that lies inside one fragment is taken in one
+    //   step; only fields cut by a fragment boundary go through the byte-at-a-time stages.
     private enum Stage: Sendable { case command, uid, appIdentifier, attributeID, attributeLength, value }
-
-    private struct Expectation: Sendable {
-        var request: ControlPointRequest
-        var command: CommandID
-        var uid: UInt32
-        var appIdentifier: [UInt8]
-        var appIdentifierText: String
-        var requestedIDs: [UInt8]
-        var requestedMask: UInt16
-        var knownIDCount: UInt8
-    }
 
     /// The caps this reassembler enforces.
     public let limits: DataSourceLimits
 
-    private var expectation: Expectation?
+    /// The request whose response is awaited; nil when idle.
+    private var request: ControlPointRequest?
+    private var command = CommandID.getNotificationAttributes
+    private var uid: UInt32 = 0
+    private var appIdentifier = ""
+    private var requestedMask: UInt16 = 0
+    private var knownIDCount: UInt8 = 0
+
     private var stage = Stage.command
     private var offset = 0
     private var fieldValue: UInt32 = 0
@@ -193,23 +197,28 @@ public struct DataSourceReassembler: Sendable {
     }
 
     /// The request whose response is being reassembled, or nil when idle.
-    public var pendingRequest: ControlPointRequest? { expectation?.request }
+    public var pendingRequest: ControlPointRequest? { request }
 
     /// How many bytes of the pending response have arrived.
-    public var bytesReceived: Int { expectation == nil ? 0 : offset }
+    public var bytesReceived: Int { request == nil ? 0 : offset }
 
     /// Starts waiting for the response to `request`, dropping any response in progress.
     /// A PerformNotificationAction has no Data Source response: it leaves the reassembler idle.
     public mutating func expect(_ request: ControlPointRequest) throws(ControlPointError) {
-        _ = try request.encoded()  // the same validation as on the wire
+        try Self.validate(request)  // the same validation as on the wire
         reset()
         switch request {
         case .getNotificationAttributes(let uid, let requested):
-            begin(request, .getNotificationAttributes, uid: uid, appIdentifier: "",
-                  ids: requested.map(\.id.rawValue), knownIDCount: 8)
+            // validate() refused reserved IDs, so every ID is below 8 and fits the mask.
+            var mask: UInt16 = 0
+            for attribute in requested { mask |= 1 << UInt16(attribute.id.rawValue & 0x0F) }
+            begin(request, .getNotificationAttributes, uid: uid, appIdentifier: "", mask: mask,
+                  count: requested.count, knownIDCount: 8)
         case .getAppAttributes(let identifier, let requested):
-            begin(request, .getAppAttributes, uid: 0, appIdentifier: identifier,
-                  ids: requested.map(\.rawValue), knownIDCount: 1)
+            var mask: UInt16 = 0
+            for id in requested { mask |= 1 << UInt16(id.rawValue & 0x0F) }
+            begin(request, .getAppAttributes, uid: 0, appIdentifier: identifier, mask: mask,
+                  count: requested.count, knownIDCount: 1)
         case .performNotificationAction:
             break
         }
@@ -217,35 +226,113 @@ public struct DataSourceReassembler: Sendable {
 
     private mutating func begin(
         _ request: ControlPointRequest, _ command: CommandID, uid: UInt32, appIdentifier: String,
-        ids: [UInt8], knownIDCount: UInt8
+        mask: UInt16, count: Int, knownIDCount: UInt8
     ) {
-        // encoded() refused reserved IDs, so every ID is below 8 and fits the mask.
-        let mask = ids.reduce(UInt16(0)) { $0 | 1 << UInt16($1 & 0x0F) }
-        expectation = Expectation(
-            request: request, command: command, uid: uid, appIdentifier: Array(appIdentifier.utf8),
-            appIdentifierText: appIdentifier, requestedIDs: ids, requestedMask: mask,
-            knownIDCount: knownIDCount)
-        attributes.reserveCapacity(ids.count)
+        self.request = request
+        self.command = command
+        self.uid = uid
+        self.appIdentifier = appIdentifier
+        self.requestedMask = mask
+        self.knownIDCount = knownIDCount
+        attributes.reserveCapacity(count)
+    }
+
+    /// Throws exactly what `request.encoded()` throws, in the same order, without encoding.
+    private static func validate(_ request: ControlPointRequest) throws(ControlPointError) {
+        var seen = ByteSet()
+        let size: Int
+        switch request {
+        case .getNotificationAttributes(_, let attributes):
+            guard !attributes.isEmpty else { throw .noAttributes }
+            var length = 5
+            for attribute in attributes {
+                let id = attribute.id
+                guard !reservedNotificationAttributeIDs.contains(id.rawValue) else { throw .reservedAttribute(id.rawValue) }
+                guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
+                length += 1
+                switch (id.takesMaxLength, attribute.maxLength) {
+                case (true, _?): length += 2
+                case (true, nil): throw .maxLengthRequired(id)
+                case (false, nil): break
+                case (false, _?): throw .maxLengthNotAllowed(id)
+                }
+            }
+            size = length
+        case .getAppAttributes(let appIdentifier, let attributes):
+            guard !attributes.isEmpty else { throw .noAttributes }
+            let identifier = appIdentifier.utf8
+            guard !identifier.isEmpty else { throw .emptyAppIdentifier }
+            guard !identifier.contains(0) else { throw .appIdentifierContainsNUL }
+            for id in attributes {
+                guard !reservedAppAttributeIDs.contains(id.rawValue) else { throw .reservedAttribute(id.rawValue) }
+                guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
+            }
+            size = 2 + identifier.count + attributes.count
+        case .performNotificationAction(_, let action):
+            guard !action.isReserved else { throw .reservedAction(action.rawValue) }
+            size = 6
+        }
+        guard size <= ControlPointRequest.maxEncodedSize else { throw .tooLong(size) }
+    }
+
+    /// The raw values whose `isReserved` is true, computed once from the identifier types, so that
+    /// `validate` needs no name lookups.
+    private static let reservedNotificationAttributeIDs = ByteSet(where: { NotificationAttributeID(rawValue: $0).isReserved })
+    private static let reservedAppAttributeIDs = ByteSet(where: { AppAttributeID(rawValue: $0).isReserved })
+
+    /// A set of bytes without heap storage.
+    private struct ByteSet: Sendable {
+        private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+
+        init() {}
+
+        init(where predicate: (UInt8) -> Bool) {
+            for byte in UInt8.min...UInt8.max where predicate(byte) { _ = insert(byte) }
+        }
+
+        func contains(_ byte: UInt8) -> Bool {
+            let bit: UInt64 = 1 << UInt64(byte & 63)
+            switch byte >> 6 {
+            case 0: return words.0 & bit != 0
+            case 1: return words.1 & bit != 0
+            case 2: return words.2 & bit != 0
+            default: return words.3 & bit != 0
+            }
+        }
+
+        /// Adds `byte`; false if it was already there.
+        mutating func insert(_ byte: UInt8) -> Bool {
+            let bit: UInt64 = 1 << UInt64(byte & 63)
+            let old: UInt64
+            switch byte >> 6 {
+            case 0: old = words.0; words.0 |= bit
+            case 1: old = words.1; words.1 |= bit
+            case 2: old = words.2; words.2 |= bit
+            default: old = words.3; words.3 |= bit
+            }
+            return old & bit == 0
+        }
     }
 
     /// Drops the response in progress, if any, and becomes idle.
     public mutating func reset() {
-        expectation = nil
+        request = nil
+        if !appIdentifier.isEmpty { appIdentifier = "" }
         stage = .command
         offset = 0
         fieldValue = 0
         fieldCount = 0
         receivedMask = 0
-        currentValue = []
-        attributes = []
+        if currentValue.capacity != 0 { currentValue = [] }
+        if attributes.capacity != 0 { attributes = [] }
     }
 
     /// Ends the pending response now, returning what arrived marked incomplete with the IDs that
     /// are missing (a tuple cut short counts as missing). For a phone that omits a requested
     /// tuple. Returns nil when no response is pending.
     public mutating func finishEarly() -> DataSourceResponse? {
-        guard let expectation else { return nil }
-        let response = makeResponse(expectation)
+        guard request != nil else { return nil }
+        let response = makeResponse()
         reset()
         return response
     }
@@ -263,82 +350,146 @@ public struct DataSourceReassembler: Sendable {
 
     /// Feeds one GATT notification value of the Data Source from a buffer.
     public mutating func feed(_ bytes: UnsafeBufferPointer<UInt8>) -> DataSourceOutput {
-        guard let expected = expectation else {
-            return bytes.isEmpty ? .needMore : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
+        guard request != nil else {
+            return bytes.isEmpty ? DataSourceOutput() : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
         }
         var index = 0
         let end = bytes.count
         while index < end {
             switch stage {
-            case .command:
-                let received = CommandID(rawValue: bytes[index])
-                guard received == expected.command else {
-                    return fail(.commandMismatch(expected: expected.command, received: received))
+            case .value:
+                let take = min(end - index, currentLength - currentValue.count)
+                currentValue.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<(index + take)]))
+                advance(&index, by: take)
+                if currentValue.count == currentLength {
+                    var value: [UInt8] = []
+                    swap(&value, &currentValue)
+                    if finishAttribute(value) { return completed(remaining: end - index) }
                 }
-                advance(&index, by: 1)
-                stage = expected.command == .getAppAttributes ? .appIdentifier : .uid
-                fieldValue = 0
-                fieldCount = 0
-            case .uid:
-                fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
-                fieldCount += 1
-                advance(&index, by: 1)
-                if fieldCount == 4 {
-                    guard fieldValue == expected.uid else {
-                        offset -= 4
-                        return fail(.notificationUIDMismatch(expected: expected.uid, received: fieldValue))
-                    }
-                    stage = .attributeID
-                }
-            case .appIdentifier:
-                let byte = bytes[index]
-                let wanted: UInt8 = fieldCount < expected.appIdentifier.count ? expected.appIdentifier[fieldCount] : 0
-                guard byte == wanted else { return fail(.appIdentifierMismatch(expected: expected.appIdentifierText)) }
-                fieldCount += 1
-                advance(&index, by: 1)
-                if fieldCount > expected.appIdentifier.count { stage = .attributeID }
             case .attributeID:
                 let id = bytes[index]
                 let bit: UInt16 = id < 16 ? 1 << UInt16(id) : 0
-                guard bit & expected.requestedMask != 0 else {
-                    return fail(id >= expected.knownIDCount ? .unknownAttribute(id) : .unrequestedAttribute(id))
+                guard bit & requestedMask != 0 else {
+                    return fail(id >= knownIDCount ? .unknownAttribute(id) : .unrequestedAttribute(id))
                 }
                 guard bit & receivedMask == 0 else { return fail(.duplicateAttribute(id)) }
                 currentID = id
-                fieldValue = 0
-                fieldCount = 0
-                advance(&index, by: 1)
-                stage = .attributeLength
+                if end - index >= 3 {
+                    // The whole tuple header is here: take the length at once.
+                    fieldValue = UInt32(bytes[index + 1]) | UInt32(bytes[index + 2]) << 8
+                    advance(&index, by: 3)
+                    switch lengthComplete(bytes, &index) {
+                    case .more: break
+                    case .complete: return completed(remaining: end - index)
+                    case .failed(let kind): return fail(kind)
+                    }
+                } else {
+                    fieldValue = 0
+                    fieldCount = 0
+                    advance(&index, by: 1)
+                    stage = .attributeLength
+                }
             case .attributeLength:
                 fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
                 fieldCount += 1
                 advance(&index, by: 1)
                 if fieldCount == 2 {
-                    currentLength = Int(fieldValue)
-                    guard currentLength <= limits.maxAttributeLength else {
-                        offset -= 3
-                        return fail(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
-                    }
-                    guard offset + currentLength <= limits.maxResponseLength else {
-                        return fail(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
-                    }
-                    if currentLength == 0 {
-                        if let done = finishAttribute(expected, remaining: end - index) { return done }
-                    } else {
-                        currentValue.reserveCapacity(currentLength)
-                        stage = .value
+                    switch lengthComplete(bytes, &index) {
+                    case .more: break
+                    case .complete: return completed(remaining: end - index)
+                    case .failed(let kind): return fail(kind)
                     }
                 }
-            case .value:
-                let take = min(end - index, currentLength - currentValue.count)
-                currentValue.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<(index + take)]))
-                advance(&index, by: take)
-                if currentValue.count == currentLength, let done = finishAttribute(expected, remaining: end - index) {
-                    return done
+            case .command:
+                let received = CommandID(rawValue: bytes[index])
+                guard received == command else {
+                    return fail(.commandMismatch(expected: command, received: received))
                 }
+                advance(&index, by: 1)
+                stage = command == .getAppAttributes ? .appIdentifier : .uid
+                fieldValue = 0
+                fieldCount = 0
+            case .uid:
+                if fieldCount == 0 && end - index >= 4 {
+                    fieldValue = UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8
+                        | UInt32(bytes[index + 2]) << 16 | UInt32(bytes[index + 3]) << 24
+                    fieldCount = 4
+                    advance(&index, by: 4)
+                } else {
+                    fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
+                    fieldCount += 1
+                    advance(&index, by: 1)
+                }
+                if fieldCount == 4 {
+                    guard fieldValue == uid else {
+                        offset -= 4
+                        return fail(.notificationUIDMismatch(expected: uid, received: fieldValue))
+                    }
+                    stage = .attributeID
+                }
+            case .appIdentifier:
+                // Compare as many bytes as are here with the identifier and its NUL terminator.
+                let matched = matchAppIdentifier(bytes, from: index)
+                advance(&index, by: matched)
+                fieldCount += matched
+                if index < end && fieldCount <= appIdentifier.utf8.count {
+                    return fail(.appIdentifierMismatch(expected: appIdentifier))
+                }
+                if fieldCount > appIdentifier.utf8.count { stage = .attributeID }
             }
         }
-        return .needMore
+        return DataSourceOutput()  // need more; built in place rather than copied from `.needMore`
+    }
+
+    /// How many bytes from `index` on match the expected app identifier from position
+    /// `fieldCount` on, followed by its NUL terminator; stops after the terminator.
+    private func matchAppIdentifier(_ bytes: UnsafeBufferPointer<UInt8>, from index: Int) -> Int {
+        let position = fieldCount
+        func match(_ identifier: UnsafeBufferPointer<UInt8>) -> Int {
+            var count = 0
+            while index + count < bytes.count {
+                let at = position + count
+                let wanted: UInt8 = at < identifier.count ? identifier[at] : 0
+                guard bytes[index + count] == wanted else { break }
+                count += 1
+                if at == identifier.count { break }
+            }
+            return count
+        }
+        // Native strings always have contiguous UTF-8; the copy is only a fallback.
+        return appIdentifier.utf8.withContiguousStorageIfAvailable(match)
+            ?? Array(appIdentifier.utf8).withUnsafeBufferPointer(match)
+    }
+
+    /// What a step inside `feed` leads to. (Steps return this rather than a `DataSourceOutput?`,
+    /// which the caller would have to copy out of the optional.)
+    private enum Progress { case more, complete, failed(DataSourceError.Kind) }
+
+    /// The tuple's length (`fieldValue`) has arrived and `offset` is just past it: checks the
+    /// limits, then stores an empty value, takes a value that is all in this fragment, or starts
+    /// collecting one.
+    private mutating func lengthComplete(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> Progress {
+        currentLength = Int(fieldValue)
+        guard currentLength <= limits.maxAttributeLength else {
+            offset -= 3
+            return .failed(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
+        }
+        guard offset + currentLength <= limits.maxResponseLength else {
+            return .failed(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
+        }
+        if currentLength == 0 {
+            stage = .attributeID
+            return finishAttribute([]) ? .complete : .more
+        }
+        if currentLength <= bytes.count - index {
+            let value = Array(UnsafeBufferPointer(rebasing: bytes[index..<(index + currentLength)]))
+            advance(&index, by: currentLength)
+            stage = .attributeID
+            return finishAttribute(value) ? .complete : .more
+        }
+        currentValue.reserveCapacity(currentLength)
+        stage = .value
+        return .more
     }
 
     private mutating func advance(_ index: inout Int, by count: Int) {
@@ -346,25 +497,44 @@ public struct DataSourceReassembler: Sendable {
         offset += count
     }
 
-    /// Stores the finished tuple; returns the output if that completed the response.
-    private mutating func finishAttribute(_ expected: Expectation, remaining: Int) -> DataSourceOutput? {
-        attributes.append(DataSourceAttribute(rawID: currentID, value: currentValue))
-        currentValue = []
+    /// Stores the finished tuple; true if that completed the response.
+    private mutating func finishAttribute(_ value: consuming [UInt8]) -> Bool {
+        attributes.append(DataSourceAttribute(rawID: currentID, value: value))
         receivedMask |= 1 << UInt16(currentID)
         stage = .attributeID
-        guard receivedMask == expected.requestedMask else { return nil }
-        let response = makeResponse(expected)
+        return receivedMask == requestedMask
+    }
+
+    /// The output for a response just completed, with `remaining` bytes of the fragment after it.
+    private mutating func completed(remaining: Int) -> DataSourceOutput {
+        let response = makeResponse()
         let trailingAt = offset
         reset()
         let error = remaining > 0 ? DataSourceError(.trailingBytes(count: remaining), offset: trailingAt) : nil
         return DataSourceOutput(response: response, error: error)
     }
 
-    private func makeResponse(_ expected: Expectation) -> DataSourceResponse {
-        let subject: DataSourceResponse.Subject = expected.command == .getAppAttributes
-            ? .app(identifier: expected.appIdentifierText) : .notification(uid: expected.uid)
-        let missing = expected.requestedIDs.filter { receivedMask & (1 << UInt16($0)) == 0 }
-        return DataSourceResponse(subject: subject, attributes: attributes, missingAttributeIDs: missing)
+    private func makeResponse() -> DataSourceResponse {
+        let subject: DataSourceResponse.Subject = command == .getAppAttributes
+            ? .app(identifier: appIdentifier) : .notification(uid: uid)
+        return DataSourceResponse(subject: subject, attributes: attributes, missingAttributeIDs: missingIDs())
+    }
+
+    /// The requested IDs that have not arrived, in request order.
+    private func missingIDs() -> [UInt8] {
+        guard receivedMask != requestedMask else { return [] }  // every requested bit is set
+        var missing: [UInt8] = []
+        switch request {
+        case .getNotificationAttributes(_, let requested):
+            for attribute in requested where receivedMask & (1 << UInt16(attribute.id.rawValue)) == 0 {
+                missing.append(attribute.id.rawValue)
+            }
+        case .getAppAttributes(_, let requested):
+            for id in requested where receivedMask & (1 << UInt16(id.rawValue)) == 0 { missing.append(id.rawValue) }
+        case .performNotificationAction, nil:
+            break  // no response is pending for these
+        }
+        return missing
     }
 
     private mutating func fail(_ kind: DataSourceError.Kind) -> DataSourceOutput {
