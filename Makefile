@@ -8,8 +8,6 @@ STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev pkg-config
 TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
-FIXTURES    := Tests/ANCSCaptureTests/Fixtures/captures
-DEMO_CAPTURE ?= $(FIXTURES)/real-ds-ringly-sms-uid0x14-all-eight-attributes.jsonl
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
 # ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
@@ -59,10 +57,13 @@ uninstall:
 		$(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf $(DESTDIR)$(MANDIR)/man8/ancsd.8 $(DESTDIR)$(BASHCOMPDIR)/ancsd
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ancsd 2>/dev/null
 
-## demo: decodes the bundled sample capture and prints each record as JSON.
-demo: release
-	@echo "== ancsd decode $(DEMO_CAPTURE)"
-	@$$($(SWIFT) build -c release --show-bin-path)/ancsd decode $(DEMO_CAPTURE)
+## demo: a private D-Bus bus, the simulated iPhone (scenarios/demo.jsonl) and ancsd run
+## against it, printing the notifications; ends by itself.
+demo:
+	@scripts/install-deps $(TEST_DEPS)
+	$(SWIFT) build -c release $(STRICT) --product ancsd
+	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
+	@scripts/demo
 
 ## test: installs the test dependencies, builds everything with warnings as errors, runs every test.
 test:
@@ -80,6 +81,9 @@ bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
+	$(SWIFT) build -c release $(STRICT) --product ancsd
+	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
+	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)
 
 ## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
 fuzz:
