@@ -304,7 +304,7 @@ public actor Daemon {
         guard let connection else { return }
         let gatt = GattClient(connection: connection)
         let path = link.device.path, id = link.id, characteristic = link.characteristics.controlPoint
-        link.tasks.append(Task {
+        link.write = Task {
             let result: WriteResult
             do {
                 try await gatt.writeRequest(characteristic, bytes)
@@ -315,8 +315,7 @@ public actor Daemon {
                 return  // cancelled with its link
             }
             self.writeFinished(result, linkID: id, path: path)
-        })
-        link.tasks.removeAll { $0.isCancelled }
+        }
     }
 
     private func writeFinished(_ result: WriteResult, linkID: UInt64, path: ObjectPath) {

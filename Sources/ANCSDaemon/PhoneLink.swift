@@ -36,6 +36,8 @@ final class PhoneLink {
     var readers: [NotificationReader] = []
     var inputs: AsyncStream<Input>.Continuation?
     var tasks: [Task<Void, Never>] = []
+    /// The Control Point write in flight (the session keeps at most one).
+    var write: Task<Void, Never>?
     var timer: Task<Void, Never>?
     var timerDeadline: Duration?
     var notificationCount = 0
@@ -65,6 +67,8 @@ final class PhoneLink {
         inputs = nil
         for task in tasks { task.cancel() }
         tasks = []
+        write?.cancel()
+        write = nil
         timer?.cancel()
         timer = nil
     }
