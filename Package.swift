@@ -47,7 +47,9 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .testTarget(name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON"], swiftSettings: strict),
+        .testTarget(
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],
+            swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],

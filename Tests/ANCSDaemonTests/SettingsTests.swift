@@ -1,0 +1,89 @@
+import ANCSDaemon
+import ANCSSession
+import DBus
+import Foundation
+import Testing
+import TestSupport
+
+@Suite struct RunSettingsTests {
+    @Test func readsAConfigurationFile() throws {
+        var settings = RunSettings()
+        try settings.apply(configuration: """
+            # ancsd.conf
+            format = json
+            fifo = "/run/ancsd/events"
+            fifo-mode = 0660
+
+            device = aa:bb:cc:dd:ee:01, AA-BB-CC-DD-EE-02
+            device = AA:BB:CC:DD:EE:03
+            adapter = hci1
+            bus = unix:path=/tmp/bus
+            log-level = debug
+            acquire-notify = no
+            """, path: "ancsd.conf")
+        #expect(settings.format == .json)
+        #expect(settings.fifoPath == "/run/ancsd/events")
+        #expect(settings.fifoMode == 0o660)
+        #expect(settings.options.devices == ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02", "AA:BB:CC:DD:EE:03"])
+        #expect(settings.options.adapter == "hci1")
+        #expect(settings.options.bus == .address("unix:path=/tmp/bus"))
+        #expect(settings.logLevel == .debug)
+        #expect(!settings.options.preferAcquireNotify)
+    }
+
+    @Test(arguments: [
+        ("format = yaml", "ancsd.conf:2: format must be text or json, not 'yaml'"),
+        ("just words", "ancsd.conf:2: expected 'key = value', found 'just words'"),
+        ("colour = blue", "ancsd.conf:2: unknown setting 'colour'"),
+        ("fifo-mode = 999", "ancsd.conf:2: fifo-mode must be octal permissions"),
+        ("device = AA:BB", "ancsd.conf:2: device needs a Bluetooth address"),
+        ("adapter = eth0", "ancsd.conf:2: adapter needs an adapter name"),
+        ("acquire-notify = maybe", "ancsd.conf:2: acquire-notify must be yes or no"),
+        ("log-level = loud", "ancsd.conf:2: log-level must be"),
+    ])
+    func errorsNameTheLine(line: String, message: String) {
+        var settings = RunSettings()
+        do {
+            try settings.apply(configuration: "# first line\n\(line)\n", path: "ancsd.conf")
+            Issue.record("accepted \(line)")
+        } catch {
+            #expect(error.description.hasPrefix(message), "\(error)")
+        }
+    }
+}
+
+@Suite struct SystemdNotifierTests {
+    @Test func inactiveWithoutASocket() {
+        let notifier = SystemdNotifier(environment: { _ in nil })
+        #expect(!notifier.isActive && notifier.watchdogInterval == nil)
+        #expect(!notifier.send("READY=1"))
+    }
+
+    @Test func sendsDatagrams() throws {
+        let directory = NSTemporaryDirectory()
+        let listener = try DatagramListener(directory: directory)
+        let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": listener.path, "WATCHDOG_USEC": "2000000"].get)
+        #expect(notifier.isActive)
+        #expect(notifier.watchdogInterval == .seconds(2))
+        notifier.ready(status: "1 phone connected, 3 notifications")
+        #expect(listener.receive(timeout: .seconds(2)) == "READY=1\nSTATUS=1 phone connected, 3 notifications")
+        notifier.watchdog()
+        #expect(listener.receive(timeout: .seconds(2)) == "WATCHDOG=1")
+        notifier.reloading()
+        #expect(listener.receive(timeout: .seconds(2))?.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") == true)
+        notifier.stopping()
+        #expect(listener.receive(timeout: .seconds(2)) == "STOPPING=1")
+    }
+
+    @Test func watchdogOnlyForThisProcess() {
+        let other = SystemdNotifier(environment: ["NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": "1"].get)
+        #expect(other.watchdogInterval == nil)
+        let mine = SystemdNotifier(environment: ["NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "100", "WATCHDOG_PID": String(getpid())].get)
+        #expect(mine.watchdogInterval == .microseconds(100))
+        #expect(SystemdNotifier(environment: ["NOTIFY_SOCKET": "relative"].get).isActive == false)
+    }
+}
+
+private extension Dictionary where Key == String, Value == String {
+    func get(_ key: String) -> String? { self[key] }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import JSON
+import Testing
+import TestSupport
+
+/// ancsd as systemd runs it: readiness, status, watchdog, reload and stop over NOTIFY_SOCKET,
+/// and the configuration file.
+@Suite(.serialized) struct ServiceTests {
+    private func environment(_ extra: [String: String]) -> [String: String] {
+        ProcessInfo.processInfo.environment.merging(extra) { _, new in new }
+    }
+
+    @Test func notifiesSystemdAndReloadsWithoutDroppingThePhone() throws {
+        let bus = try PrivateBus()
+        let notify = try DatagramListener(directory: bus.directory)
+        let config = bus.directory + "/ancsd.conf"
+        try "format = json\nlog-level = info\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let scenario = bus.directory + "/phone.jsonl"
+        try """
+            {"scenario":"service","devices":[{"address":"AA:BB:CC:DD:EE:01","name":"Ada's iPhone"}],"apps":{"a":"App"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"a","title":"Before the reload","message":"x"}
+            {"do":"sleep","seconds":30}
+            {"do":"end"}
+            """.write(toFile: scenario, atomically: true, encoding: .utf8)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", bus.address, "run", "--config", config],
+            environment: environment(["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"]))
+        let ready = try notify.receive(until: "READY=1", timeout: .seconds(20))
+        #expect(ready.last?.contains("STATUS=waiting for bluetoothd") == true, "\(ready)")
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", scenario])
+        defer { _ = try? phone.stop() }
+        try ancsd.waitForLine { $0.contains("Before the reload") }
+        let status = try notify.receive(until: "STATUS=1 phone connected, 1 notification", timeout: .seconds(10))
+        #expect(status.contains { $0 == "WATCHDOG=1" }, "the watchdog is answered: \(status)")
+        #expect(!ancsd.standardError.contains("debug:"))
+
+        try "format = json\nlog-level = debug\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        let reload = try notify.receive(until: "READY=1", timeout: .seconds(10))
+        #expect(reload.contains { $0.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") })
+        try ancsd.waitForStandardError(containing: "reloaded the configuration")
+        #expect(!ancsd.lines.contains { $0.text.contains("disconnected") }, "the phone stays connected")
+        let debugBefore = ancsd.standardError.components(separatedBy: "debug:").count
+
+        ancsd.signal(SIGTERM)
+        _ = try notify.receive(until: "STOPPING=1", timeout: .seconds(10))
+        #expect(try ancsd.wait() == 0)
+        #expect(ancsd.standardError.components(separatedBy: "debug:").count >= debugBefore)
+        #expect(ancsd.lines.last?.text.contains(#""type":"disconnected""#) == true, "a clean stop says goodbye")
+    }
+
+    @Test func aBadConfigurationStopsBeforeReady() throws {
+        let bus = try PrivateBus()
+        let notify = try DatagramListener(directory: bus.directory)
+        let config = bus.directory + "/ancsd.conf"
+        try "format = json\n\nfifo-mode = rw-rw----\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--config", config],
+            environment: environment(["NOTIFY_SOCKET": notify.path]))
+        #expect(try ancsd.wait() == 2)
+        #expect(ancsd.standardError.contains("ancsd.conf:3: fifo-mode must be octal permissions"))
+        #expect(notify.receive(timeout: .milliseconds(200)) == nil, "never READY")
+    }
+
+    @Test func theCommandLineOverridesTheFile() throws {
+        let bus = try PrivateBus()
+        let config = bus.directory + "/ancsd.conf"
+        try "format = text\nlog-level = error\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", bus.address, "run", "--config", config, "--log-level", "info"])
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running")
+        #expect(try ancsd.stop() == 0)
+    }
+
+    @Test func aMissingBusIsAClearError() throws {
+        let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", "unix:path=/nonexistent/bus", "run"])
+        #expect(try ancsd.wait() == 1)
+        #expect(ancsd.standardError.contains("cannot connect to the D-Bus bus"))
+    }
+}
