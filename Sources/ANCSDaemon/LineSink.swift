@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 public import Glibc
 #endif
+import ANCSSession
 public import Dispatch
 import Synchronization
 
@@ -12,7 +13,7 @@ import Synchronization
 /// is nothing to write. A reader that goes away (EPIPE) ends the sink with one log line.
 public final class LineSink: Sendable {
     private struct State {
-        var pending = FIFOQueue<[UInt8]>()
+        var pending = FIFO<[UInt8]>()
         var pendingBytes = 0
         var writing = false
         var dropped = 0
@@ -94,7 +95,7 @@ public final class LineSink: Sendable {
                 let reason = String(cString: strerror(errno))
                 state.withLock { state in
                     state.broken = true
-                    state.pending = FIFOQueue()
+                    state.pending = FIFO()
                     state.pendingBytes = 0
                     state.writing = false
                 }
@@ -107,27 +108,6 @@ public final class LineSink: Sendable {
             return state.dropped
         }
         if dropped > 0 { logger.warning("dropped \(dropped) events for \(name): its reader was too slow or absent") }
-    }
-}
-
-/// A first-in first-out queue with O(1) amortized push and pop.
-struct FIFOQueue<Element> {
-    private var storage: [Element] = []
-    private var head = 0
-
-    var isEmpty: Bool { head == storage.count }
-
-    mutating func push(_ element: Element) { storage.append(element) }
-
-    mutating func pop() -> Element? {
-        guard head < storage.count else { return nil }
-        let element = storage[head]
-        head += 1
-        if head > 64 && head * 2 > storage.count {
-            storage.removeFirst(head)
-            head = 0
-        }
-        return element
     }
 }
 

@@ -1,14 +1,17 @@
-/// A first-in first-out queue with O(1) amortized push and pop.
-struct FIFO<Element: Sendable>: Sendable {
+/// A first-in first-out queue with O(1) amortized push and pop (the session's work queues;
+/// the daemon's output buffers use it too).
+public struct FIFO<Element> {
     private var storage: [Element] = []
     private var head = 0
 
-    var isEmpty: Bool { head == storage.count }
-    var count: Int { storage.count - head }
+    public init() {}
 
-    mutating func push(_ element: Element) { storage.append(element) }
+    public var isEmpty: Bool { head == storage.count }
+    public var count: Int { storage.count - head }
 
-    mutating func pop() -> Element? {
+    public mutating func push(_ element: Element) { storage.append(element) }
+
+    public mutating func pop() -> Element? {
         guard head < storage.count else { return nil }
         let element = storage[head]
         head += 1
@@ -19,8 +22,10 @@ struct FIFO<Element: Sendable>: Sendable {
         return element
     }
 
-    mutating func removeAll() {
+    public mutating func removeAll() {
         storage = []
         head = 0
     }
 }
+
+extension FIFO: Sendable where Element: Sendable {}
