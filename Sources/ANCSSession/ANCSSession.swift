@@ -54,6 +54,7 @@ public struct ANCSSession: Sendable {
     private var waitingForApp: [String: [UInt32]] = [:]
     private var inFlight: InFlight?
     private var deniedReported = false
+    private var fullMessageWanted: Set<UInt32> = []
 
     public init(configuration: SessionConfiguration = SessionConfiguration()) {
         self.configuration = configuration
@@ -108,6 +109,7 @@ public struct ANCSSession: Sendable {
             }
         case .notificationRemoved:
             queued.remove(uid)  // an answer in flight for it finds no record and is dropped
+            fullMessageWanted.remove(uid)
             if let record = records.removeValue(forKey: uid) {
                 var gone = record.notification
                 gone.categoryCount = event.categoryCount
@@ -213,6 +215,22 @@ public struct ANCSSession: Sendable {
         return actions
     }
 
+    /// Fetches a notification's attributes again with the largest Message max length (65535),
+    /// for a message the phone cut short; the result comes as a `.modified` event. Returns
+    /// nothing to do when the session does not know the notification.
+    public mutating func fetchFullMessage(of uid: UInt32, now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        guard records[uid] != nil else { return actions }
+        fullMessageWanted.insert(uid)
+        if case .notification(uid)? = inFlight?.work {
+            records[uid]?.refetchAfterCurrent = true
+        } else {
+            enqueueFetch(uid, preExisting: false, into: &actions)
+        }
+        pump(now: now, into: &actions)
+        return actions
+    }
+
     // MARK: Work
 
     private mutating func remember(_ notification: PhoneNotification, into actions: inout [SessionAction]) {
@@ -248,7 +266,8 @@ public struct ANCSSession: Sendable {
             case .app(let identifier):
                 request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
             case .notification(let uid):
-                request = .getNotificationAttributes(uid: uid, attributes: attributeRequests(for: records[uid]?.notification.flags ?? []))
+                request = .getNotificationAttributes(
+                    uid: uid, attributes: attributeRequests(for: records[uid]?.notification.flags ?? [], fullMessage: fullMessageWanted.contains(uid)))
             }
             do {
                 let bytes = try request.encoded()
@@ -271,11 +290,11 @@ public struct ANCSSession: Sendable {
         return nil
     }
 
-    private func attributeRequests(for flags: EventFlags) -> [NotificationAttributeRequest] {
+    private func attributeRequests(for flags: EventFlags, fullMessage: Bool) -> [NotificationAttributeRequest] {
         var requests: [NotificationAttributeRequest] = [
             .init(.appIdentifier), .init(.title, maxLength: configuration.titleMaxLength),
             .init(.subtitle, maxLength: configuration.subtitleMaxLength),
-            .init(.message, maxLength: configuration.messageMaxLength), .init(.messageSize), .init(.date),
+            .init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength), .init(.messageSize), .init(.date),
         ]
         // Ask for action labels only when the phone says there are actions: iOS has been seen
         // to omit a label tuple it was asked for.
@@ -326,6 +345,7 @@ public struct ANCSSession: Sendable {
         }
         n.attributesComplete = response.isComplete
         record.notification = n
+        if !record.refetchAfterCurrent { fullMessageWanted.remove(uid) }
         let refetch = record.refetchAfterCurrent
         record.refetchAfterCurrent = false
         records[uid] = record

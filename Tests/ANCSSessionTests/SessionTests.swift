@@ -310,3 +310,23 @@ struct Failure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
+
+@Suite struct SessionFullMessageTests {
+    @Test func fetchesTheWholeMessageOnRequest() throws {
+        var h = Harness { $0.messageMaxLength = 8 }
+        h.ns(.notificationAdded, uid: 1)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, ""), (.title, "T"), (.subtitle, ""), (.message, "Long mes…"), (.messageSize, "40"), (.date, "")]))
+        #expect(h.events.last?.notification.truncated == true)
+        h.record(h.session.fetchFullMessage(of: 1, now: h.now))
+        guard case .getNotificationAttributes(1, let attributes)? = h.lastRequest else { throw Failure("no request") }
+        #expect(attributes.first { $0.id == .message }?.maxLength == UInt16.max)
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, ""), (.title, "T"), (.subtitle, ""), (.message, String(repeating: "x", count: 40)), (.messageSize, "40"), (.date, "")]))
+        #expect(h.events.map(\.kind) == [.added, .modified])
+        #expect(h.events.last?.notification.truncated == false)
+        // Later fetches use the usual length again.
+        h.ns(.notificationModified, uid: 1)
+        guard case .getNotificationAttributes(1, let again)? = h.lastRequest else { throw Failure("no request") }
+        #expect(again.first { $0.id == .message }?.maxLength == 8)
+        #expect(h.session.fetchFullMessage(of: 99, now: h.now).isEmpty)
+    }
+}
