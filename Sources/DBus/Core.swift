@@ -720,7 +720,9 @@ final class ConnectionCore {
                 replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
             try send(message)
         } catch {
-            replyError(call, error)
+            // The handler's values were refused before marshalling: its fault, not the caller's.
+            let text = (error as? DBusError)?.message ?? String(describing: error)
+            replyError(call, DBusError.Names.failed, "Method handler returned an invalid reply: \(text)")
         }
     }
 
