@@ -721,7 +721,7 @@ final class ConnectionCore {
             try send(message)
         } catch {
             // The handler's values were refused before marshalling: its fault, not the caller's.
-            let text = (error as? DBusError)?.message ?? String(describing: error)
+            let text = error.message
             replyError(call, DBusError.Names.failed, "Method handler returned an invalid reply: \(text)")
         }
     }
