@@ -62,7 +62,8 @@ extension DBusTests {
                 let everything = try await listener.signals(matching: MatchRule(interface: "com.example.Signals"))
                 try await emit(impostor, "/fake")
                 try await emit(emitter, "/real")
-                #expect(try await next(2, from: everything).map(\.path) == ["/fake", "/real"])
+                // Signals from two connections have no order between them.
+                #expect(Set(try await next(2, from: everything).map(\.path)) == ["/fake", "/real"])
                 #expect(try await next(1, from: fromEmitter).map(\.path) == ["/real"])
 
                 // The name moves to the impostor: the rule follows the new owner.
@@ -70,7 +71,7 @@ extension DBusTests {
                 #expect(try await impostor.requestName("com.example.Emitter") == .primaryOwner)
                 try await emit(emitter, "/old")
                 try await emit(impostor, "/new")
-                #expect(try await next(2, from: everything).map(\.path) == ["/old", "/new"])
+                #expect(Set(try await next(2, from: everything).map(\.path)) == ["/old", "/new"])
                 #expect(try await next(1, from: fromEmitter).map(\.path) == ["/new"])
                 for c in [listener, emitter, impostor] { await c.close() }
             }
