@@ -1,0 +1,329 @@
+// dbus-bench: method-call round trips of the DBus layer against python3-dbus on a private
+// dbus-daemon, and the idle wakeups of a connected process.
+//
+//   dbus-bench [--calls N] [--idle-seconds S]     (env: DBUS_BENCH_CALLS, DBUS_BENCH_IDLE_SECONDS,
+//                                                  DBUS_BENCH_PYTHON, DBUS_BENCH_SCRIPT)
+//   dbus-bench --serve ADDRESS    (internal) export Echo(s)->s, print "ready NAME"
+//   dbus-bench --idle ADDRESS     (internal) connect, export, subscribe, then sit idle
+//
+// No Foundation here: the idle child must be the same kind of process as the daemon.
+import DBus
+import Glibc
+
+// MARK: - Small POSIX helpers
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+func env(_ name: String) -> String? {
+    guard let p = getenv(name) else { return nil }
+    return String(cString: p)
+}
+
+func option(_ flag: String) -> String? {
+    let args = CommandLine.arguments
+    guard let i = args.firstIndex(of: flag), i + 1 < args.count else { return nil }
+    return args[i + 1]
+}
+
+func readFile(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = read(fd, &buf, buf.count)
+        if n <= 0 { break }
+        out += buf[0..<n]
+    }
+    return String(decoding: out, as: UTF8.self)
+}
+
+func writeFile(_ path: String, _ text: String) throws {
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw BenchError("cannot write \(path)") }
+    defer { close(fd) }
+    let bytes = Array(text.utf8)
+    guard write(fd, bytes, bytes.count) == bytes.count else { throw BenchError("short write to \(path)") }
+}
+
+func selfExecutable() -> String {
+    var buf = [CChar](repeating: 0, count: 4096)
+    let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+    return n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
+}
+
+/// A child process with its stdout on a pipe.
+struct Child {
+    let pid: pid_t
+    let stdout: Int32
+
+    /// Spawns `argv` with an empty signal mask and default signal actions (a child of a
+    /// thread that blocks signals would otherwise inherit the mask).
+    static func spawn(_ argv: [String]) throws -> Child {
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw BenchError("pipe failed") }
+        _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attr, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for s in [SIGTERM, SIGINT, SIGPIPE, SIGCHLD, SIGHUP] { sigaddset(&defaults, s) }
+        posix_spawnattr_setsigdefault(&attr, &defaults)
+        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var cargs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        defer { for p in cargs { free(p) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, argv[0], &actions, &attr, &cargs, environ)
+        close(fds[1])
+        guard rc == 0 else {
+            close(fds[0])
+            throw BenchError("cannot run \(argv[0]): \(String(cString: strerror(rc)))")
+        }
+        return Child(pid: pid, stdout: fds[0])
+    }
+
+    /// One line of the child's stdout, or an error after `timeout` seconds.
+    func readLine(timeout: Int32 = 20) throws -> String {
+        var bytes: [UInt8] = []
+        var pfd = pollfd(fd: stdout, events: Int16(POLLIN), revents: 0)
+        while true {
+            guard poll(&pfd, 1, timeout * 1000) > 0 else { throw BenchError("child \(pid) printed nothing") }
+            var c: UInt8 = 0
+            guard read(stdout, &c, 1) == 1 else { throw BenchError("child \(pid) exited") }
+            if c == 10 { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(c)
+        }
+    }
+
+    func kill() {
+        _ = Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+        close(stdout)
+    }
+}
+
+func sleepSeconds(_ s: Double) {
+    var request = timespec(tv_sec: Int(s), tv_nsec: Int((s - Double(Int(s))) * 1e9))
+    var remaining = timespec()
+    while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+}
+
+/// Voluntary + nonvoluntary context switches of every thread of `pid`.
+func contextSwitches(_ pid: pid_t) -> Int {
+    guard let dir = opendir("/proc/\(pid)/task") else { return -1 }
+    defer { closedir(dir) }
+    var total = 0
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        guard name.first?.isNumber == true, let status = readFile("/proc/\(pid)/task/\(name)/status") else { continue }
+        for line in status.split(separator: "\n") where line.hasSuffix("") {
+            if line.hasPrefix("voluntary_ctxt_switches:") || line.hasPrefix("nonvoluntary_ctxt_switches:") {
+                total += Int(line.split(separator: "\t").last.map { $0.trimmingPrefix(while: { $0 == " " }) } ?? "") ?? 0
+            }
+        }
+    }
+    return total
+}
+
+func statusField(_ pid: pid_t, _ field: String) -> String {
+    guard let status = readFile("/proc/\(pid)/status") else { return "?" }
+    for line in status.split(separator: "\n") where line.hasPrefix(field + ":") {
+        return String(line.dropFirst(field.count + 1).trimmingPrefix(while: { $0 == " " || $0 == "\t" }))
+    }
+    return "?"
+}
+
+// MARK: - The echo service
+
+let benchInterface: InterfaceName = "com.example.Bench"
+let benchPath: ObjectPath = "/bench"
+
+func echoService() -> ExportedObject {
+    ExportedObject(ExportedInterface(benchInterface, methods: [
+        .immediate("Echo", input: "s", output: "s") { $0.arguments },
+    ]))
+}
+
+/// Child mode: serve Echo until killed.
+func serve(_ address: String) async throws {
+    let connection = try await DBusConnection.connect(to: .address(address))
+    try await connection.export(echoService(), at: benchPath)
+    print("ready", connection.uniqueName)
+    fflush(nil)
+    await connection.waitUntilDisconnected()
+}
+
+/// Child mode: a daemon-like connected process doing nothing.
+func idle(_ address: String) async throws {
+    let connection = try await DBusConnection.connect(to: .address(address))
+    try await connection.export(echoService(), at: benchPath)
+    let subscription = try await connection.subscribe(
+        to: .propertiesChanged(sender: "org.bluez", pathNamespace: "/org/bluez")) { _ in }
+    print("ready", connection.uniqueName)
+    fflush(nil)
+    await connection.waitUntilDisconnected()
+    await connection.unsubscribe(subscription)
+}
+
+struct Stats {
+    let median: Double
+    let p99: Double
+
+    init(nanoseconds samples: [Int64]) {
+        let sorted = samples.sorted()
+        median = Double(sorted[sorted.count / 2]) / 1000
+        p99 = Double(sorted[min(sorted.count - 1, sorted.count * 99 / 100)]) / 1000
+    }
+
+    init(median: Double, p99: Double) {
+        self.median = median
+        self.p99 = p99
+    }
+}
+
+/// Swift client: `calls` timed Echo round trips after `warmup` untimed ones.
+func swiftClient(_ address: String, _ destination: String, calls: Int, warmup: Int) async throws -> Stats {
+    let connection = try await DBusConnection.connect(to: .address(address))
+    let dest = try BusName(destination)
+    let stats = try await Task.detached {
+        var samples: [Int64] = []
+        samples.reserveCapacity(calls)
+        let clock = ContinuousClock()
+        let argument: [DBusValue] = [.string("hello")]
+        for i in 0..<(warmup + calls) {
+            let start = clock.now
+            let reply = try await connection.call(
+                destination: dest, path: benchPath, interface: benchInterface, member: "Echo", arguments: argument)
+            let elapsed = clock.now - start
+            guard reply.arguments == argument else { throw BenchError("bad echo") }
+            if i >= warmup {
+                let (s, atto) = elapsed.components
+                samples.append(s * 1_000_000_000 + atto / 1_000_000_000)
+            }
+        }
+        return Stats(nanoseconds: samples)
+    }.value
+    await connection.close()
+    return stats
+}
+
+func pythonClient(_ python: String, _ script: String, _ address: String, _ destination: String, calls: Int, warmup: Int) throws -> Stats {
+    let child = try Child.spawn([python, script, "call", address, destination, String(calls), String(warmup)])
+    defer { child.kill() }
+    let parts = try child.readLine(timeout: 300).split(separator: " ").compactMap { Double($0) }
+    guard parts.count == 2 else { throw BenchError("python client printed something unexpected") }
+    return Stats(median: parts[0], p99: parts[1])
+}
+
+func format(_ v: Double) -> String {
+    let tenths = Int((v * 10).rounded())
+    let s = "\(tenths / 10).\(tenths % 10) µs"
+    return String(repeating: " ", count: max(0, 10 - s.count)) + s
+}
+
+// MARK: - Main
+
+func runBench() async throws {
+    let calls = Int(option("--calls") ?? env("DBUS_BENCH_CALLS") ?? "") ?? 10_000
+    let idleSeconds = Double(option("--idle-seconds") ?? env("DBUS_BENCH_IDLE_SECONDS") ?? "") ?? 30
+    let warmup = max(100, calls / 10)
+    let python = env("DBUS_BENCH_PYTHON") ?? "/usr/bin/python3"
+    let sourceDirectory = String(#filePath.dropLast("main.swift".count))
+    let script = env("DBUS_BENCH_SCRIPT") ?? sourceDirectory + "echo_bench.py"
+    let me = selfExecutable()
+
+    // A private bus.
+    var template = Array("/tmp/dbus-bench-XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
+    let dir = String(cString: made)
+    defer {
+        unlink(dir + "/bus.conf")
+        unlink(dir + "/bus")
+        rmdir(dir)
+    }
+    try writeFile(dir + "/bus.conf", """
+        <busconfig><type>session</type><listen>unix:path=\(dir)/bus</listen><auth>EXTERNAL</auth>
+        <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/>
+        <allow own="*"/></policy></busconfig>
+        """)
+    let daemon = try Child.spawn(["/usr/bin/dbus-daemon", "--config-file=\(dir)/bus.conf", "--nofork", "--print-address"])
+    defer { daemon.kill() }
+    let address = try daemon.readLine()
+
+    print("dbus-bench: Echo(s) -> s round trips on a private dbus-daemon; \(calls) timed calls after \(warmup) warm-up")
+    print("  client  -> server                median         p99")
+
+    let swiftServer = try Child.spawn([me, "--serve", address])
+    defer { swiftServer.kill() }
+    let swiftName = String(try swiftServer.readLine().dropFirst("ready ".count))
+
+    var pythonServer: Child?
+    var pythonName: String?
+    do {
+        let child = try Child.spawn([python, script, "serve", address])
+        pythonServer = child
+        pythonName = String(try child.readLine().dropFirst("ready ".count))
+    } catch {
+        print("  (python3-dbus reference unavailable: \(error))")
+    }
+    defer { pythonServer?.kill() }
+
+    func row(_ label: String, _ s: Stats) {
+        print("  \(label)\(format(s.median))  \(format(s.p99))")
+        fflush(nil)
+    }
+    let ours = try await swiftClient(address, swiftName, calls: calls, warmup: warmup)
+    row("swift   -> swift             ", ours)
+    if let pythonName {
+        let reference = try pythonClient(python, script, address, pythonName, calls: calls, warmup: warmup)
+        row("python  -> python (reference)", reference)
+        row("python  -> swift             ", try pythonClient(python, script, address, swiftName, calls: calls, warmup: warmup))
+        row("swift   -> python            ", try await swiftClient(address, pythonName, calls: calls, warmup: warmup))
+        let ratio = ours.median / reference.median
+        let r = Int((ratio * 100).rounded())
+        print("  swift/python median ratio: \(r / 100).\(r % 100 < 10 ? "0" : "")\(r % 100) (target ≤ 1.50)")
+    }
+
+    // Idle wakeups of a connected process.
+    let idler = try Child.spawn([me, "--idle", address])
+    defer { idler.kill() }
+    _ = try idler.readLine()
+    sleepSeconds(0.5)  // let it settle after connecting
+    let before = contextSwitches(idler.pid)
+    let threads = statusField(idler.pid, "Threads")
+    sleepSeconds(idleSeconds)
+    let after = contextSwitches(idler.pid)
+    print("idle: a connected process (export + signal match) left alone for \(Int(idleSeconds)) s:")
+    print("  context switches (voluntary + nonvoluntary, all \(threads) threads): \(before) -> \(after), delta \(after - before) (target 0)")
+    print("  VmRSS \(statusField(idler.pid, "VmRSS"))")
+}
+
+let arguments = CommandLine.arguments
+do {
+    if arguments.count >= 3 && arguments[1] == "--serve" {
+        try await serve(arguments[2])
+    } else if arguments.count >= 3 && arguments[1] == "--idle" {
+        try await idle(arguments[2])
+    } else {
+        try await runBench()
+    }
+} catch {
+    print("dbus-bench: \(error)")
+    exit(1)
+}
