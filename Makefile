@@ -42,6 +42,7 @@ bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(SWIFT) build -c release $(STRICT) --product ancs-bench
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
+	$(SWIFT) build -c release $(STRICT) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
 
 ## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
 fuzz:

@@ -184,6 +184,8 @@ func idle(_ address: String) async throws {
 struct Stats {
     let median: Double
     let p99: Double
+    /// Context switches of the client process (all threads) per call, when known.
+    var switchesPerCall: Double?
 
     init(nanoseconds samples: [Int64]) {
         let sorted = samples.sorted()
@@ -197,38 +199,73 @@ struct Stats {
     }
 }
 
-/// Swift client: `calls` timed Echo round trips after `warmup` untimed ones.
-func swiftClient(_ address: String, _ destination: String, calls: Int, warmup: Int) async throws -> Stats {
+/// Round-trip samples in nanoseconds, and context switches of this process per call.
+struct Samples: Sendable {
+    var nanoseconds: [Int64] = []
+    var switches = 0
+    var calls = 0
+
+    mutating func add(_ other: Samples) {
+        nanoseconds += other.nanoseconds
+        switches += other.switches
+        calls += other.calls
+    }
+
+    var stats: Stats {
+        var s = Stats(nanoseconds: nanoseconds)
+        if calls > 0 && switches >= 0 { s.switchesPerCall = Double(switches) / Double(calls) }
+        return s
+    }
+}
+
+/// Times `calls` round trips after `warmup` untimed ones, in the caller's isolation.
+nonisolated(nonsending) func measure(
+    calls: Int, warmup: Int, _ body: () async throws -> Message
+) async throws -> Samples {
+    var samples: [Int64] = []
+    samples.reserveCapacity(calls)
+    let clock = ContinuousClock()
+    var switches = 0
+    for i in 0..<(warmup + calls) {
+        if i == warmup { switches = contextSwitches(getpid()) }
+        let start = clock.now
+        let reply = try await body()
+        let elapsed = clock.now - start
+        guard reply.arguments == [.string("hello")] else { throw BenchError("bad echo") }
+        if i >= warmup {
+            let (s, atto) = elapsed.components
+            samples.append(s * 1_000_000_000 + atto / 1_000_000_000)
+        }
+    }
+    return Samples(nanoseconds: samples, switches: contextSwitches(getpid()) - switches, calls: calls)
+}
+
+/// Swift client: `calls` timed Echo round trips after `warmup` untimed ones, in a task on
+/// the global executor (plain use) or preferring the connection's task executor.
+func swiftClient(
+    _ address: String, _ destination: String, calls: Int, warmup: Int, onConnectionQueue: Bool
+) async throws -> Samples {
     let connection = try await DBusConnection.connect(to: .address(address))
     let dest = try BusName(destination)
-    let stats = try await Task.detached {
-        var samples: [Int64] = []
-        samples.reserveCapacity(calls)
-        let clock = ContinuousClock()
-        let argument: [DBusValue] = [.string("hello")]
-        for i in 0..<(warmup + calls) {
-            let start = clock.now
-            let reply = try await connection.call(
-                destination: dest, path: benchPath, interface: benchInterface, member: "Echo", arguments: argument)
-            let elapsed = clock.now - start
-            guard reply.arguments == argument else { throw BenchError("bad echo") }
-            if i >= warmup {
-                let (s, atto) = elapsed.components
-                samples.append(s * 1_000_000_000 + atto / 1_000_000_000)
-            }
+    let body: @Sendable () async throws -> Samples = {
+        try await measure(calls: calls, warmup: warmup) {
+            try await connection.call(
+                destination: dest, path: benchPath, interface: benchInterface, member: "Echo", arguments: [.string("hello")])
         }
-        return Stats(nanoseconds: samples)
-    }.value
+    }
+    let stats = onConnectionQueue
+        ? try await Task(executorPreference: connection.taskExecutor, operation: body).value
+        : try await Task.detached(operation: body).value
     await connection.close()
     return stats
 }
 
-func pythonClient(_ python: String, _ script: String, _ address: String, _ destination: String, calls: Int, warmup: Int) throws -> Stats {
+func pythonClient(_ python: String, _ script: String, _ address: String, _ destination: String, calls: Int, warmup: Int) throws -> Samples {
     let child = try Child.spawn([python, script, "call", address, destination, String(calls), String(warmup)])
     defer { child.kill() }
-    let parts = try child.readLine(timeout: 300).split(separator: " ").compactMap { Double($0) }
-    guard parts.count == 2 else { throw BenchError("python client printed something unexpected") }
-    return Stats(median: parts[0], p99: parts[1])
+    let values = try child.readLine(timeout: 300).split(separator: " ").compactMap { Int64($0) }
+    guard values.count == calls else { throw BenchError("python client printed something unexpected") }
+    return Samples(nanoseconds: values, switches: -1, calls: calls)
 }
 
 func format(_ v: Double) -> String {
@@ -267,7 +304,7 @@ func runBench() async throws {
     let address = try daemon.readLine()
 
     print("dbus-bench: Echo(s) -> s round trips on a private dbus-daemon; \(calls) timed calls after \(warmup) warm-up")
-    print("  client  -> server                median         p99")
+    print("  client  -> server                                        median         p99")
 
     let swiftServer = try Child.spawn([me, "--serve", address])
     defer { swiftServer.kill() }
@@ -285,19 +322,40 @@ func runBench() async throws {
     defer { pythonServer?.kill() }
 
     func row(_ label: String, _ s: Stats) {
-        print("  \(label)\(format(s.median))  \(format(s.p99))")
+        let switches = s.switchesPerCall.map { v in
+            let h = Int((v * 10).rounded())
+            return "   (\(h / 10).\(h % 10) context switches per call in the client)"
+        } ?? ""
+        print("  \(label)\(format(s.median))  \(format(s.p99))\(switches)")
         fflush(nil)
     }
-    let ours = try await swiftClient(address, swiftName, calls: calls, warmup: warmup)
-    row("swift   -> swift             ", ours)
+    // Interleaved rounds, so that load from elsewhere on the machine hits all clients alike.
+    let rounds = 5
+    let perRound = max(1, calls / rounds)
+    var plain = Samples()
+    var onQueue = Samples()
+    var reference = Samples()
+    for _ in 0..<rounds {
+        plain.add(try await swiftClient(address, swiftName, calls: perRound, warmup: warmup, onConnectionQueue: false))
+        onQueue.add(try await swiftClient(address, swiftName, calls: perRound, warmup: warmup, onConnectionQueue: true))
+        if let pythonName {
+            reference.add(try pythonClient(python, script, address, pythonName, calls: perRound, warmup: warmup))
+        }
+    }
+    row("swift   -> swift, task on the connection's executor", onQueue.stats)
+    row("swift   -> swift, plain task (global executor)     ", plain.stats)
     if let pythonName {
-        let reference = try pythonClient(python, script, address, pythonName, calls: calls, warmup: warmup)
-        row("python  -> python (reference)", reference)
-        row("python  -> swift             ", try pythonClient(python, script, address, swiftName, calls: calls, warmup: warmup))
-        row("swift   -> python            ", try await swiftClient(address, pythonName, calls: calls, warmup: warmup))
-        let ratio = ours.median / reference.median
-        let r = Int((ratio * 100).rounded())
-        print("  swift/python median ratio: \(r / 100).\(r % 100 < 10 ? "0" : "")\(r % 100) (target ≤ 1.50)")
+        row("python  -> python (reference)                      ", reference.stats)
+        row("python  -> swift                                   ",
+            try pythonClient(python, script, address, swiftName, calls: perRound, warmup: warmup).stats)
+        row("swift   -> python, task on the connection's executor",
+            try await swiftClient(address, pythonName, calls: perRound, warmup: warmup, onConnectionQueue: true).stats)
+        func ratio(_ a: Stats) -> String {
+            let r = Int((a.median / reference.stats.median * 100).rounded())
+            return "\(r / 100).\(r % 100 < 10 ? "0" : "")\(r % 100)"
+        }
+        print("  median ratio swift/python: \(ratio(onQueue.stats)) on the connection's executor, "
+              + "\(ratio(plain.stats)) from a plain task (target ≤ 1.50)")
     }
 
     // Idle wakeups of a connected process.
@@ -318,6 +376,11 @@ let arguments = CommandLine.arguments
 do {
     if arguments.count >= 3 && arguments[1] == "--serve" {
         try await serve(arguments[2])
+    } else if arguments.count >= 5 && arguments[1] == "--client" {
+        for onQueue in [false, true] {
+            let s = try await swiftClient(arguments[2], arguments[3], calls: Int(arguments[4]) ?? 1000, warmup: 100, onConnectionQueue: onQueue).stats
+            print("\(onQueue ? "queue" : "plain"): median \(s.median) µs, p99 \(s.p99) µs, \(s.switchesPerCall ?? -1) switches per call")
+        }
     } else if arguments.count >= 3 && arguments[1] == "--idle" {
         try await idle(arguments[2])
     } else {

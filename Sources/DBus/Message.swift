@@ -81,8 +81,9 @@ public struct Message: Sendable {
     }
 }
 
-/// A libdbus message reference, released exactly once.
-struct OwnedMessage: ~Copyable {
+/// A libdbus message reference, released exactly once. Sendable because it is uniquely
+/// owned: handing it to the connection queue transfers it.
+struct OwnedMessage: ~Copyable, @unchecked Sendable {
     let raw: OpaquePointer
 
     init(adopting raw: OpaquePointer) { self.raw = raw }
