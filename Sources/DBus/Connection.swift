@@ -196,21 +196,34 @@ public actor DBusConnection {
         }
     }
 
-    /// Runs `body` inside the actor synchronously: on the calling thread when the queue is
-    /// free (`DispatchQueue.sync`), without a thread hop. `body` must not block; it only
-    /// hands work to libdbus, which never blocks here.
-    nonisolated func withIsolation<T: Sendable>(
-        _ body: @Sendable (isolated DBusConnection) throws(DBusError) -> T
-    ) throws(DBusError) -> T {
-        let result: Result<T, DBusError>
+    /// Runs `body` inside the actor as soon as possible: inline when already on this
+    /// connection's queue; with `DispatchQueue.sync` from other threads (no thread hop when
+    /// the queue is free — `body` must only hand work to libdbus, which never blocks here);
+    /// asynchronously from another connection's queue, where a sync could deadlock.
+    nonisolated func perform(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
         if executor.isCurrent {
-            result = assumeIsolated { connection in Result { () throws(DBusError) -> T in try body(connection) } }
+            assumeIsolated { body($0) }
+        } else if QueueExecutor.isOnAnyConnectionQueue {
+            onQueue(body)
         } else {
-            result = executor.queue.sync {
-                assumeIsolated { connection in Result { () throws(DBusError) -> T in try body(connection) } }
+            executor.queue.sync {
+                assumeIsolated { body($0) }
             }
         }
-        return try result.get()
+    }
+
+    /// Sends an already validated message, in the caller's isolation.
+    nonisolated(nonsending) func send(_ message: OwnedMessage) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            perform { connection in
+                do {
+                    try connection.core.send(message)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
     }
 
     // MARK: Calls
@@ -246,12 +259,8 @@ public actor DBusConnection {
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
-                do {
-                    try withIsolation { connection throws(DBusError) in
-                        connection.core.startCall(message, timeoutMilliseconds: ms, id: id, continuation: continuation)
-                    }
-                } catch {
-                    continuation.resume(throwing: error)
+                perform { connection in
+                    connection.core.startCall(message, timeoutMilliseconds: ms, id: id, continuation: continuation)
                 }
             }
         } onCancel: {
@@ -280,7 +289,7 @@ public actor DBusConnection {
         let message = try OwnedMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             noReply: true)
-        _ = try withIsolation { connection throws(DBusError) in try connection.core.send(message) }
+        try await send(message)
     }
 
     /// Emits a signal (broadcast, or unicast to `destination`).
@@ -290,7 +299,7 @@ public actor DBusConnection {
     ) async throws {
         let message = try OwnedMessage.signal(
             path: path, interface: interface, member: member, destination: destination, arguments: arguments)
-        _ = try withIsolation { connection throws(DBusError) in try connection.core.send(message) }
+        try await send(message)
     }
 
     /// Reply path of asynchronous method handlers.

@@ -342,7 +342,7 @@ final class ConnectionCore {
 
     /// Sends a message that expects no reply; returns its serial.
     @discardableResult
-    func send(_ message: borrowing OwnedMessage) throws(DBusError) -> UInt32 {
+    func send(_ message: OwnedMessage) throws(DBusError) -> UInt32 {
         guard !isClosed else { throw .disconnected }
         try checkFDs(message)
         var serial: UInt32 = 0
@@ -350,7 +350,7 @@ final class ConnectionCore {
         return serial
     }
 
-    private func checkFDs(_ message: borrowing OwnedMessage) throws(DBusError) {
+    private func checkFDs(_ message: OwnedMessage) throws(DBusError) {
         if dbus_message_contains_unix_fds(message.raw) != 0 && dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
             throw .failed("this connection cannot pass unix file descriptors")
         }
@@ -368,7 +368,7 @@ final class ConnectionCore {
 
     /// Sends `message` and arranges for `continuation` to get the reply (or an error).
     func startCall(
-        _ message: borrowing OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
+        _ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
         continuation: CheckedContinuation<Message, any Error>
     ) {
         guard !isClosed else { return continuation.resume(throwing: DBusError.disconnected) }

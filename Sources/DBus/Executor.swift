@@ -17,6 +17,8 @@ final class QueueExecutor: SerialExecutor, TaskExecutor, @unchecked Sendable {
     /// The queue everything of one connection runs on.
     let queue: DispatchQueue
     private let key = DispatchSpecificKey<Bool>()
+    /// Set on the queues of all connections.
+    private static let anyConnectionKey = DispatchSpecificKey<Bool>()
     // Touched only on `queue`.
     private var inHandler = false
     private var localJobs: [UnownedJob] = []
@@ -24,10 +26,14 @@ final class QueueExecutor: SerialExecutor, TaskExecutor, @unchecked Sendable {
     init(label: String) {
         queue = DispatchQueue(label: label)
         queue.setSpecific(key: key, value: true)
+        queue.setSpecific(key: Self.anyConnectionKey, value: true)
     }
 
     /// True when the current thread is running this executor's queue.
     var isCurrent: Bool { DispatchQueue.getSpecific(key: key) == true }
+
+    /// True when the current thread is running the queue of any connection.
+    static var isOnAnyConnectionQueue: Bool { DispatchQueue.getSpecific(key: anyConnectionKey) == true }
 
     func enqueue(_ job: consuming ExecutorJob) {
         let unowned = UnownedJob(job)

@@ -81,9 +81,10 @@ public struct Message: Sendable {
     }
 }
 
-/// A libdbus message reference, released exactly once. Sendable because it is uniquely
-/// owned: handing it to the connection queue transfers it.
-struct OwnedMessage: ~Copyable, @unchecked Sendable {
+/// A libdbus message reference, released exactly once (in deinit). Sendable because it is
+/// built on one thread and then only handed over, never shared: libdbus messages are not
+/// touched concurrently.
+final class OwnedMessage: @unchecked Sendable {
     let raw: OpaquePointer
 
     init(adopting raw: OpaquePointer) { self.raw = raw }

@@ -248,5 +248,40 @@ extension DBusTests {
                 #expect(await pair.client.isConnected)
             }
         }
+
+        /// Tasks preferring a connection's executor: calls to ourselves, and two connections
+        /// calling each other from each other's queues at the same time (no deadlock).
+        @Test func callsFromConnectionQueues() async throws {
+            try await withPair { pair in
+                try await pair.server.export(trickyObject(), at: trickyPath)
+                try await pair.client.export(trickyObject(), at: trickyPath)
+                let a = pair.server
+                let b = pair.client
+                let aName = try BusName(a.uniqueName)
+                let bName = try BusName(b.uniqueName)
+                func hammer(_ from: DBusConnection, _ to: BusName) -> Task<Int, any Error> {
+                    Task(executorPreference: from.taskExecutor) {
+                        var n = 0
+                        for i in 0..<300 {
+                            let r = try await from.call(
+                                destination: to, path: trickyPath, interface: "com.example.Tricky", member: "WhoAmI",
+                                expecting: "s")
+                            if r == [.string(from.uniqueName)] { n += 1 }
+                            if i % 50 == 0 {
+                                try await from.emitSignal(path: "/x", interface: "com.example.Signals", member: "Tick")
+                            }
+                        }
+                        return n
+                    }
+                }
+                let tasks = [hammer(a, bName), hammer(b, aName), hammer(a, aName), hammer(b, bName)]
+                let counts = try await withTimeout(30, "cross-connection calls") {
+                    var out: [Int] = []
+                    for t in tasks { out.append(try await t.value) }
+                    return out
+                }
+                #expect(counts == [300, 300, 300, 300])
+            }
+        }
     }
 }
