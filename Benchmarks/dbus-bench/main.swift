@@ -358,18 +358,28 @@ func runBench() async throws {
               + "\(ratio(plain.stats)) from a plain task (target ≤ 1.50)")
     }
 
-    // Idle wakeups of a connected process.
-    let idler = try Child.spawn([me, "--idle", address])
-    defer { idler.kill() }
-    _ = try idler.readLine()
-    sleepSeconds(0.5)  // let it settle after connecting
-    let before = contextSwitches(idler.pid)
-    let threads = statusField(idler.pid, "Threads")
-    sleepSeconds(idleSeconds)
-    let after = contextSwitches(idler.pid)
-    print("idle: a connected process (export + signal match) left alone for \(Int(idleSeconds)) s:")
-    print("  context switches (voluntary + nonvoluntary, all \(threads) threads): \(before) -> \(after), delta \(after - before) (target 0)")
-    print("  VmRSS \(statusField(idler.pid, "VmRSS"))")
+    // Idle wakeups of a connected process, next to a Swift process that only ran one task:
+    // libdispatch on Linux keeps a 1 Hz workqueue-monitor timer in any process that ever
+    // used a worker thread, which no library can switch off.
+    func idleWakeups(_ mode: String) throws -> (delta: Int, threads: String, rss: String) {
+        let child = try Child.spawn([me, mode, address])
+        defer { child.kill() }
+        _ = try child.readLine()
+        // libdispatch retires worker threads idle for 5 s; let that happen before measuring,
+        // since an exited thread's switches vanish from /proc.
+        sleepSeconds(6)
+        let before = contextSwitches(child.pid)
+        let threadsBefore = statusField(child.pid, "Threads")
+        sleepSeconds(idleSeconds)
+        let after = contextSwitches(child.pid)
+        return (after - before, "\(threadsBefore) then \(statusField(child.pid, "Threads"))", statusField(child.pid, "VmRSS"))
+    }
+    let idle = try idleWakeups("--idle")
+    let baseline = try idleWakeups("--baseline-idle")
+    print("idle: context switches (voluntary + nonvoluntary, all threads) over \(Int(idleSeconds)) s, after 6 s to settle:")
+    print("  connected DBus process (export + signal match), \(idle.threads) threads: delta \(idle.delta), VmRSS \(idle.rss)")
+    print("  baseline Swift process (one Task, no D-Bus),    \(baseline.threads) threads: delta \(baseline.delta), VmRSS \(baseline.rss)")
+    print("  attributable to the DBus layer: \(idle.delta - baseline.delta) (target 0)")
 }
 
 let arguments = CommandLine.arguments
@@ -381,6 +391,11 @@ do {
             let s = try await swiftClient(arguments[2], arguments[3], calls: Int(arguments[4]) ?? 1000, warmup: 100, onConnectionQueue: onQueue).stats
             print("\(onQueue ? "queue" : "plain"): median \(s.median) µs, p99 \(s.p99) µs, \(s.switchesPerCall ?? -1) switches per call")
         }
+    } else if arguments.count >= 3 && arguments[1] == "--baseline-idle" {
+        _ = await Task.detached { 1 }.value
+        print("ready")
+        fflush(nil)
+        while true { pause() }
     } else if arguments.count >= 3 && arguments[1] == "--idle" {
         try await idle(arguments[2])
     } else {

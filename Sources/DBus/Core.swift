@@ -235,6 +235,8 @@ final class ConnectionCore {
     private var timer: (any DispatchSourceRead)?
     private var timerFD: Int32 = -1
     private var armedDeadline: UInt64?
+    /// False after the timer fired: the timerfd's state is then re-set unconditionally.
+    private var armedKnown = true
 
     private static func now() -> UInt64 { cdbus_monotonic_ns() }
 
@@ -272,8 +274,9 @@ final class ConnectionCore {
         for t in timeouts.values {
             if let d = t.deadline, d < (next ?? .max) { next = d }
         }
-        guard next != armedDeadline else { return }
+        guard !armedKnown || next != armedDeadline else { return }
         armedDeadline = next
+        armedKnown = true
         _ = cdbus_timerfd_arm(timerFD, next.map { max($0, 1) } ?? 0)
     }
 
@@ -281,7 +284,7 @@ final class ConnectionCore {
         guard !isClosed else { return }
         var expirations: UInt64 = 0
         _ = read(timerFD, &expirations, 8)
-        armedDeadline = nil
+        armedKnown = false
         let now = Self.now()
         let due = timeouts.values.filter { ($0.deadline ?? .max) <= now }
         inHandler = true
