@@ -30,12 +30,12 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
-        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
-        .executableTarget(name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture"], swiftSettings: strict),
-        .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
+        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
+        .executableTarget(name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture"], swiftSettings: strict),
+        .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"], swiftSettings: strict),
