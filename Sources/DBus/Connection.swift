@@ -47,6 +47,7 @@ public enum BusAddress: Sendable, Hashable {
 
 /// Flags for `requestName`.
 public struct RequestNameFlags: OptionSet, Sendable, Hashable {
+    /// The `DBUS_NAME_FLAG_*` bits.
     public let rawValue: UInt32
     /// Creates flags from `DBUS_NAME_FLAG_*` bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
