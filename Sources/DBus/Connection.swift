@@ -363,7 +363,8 @@ public actor DBusConnection {
 
     /// Installs `rule` with the bus and returns the signals matching it, starting with the
     /// first one sent after this returns. The stream ends when the connection closes;
-    /// ending the iteration removes the rule. Buffering is unbounded by default.
+    /// ending (or cancelling) the iteration removes the rule — a stream never iterated keeps
+    /// it until the connection closes. Buffering is unbounded by default.
     public func signals(
         matching rule: MatchRule,
         bufferingPolicy: AsyncStream<Signal>.Continuation.BufferingPolicy = .unbounded

@@ -328,10 +328,9 @@ final class ConnectionCore {
         guard !isClosed, !dispatching else { return }
         dispatching = true
         var budget = 64
-        while budget > 0, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
+        while budget > 0, !shutdownRequested, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
             dbus_connection_dispatch(raw)
             budget -= 1
-            if shutdownRequested { break }
         }
         dispatching = false
         if shutdownRequested {
@@ -857,6 +856,12 @@ final class ConnectionCore {
     /// signal streams, wakes disconnect waiters, closes and releases the libdbus connection.
     func shutdown() {
         guard !isClosed else { return }
+        // Inside dbus_connection_dispatch (a handler or callback called close()): finish
+        // dispatching the current message first; drain() closes right after.
+        if dispatching {
+            shutdownRequested = true
+            return
+        }
         isClosed = true
         let pending = pendingByPointer
         pendingByPointer = [:]

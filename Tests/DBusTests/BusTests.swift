@@ -193,5 +193,22 @@ extension DBusTests {
                 #expect(after - before < 4 * 1024, "RSS grew by \(after - before) KiB")
             }
         }
+
+        /// A callback that closes its own connection while libdbus is dispatching.
+        @Test func closingFromInsideACallback() async throws {
+            try await withPair { pair in
+                let client = pair.client
+                _ = try await client.subscribe(to: MatchRule(interface: "com.example.Signals")) { _ in
+                    client.assumeIsolated { $0.close() }
+                }
+                try await pair.server.emitSignal(path: "/s", interface: "com.example.Signals", member: "Tick")
+                try await pair.server.emitSignal(path: "/s", interface: "com.example.Signals", member: "Tick")
+                try await withTimeout(5, "close from a callback") { await client.waitUntilDisconnected() }
+                #expect(await client.isConnected == false)
+                await expectDBusError(.disconnected) {
+                    _ = try await client.call(destination: .bus, path: "/", interface: "a.B", member: "C")
+                }
+            }
+        }
     }
 }
