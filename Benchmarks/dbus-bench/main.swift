@@ -63,7 +63,7 @@ struct Child {
 
     /// Spawns `argv` with an empty signal mask and default signal actions (a child of a
     /// thread that blocks signals would otherwise inherit the mask).
-    static func spawn(_ argv: [String]) throws -> Child {
+    static func spawn(_ argv: [String], quiet: Bool = false) throws -> Child {
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw BenchError("pipe failed") }
         _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
@@ -72,6 +72,7 @@ struct Child {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
+        if quiet { posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0) }
         var attr = posix_spawnattr_t()
         posix_spawnattr_init(&attr)
         defer { posix_spawnattr_destroy(&attr) }
@@ -299,7 +300,7 @@ func runBench() async throws {
         <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/>
         <allow own="*"/></policy></busconfig>
         """)
-    let daemon = try Child.spawn(["/usr/bin/dbus-daemon", "--config-file=\(dir)/bus.conf", "--nofork", "--print-address"])
+    let daemon = try Child.spawn(["/usr/bin/dbus-daemon", "--config-file=\(dir)/bus.conf", "--nofork", "--print-address"], quiet: true)
     defer { daemon.kill() }
     let address = try daemon.readLine()
 

@@ -99,8 +99,9 @@ public actor DBusConnection {
     private let callIDs = Atomic<UInt64>(1 << 32)
 
     /// This actor runs on its connection's serial queue. Another actor may return this from
-    /// its own `unownedExecutor` to share the queue: its calls then need no thread hop, and
-    /// replies, signals and its own jobs all run on the one thread that is woken.
+    /// its own `unownedExecutor` to share the queue (and so the connection's isolation
+    /// domain); for calls without thread hops, also run its tasks with `taskExecutor` as
+    /// their executor preference.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         executor.asUnownedSerialExecutor()
     }
