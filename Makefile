@@ -81,6 +81,7 @@ bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
+	$(SWIFT) build -c release $(STRICT) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
 	$(SWIFT) build -c release $(STRICT) --product ancsd
 	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
 	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)

@@ -33,6 +33,9 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
+        .executableTarget(
+            name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
+            swiftSettings: strict),
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(

@@ -47,6 +47,7 @@ public enum BusAddress: Sendable, Hashable {
 
 /// Flags for `requestName`.
 public struct RequestNameFlags: OptionSet, Sendable, Hashable {
+    /// The `DBUS_NAME_FLAG_*` bits.
     public let rawValue: UInt32
     /// Creates flags from `DBUS_NAME_FLAG_*` bits.
     public init(rawValue: UInt32) { self.rawValue = rawValue }
@@ -95,11 +96,22 @@ public actor DBusConnection {
     let executor: QueueExecutor
     let core: ConnectionCore
     private let nameBox = Mutex<String>("")
+    private let callIDs = Atomic<UInt64>(1 << 32)
 
-    /// This actor runs on its connection's serial queue.
+    /// This actor runs on its connection's serial queue. Another actor may return this from
+    /// its own `unownedExecutor` to share the queue (and so the connection's isolation
+    /// domain); for calls without thread hops, also run its tasks with `taskExecutor` as
+    /// their executor preference.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         executor.asUnownedSerialExecutor()
     }
+
+    /// The connection's queue as a task executor. Code that talks to D-Bus a lot runs
+    /// fastest in a task preferring it — `Task(executorPreference: connection.taskExecutor)`
+    /// or `withTaskExecutorPreference(connection.taskExecutor) { … }`: a reply then resumes
+    /// the waiting code on the thread that read it, with no further thread hop. Keep such
+    /// code non-blocking: it shares the connection's queue.
+    public nonisolated var taskExecutor: any TaskExecutor { executor }
 
     /// Our unique bus name (`:1.42`), known once `connect` has returned.
     public nonisolated var uniqueName: String { nameBox.withLock { $0 } }
@@ -174,7 +186,45 @@ public actor DBusConnection {
     /// Runs `body` on the connection's queue, inside the actor, if it still exists.
     nonisolated func onQueue(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
         executor.queue.async { [weak self] in
-            self?.assumeIsolated { body($0) }
+            self?.handle(body)
+        }
+    }
+
+    /// For source handlers, already on the queue: runs `body` inside the actor, then the
+    /// jobs it made runnable.
+    nonisolated func handle(_ body: @Sendable (isolated DBusConnection) -> Void) {
+        executor.runHandler {
+            assumeIsolated { body($0) }
+        }
+    }
+
+    /// Runs `body` inside the actor as soon as possible: inline when already on this
+    /// connection's queue; with `DispatchQueue.sync` from other threads (no thread hop when
+    /// the queue is free — `body` must only hand work to libdbus, which never blocks here);
+    /// asynchronously from another connection's queue, where a sync could deadlock.
+    nonisolated func perform(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
+        if executor.isCurrent {
+            assumeIsolated { body($0) }
+        } else if QueueExecutor.isOnAnyConnectionQueue {
+            onQueue(body)
+        } else {
+            executor.queue.sync {
+                assumeIsolated { body($0) }
+            }
+        }
+    }
+
+    /// Sends an already validated message, in the caller's isolation.
+    nonisolated(nonsending) func send(_ message: OwnedMessage) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            perform { connection in
+                do {
+                    try connection.core.send(message)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
         }
     }
 
@@ -193,10 +243,14 @@ public actor DBusConnection {
 
     /// Calls a method and awaits its reply.
     ///
+    /// Runs in the caller's isolation (`nonisolated(nonsending)`): the message is built and
+    /// validated on the caller's thread and handed to libdbus on the connection's queue
+    /// without a thread hop, and the reply resumes the caller on its own executor. An actor
+    /// that shares the connection's executor (see `unownedExecutor`) calls with no hop at all.
     /// Cancelling the awaiting task cancels the pending call and throws `CancellationError`.
     /// - Throws: `DBusError.remote` for an error reply, `.timeout`, `.disconnected`,
     ///   `.invalidArgument` for arguments refused before sending.
-    public func call(
+    public nonisolated(nonsending) func call(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue] = [], timeout: Duration = DBusConnection.defaultTimeout
     ) async throws -> Message {
@@ -204,10 +258,12 @@ public actor DBusConnection {
         let message = try OwnedMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments)
         try Task.checkCancellation()
-        let id = core.newID()
+        let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                core.startCall(message, timeoutMilliseconds: ms, id: id, continuation: continuation)
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
+                perform { connection in
+                    connection.core.startCall(message, timeoutMilliseconds: ms, id: id, continuation: continuation)
+                }
             }
         } onCancel: {
             self.onQueue { $0.core.cancelCall(id) }
@@ -216,7 +272,7 @@ public actor DBusConnection {
 
     /// Calls a method and returns the reply's arguments after checking their signature.
     /// - Throws: as `call`, plus `DBusError.unexpectedSignature`.
-    public func call(
+    public nonisolated(nonsending) func call(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue] = [], expecting signature: Signature,
         timeout: Duration = DBusConnection.defaultTimeout
@@ -228,24 +284,24 @@ public actor DBusConnection {
     }
 
     /// Sends a method call flagged "no reply expected" and returns once it is queued.
-    public func callNoReply(
+    public nonisolated(nonsending) func callNoReply(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue] = []
-    ) throws {
+    ) async throws {
         let message = try OwnedMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             noReply: true)
-        try core.send(message)
+        try await send(message)
     }
 
     /// Emits a signal (broadcast, or unicast to `destination`).
-    public func emitSignal(
+    public nonisolated(nonsending) func emitSignal(
         path: ObjectPath, interface: InterfaceName, member: MemberName, arguments: [DBusValue] = [],
         destination: BusName? = nil
-    ) throws {
+    ) async throws {
         let message = try OwnedMessage.signal(
             path: path, interface: interface, member: member, destination: destination, arguments: arguments)
-        try core.send(message)
+        try await send(message)
     }
 
     /// Reply path of asynchronous method handlers.
@@ -308,7 +364,8 @@ public actor DBusConnection {
 
     /// Installs `rule` with the bus and returns the signals matching it, starting with the
     /// first one sent after this returns. The stream ends when the connection closes;
-    /// ending the iteration removes the rule. Buffering is unbounded by default.
+    /// ending (or cancelling) the iteration removes the rule — a stream never iterated keeps
+    /// it until the connection closes. Buffering is unbounded by default.
     public func signals(
         matching rule: MatchRule,
         bufferingPolicy: AsyncStream<Signal>.Continuation.BufferingPolicy = .unbounded
@@ -374,10 +431,11 @@ public actor DBusConnection {
 
     /// RemoveMatch without waiting for the answer.
     private func sendRemoveMatch(_ rule: MatchRule) {
-        guard !core.isClosed else { return }
-        try? callNoReply(
+        guard !core.isClosed, let message = try? OwnedMessage.methodCall(
             destination: .bus, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "RemoveMatch", arguments: [.string(rule.string)])
+            member: "RemoveMatch", arguments: [.string(rule.string)], noReply: true)
+        else { return }
+        _ = try? core.send(message)
     }
 
     // MARK: Exported objects

@@ -1,5 +1,6 @@
 import CDBus
 import Dispatch
+import Glibc
 
 /// A received signal.
 public struct Signal: Sendable {
@@ -119,13 +120,16 @@ final class ConnectionCore {
 
     /// Hooks libdbus up to this core. Called once, on the queue, with `owner` set.
     func install() throws(DBusError) {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let fd = cdbus_timerfd_create()
+        guard fd >= 0 else { throw .failed("cannot create a timer: errno \(errno)") }
+        let timer = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         timer.setEventHandler { [weak owner] in
-            owner?.assumeIsolated { $0.core.handleTimer() }
+            owner?.handle { $0.core.handleTimer() }
         }
-        timer.schedule(deadline: .distantFuture, repeating: .never)
+        timer.setCancelHandler { close(fd) }
         timer.resume()
         self.timer = timer
+        timerFD = fd
         installed = true
         dbus_connection_set_exit_on_disconnect(raw, 0)
         guard dbus_connection_add_filter(raw, cFilter, selfPointer, nil) != 0,
@@ -160,14 +164,14 @@ final class ConnectionCore {
         if flags & CDBUS_WATCH_READABLE != 0 {
             let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
             source.setEventHandler { [weak owner] in
-                owner?.assumeIsolated { $0.core.handleWatch(id, CDBUS_WATCH_READABLE) }
+                owner?.handle { $0.core.handleWatch(id, CDBUS_WATCH_READABLE) }
             }
             state.sources.append(source)
         }
         if flags & CDBUS_WATCH_WRITABLE != 0 {
             let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
             source.setEventHandler { [weak owner] in
-                owner?.assumeIsolated { $0.core.handleWatch(id, CDBUS_WATCH_WRITABLE) }
+                owner?.handle { $0.core.handleWatch(id, CDBUS_WATCH_WRITABLE) }
             }
             state.sources.append(source)
         }
@@ -217,6 +221,9 @@ final class ConnectionCore {
     }
 
     // MARK: Timeouts (one timer for all of them)
+    //
+    // One timerfd, watched by a DispatchSource read source on the queue, armed for the
+    // earliest enabled timeout and disarmed when there is none: no timeout, no wakeup.
 
     private final class TimeoutState {
         let raw: OpaquePointer
@@ -225,10 +232,13 @@ final class ConnectionCore {
     }
 
     private var timeouts: [OpaquePointer: TimeoutState] = [:]
-    private var timer: (any DispatchSourceTimer)?
+    private var timer: (any DispatchSourceRead)?
+    private var timerFD: Int32 = -1
     private var armedDeadline: UInt64?
+    /// False after the timer fired: the timerfd's state is then re-set unconditionally.
+    private var armedKnown = true
 
-    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    private static func now() -> UInt64 { cdbus_monotonic_ns() }
 
     private func refresh(_ state: TimeoutState, now: UInt64) {
         if dbus_timeout_get_enabled(state.raw) != 0 {
@@ -257,25 +267,24 @@ final class ConnectionCore {
         rearm()
     }
 
-    /// Arms the timer for the earliest enabled timeout, or disarms it: no timeout, no wakeup.
+    /// Arms the timer for the earliest enabled timeout, or disarms it.
     private func rearm() {
-        guard let timer, !isClosed else { return }
+        guard timerFD >= 0, !isClosed else { return }
         var next: UInt64?
         for t in timeouts.values {
             if let d = t.deadline, d < (next ?? .max) { next = d }
         }
-        guard next != armedDeadline else { return }
+        guard !armedKnown || next != armedDeadline else { return }
         armedDeadline = next
-        if let next {
-            timer.schedule(deadline: DispatchTime(uptimeNanoseconds: next), repeating: .never, leeway: .milliseconds(1))
-        } else {
-            timer.schedule(deadline: .distantFuture, repeating: .never)
-        }
+        armedKnown = true
+        _ = cdbus_timerfd_arm(timerFD, next.map { max($0, 1) } ?? 0)
     }
 
     func handleTimer() {
         guard !isClosed else { return }
-        armedDeadline = nil
+        var expirations: UInt64 = 0
+        _ = read(timerFD, &expirations, 8)
+        armedKnown = false
         let now = Self.now()
         let due = timeouts.values.filter { ($0.deadline ?? .max) <= now }
         inHandler = true
@@ -306,7 +315,7 @@ final class ConnectionCore {
         guard !drainScheduled, !isClosed else { return }
         drainScheduled = true
         queue.async { [weak owner] in
-            owner?.assumeIsolated { connection in
+            owner?.handle { connection in
                 connection.core.drainScheduled = false
                 connection.core.drain()
             }
@@ -319,10 +328,9 @@ final class ConnectionCore {
         guard !isClosed, !dispatching else { return }
         dispatching = true
         var budget = 64
-        while budget > 0, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
+        while budget > 0, !shutdownRequested, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
             dbus_connection_dispatch(raw)
             budget -= 1
-            if shutdownRequested { break }
         }
         dispatching = false
         if shutdownRequested {
@@ -336,7 +344,7 @@ final class ConnectionCore {
 
     /// Sends a message that expects no reply; returns its serial.
     @discardableResult
-    func send(_ message: borrowing OwnedMessage) throws(DBusError) -> UInt32 {
+    func send(_ message: OwnedMessage) throws(DBusError) -> UInt32 {
         guard !isClosed else { throw .disconnected }
         try checkFDs(message)
         var serial: UInt32 = 0
@@ -344,7 +352,7 @@ final class ConnectionCore {
         return serial
     }
 
-    private func checkFDs(_ message: borrowing OwnedMessage) throws(DBusError) {
+    private func checkFDs(_ message: OwnedMessage) throws(DBusError) {
         if dbus_message_contains_unix_fds(message.raw) != 0 && dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
             throw .failed("this connection cannot pass unix file descriptors")
         }
@@ -362,7 +370,7 @@ final class ConnectionCore {
 
     /// Sends `message` and arranges for `continuation` to get the reply (or an error).
     func startCall(
-        _ message: borrowing OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
+        _ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
         continuation: CheckedContinuation<Message, any Error>
     ) {
         guard !isClosed else { return continuation.resume(throwing: DBusError.disconnected) }
@@ -720,7 +728,9 @@ final class ConnectionCore {
                 replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
             try send(message)
         } catch {
-            replyError(call, error)
+            // The handler's values were refused before marshalling: its fault, not the caller's.
+            let text = error.message
+            replyError(call, DBusError.Names.failed, "Method handler returned an invalid reply: \(text)")
         }
     }
 
@@ -846,6 +856,12 @@ final class ConnectionCore {
     /// signal streams, wakes disconnect waiters, closes and releases the libdbus connection.
     func shutdown() {
         guard !isClosed else { return }
+        // Inside dbus_connection_dispatch (a handler or callback called close()): finish
+        // dispatching the current message first; drain() closes right after.
+        if dispatching {
+            shutdownRequested = true
+            return
+        }
         isClosed = true
         let pending = pendingByPointer
         pendingByPointer = [:]
@@ -878,8 +894,14 @@ final class ConnectionCore {
         watches = [:]
         watchIDs = [:]
         timeouts = [:]
-        timer?.cancel()
+        if let timer {
+            _ = cdbus_timerfd_arm(timerFD, 0)
+            timer.cancel()  // its cancel handler closes the timerfd
+        } else if timerFD >= 0 {
+            close(timerFD)
+        }
         timer = nil
+        timerFD = -1
         dbus_connection_unref(raw)
     }
 }

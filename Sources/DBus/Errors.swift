@@ -57,17 +57,29 @@ public enum DBusError: Error, Sendable, Hashable, CustomStringConvertible {
 
     /// The standard `org.freedesktop.DBus.Error.*` names this layer uses.
     public enum Names {
+        /// A generic failure.
         public static let failed = "org.freedesktop.DBus.Error.Failed"
+        /// No reply (libdbus uses it for timeouts and disconnection).
         public static let noReply = "org.freedesktop.DBus.Error.NoReply"
+        /// No such method.
         public static let unknownMethod = "org.freedesktop.DBus.Error.UnknownMethod"
+        /// No object at that path.
         public static let unknownObject = "org.freedesktop.DBus.Error.UnknownObject"
+        /// The object has no such interface.
         public static let unknownInterface = "org.freedesktop.DBus.Error.UnknownInterface"
+        /// The interface has no such property.
         public static let unknownProperty = "org.freedesktop.DBus.Error.UnknownProperty"
+        /// The property cannot be set.
         public static let propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
+        /// Wrong arguments.
         public static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
+        /// Not allowed (also: a property that cannot be read).
         public static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+        /// Nobody owns the bus name.
         public static let nameHasNoOwner = "org.freedesktop.DBus.Error.NameHasNoOwner"
+        /// The destination does not exist on the bus.
         public static let serviceUnknown = "org.freedesktop.DBus.Error.ServiceUnknown"
+        /// The connection is closed.
         public static let disconnected = "org.freedesktop.DBus.Error.Disconnected"
     }
 

@@ -81,8 +81,10 @@ public struct Message: Sendable {
     }
 }
 
-/// A libdbus message reference, released exactly once.
-struct OwnedMessage: ~Copyable {
+/// A libdbus message reference, released exactly once (in deinit). Sendable because it is
+/// built on one thread and then only handed over, never shared: libdbus messages are not
+/// touched concurrently.
+final class OwnedMessage: @unchecked Sendable {
     let raw: OpaquePointer
 
     init(adopting raw: OpaquePointer) { self.raw = raw }

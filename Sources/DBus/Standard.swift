@@ -2,7 +2,7 @@
 
 extension DBusConnection {
     /// `org.freedesktop.DBus.Properties.Get`: the property's value, variant unwrapped.
-    public func getProperty(
+    public nonisolated(nonsending) func getProperty(
         destination: BusName?, path: ObjectPath, interface: InterfaceName, name: String,
         timeout: Duration = DBusConnection.defaultTimeout
     ) async throws -> DBusValue {
@@ -14,7 +14,7 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.Properties.GetAll`: name → value, variants unwrapped.
-    public func getAllProperties(
+    public nonisolated(nonsending) func getAllProperties(
         destination: BusName?, path: ObjectPath, interface: InterfaceName,
         timeout: Duration = DBusConnection.defaultTimeout
     ) async throws -> [String: DBusValue] {
@@ -25,7 +25,7 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.Properties.Set` (the value is wrapped in a variant here).
-    public func setProperty(
+    public nonisolated(nonsending) func setProperty(
         destination: BusName?, path: ObjectPath, interface: InterfaceName, name: String, value: DBusValue,
         timeout: Duration = DBusConnection.defaultTimeout
     ) async throws {
@@ -37,7 +37,7 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.ObjectManager.GetManagedObjects`: path → interface → property → value.
-    public func getManagedObjects(
+    public nonisolated(nonsending) func getManagedObjects(
         destination: BusName?, path: ObjectPath = .root, timeout: Duration = DBusConnection.defaultTimeout
     ) async throws -> [ObjectPath: [String: [String: DBusValue]]] {
         let reply = try await call(

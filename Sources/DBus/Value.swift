@@ -265,18 +265,27 @@ extension DBusValue {
     static let maximumTotalDepth = 64
 
     /// Checks everything libdbus would abort on (or the bus would reject) before the
-    /// value is marshalled.
-    func validate(depth: Int = 0) throws(DBusError) {
+    /// value is marshalled, and returns an upper bound of its marshalled size, so that
+    /// arrays over 64 MiB and bodies over 128 MiB are refused here too.
+    @discardableResult
+    func validate(depth: Int = 0) throws(DBusError) -> Int {
         switch self {
+        case .byte: return 1
+        case .int16, .uint16: return 4
+        case .bool, .int32, .uint32: return 8
+        case .int64, .uint64, .double: return 16
         case .string(let s):
             try checkNoNUL(s, what: "string argument")
+            return s.utf8.count + 8
+        case .objectPath(let p): return p.rawValue.utf8.count + 8
+        case .signature(let g): return g.rawValue.utf8.count + 2
         case .unixFD(let fd):
             guard fd.fileDescriptor != nil else { throw .invalidArgument("unix fd argument is closed") }
+            return 8
         case .byteArray(let b):
-            guard b.count <= Int(DBusValue.maximumArrayLength) else {
-                throw .invalidArgument("byte array of \(b.count) bytes exceeds the D-Bus maximum of 64 MiB")
-            }
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
+            try DBusValue.checkArrayLength(b.count)
+            return b.count + 8
         case .array(let element, let items):
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
             let parsed = element.parsed
@@ -284,13 +293,16 @@ extension DBusValue {
                 throw .invalidArgument("array element signature \(quoted(element.rawValue)) is not one complete type")
             }
             let expected = element.rawValue
+            var size = 0
             for item in items {
                 let actual = item.signatureString
                 guard actual == expected else {
                     throw .invalidArgument("array of \(quoted(expected)) holds an element of type \(quoted(actual))")
                 }
-                try item.validate(depth: depth + 1)
+                size += try item.validate(depth: depth + 1)
             }
+            try DBusValue.checkArrayLength(size)
+            return size + 16
         case .dictionary(let key, let value, let entries):
             guard depth + 2 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
             guard key.parsed.count == 1, let k = key.rawValue.utf8.first, SignatureType.basicCodes.contains(k) else {
@@ -299,27 +311,35 @@ extension DBusValue {
             guard value.parsed.count == 1 else {
                 throw .invalidArgument("dictionary value signature \(quoted(value.rawValue)) is not one complete type")
             }
+            var size = 0
             for (k, v) in entries {
                 guard k.signatureString == key.rawValue, v.signatureString == value.rawValue else {
                     throw .invalidArgument(
                         "dictionary a{\(key)\(value)} holds an entry of types \(quoted(k.signatureString)), \(quoted(v.signatureString))")
                 }
-                try k.validate(depth: depth + 2)
-                try v.validate(depth: depth + 2)
+                size += try k.validate(depth: depth + 2) + v.validate(depth: depth + 2) + 8
             }
+            try DBusValue.checkArrayLength(size)
+            return size + 16
         case .structure(let fields):
             guard !fields.isEmpty else { throw .invalidArgument("a struct needs at least one field") }
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
-            for f in fields { try f.validate(depth: depth + 1) }
+            var size = 8
+            for f in fields { size += try f.validate(depth: depth + 1) }
+            return size
         case .variant(let inner):
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
             let sig = inner.signatureString
             guard (try? SignatureParser.parse(sig)) != nil else {
                 throw .invalidArgument("variant contents have an invalid signature \(quoted(sig))")
             }
-            try inner.validate(depth: depth + 1)
-        default:
-            break
+            return try inner.validate(depth: depth + 1) + sig.utf8.count + 10
+        }
+    }
+
+    private static func checkArrayLength(_ bytes: Int) throws(DBusError) {
+        guard bytes <= Int(maximumArrayLength) else {
+            throw .invalidArgument("array of about \(bytes) bytes exceeds the D-Bus maximum of 64 MiB")
         }
     }
 
@@ -332,7 +352,12 @@ extension DBusValue {
         guard (try? SignatureParser.parse(signature)) != nil else {
             throw .invalidArgument("arguments have an invalid signature \(quoted(signature))")
         }
-        for a in arguments { try a.validate() }
+        var size = 0
+        for a in arguments { size += try a.validate() }
+        // The whole message may not exceed 128 MiB; leave room for the header.
+        guard size <= 128 * 1024 * 1024 - 65536 else {
+            throw .invalidArgument("message body of about \(size) bytes exceeds the D-Bus maximum of 128 MiB")
+        }
         return signature
     }
 }

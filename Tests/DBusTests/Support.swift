@@ -54,14 +54,15 @@ final class TestBus: Sendable {
         // The daemon prints its address once it listens.
         let line = try readLine(out.fileHandleForReading.fileDescriptor, timeout: 10)
         guard line.hasPrefix("unix:") else {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             throw TestFailure("dbus-daemon printed \(line)")
         }
         address = line
     }
 
-    /// Kills the daemon (SIGTERM by default) and waits for it; idempotent.
-    func stop(signal: Int32 = SIGTERM) {
+    /// Kills the daemon and waits for it; idempotent. SIGKILL by default: a child spawned by
+    /// Foundation.Process from a test thread inherits its blocked-signal mask, SIGTERM included.
+    func stop(signal: Int32 = SIGKILL) {
         let p = process.withLock { p -> Process? in
             defer { p = nil }
             return p
@@ -191,7 +192,7 @@ func run(_ executable: String, _ arguments: [String], timeout: Double = 10) thro
         var pfd = pollfd(fd: reader.fileDescriptor, events: Int16(POLLIN), revents: 0)
         let remaining = deadline.timeIntervalSinceNow
         if remaining <= 0 {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             throw TestFailure("\(executable) timed out")
         }
         let r = poll(&pfd, 1, Int32(remaining * 1000))

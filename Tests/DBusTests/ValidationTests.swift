@@ -180,6 +180,12 @@ extension DBusTests {
             // A struct nested 33 deep has a signature libdbus rejects.
             let deep = (0..<33).reduce(DBusValue.int32(0)) { v, _ in .structure([v]) }
             #expect(throws: DBusError.self) { _ = try DBusValue.validate(arguments: [deep]) }
+            // Arrays over 64 MiB (libdbus aborts on a fixed array that long).
+            #expect(throws: DBusError.self) { try DBusValue.byteArray([UInt8](repeating: 0, count: (64 << 20) + 1)).validate() }
+            #expect(throws: DBusError.self) {
+                try DBusValue.array("ay", [.byteArray([UInt8](repeating: 0, count: 40 << 20)), .byteArray([UInt8](repeating: 0, count: 40 << 20))]).validate()
+            }
+            #expect(throws: Never.self) { try DBusValue.byteArray([UInt8](repeating: 0, count: 1 << 20)).validate() }
             // Too long a signature in total.
             #expect(throws: DBusError.self) { _ = try DBusValue.validate(arguments: Array(repeating: .int32(0), count: 256)) }
         }
