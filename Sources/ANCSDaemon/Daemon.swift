@@ -98,7 +98,9 @@ public actor Daemon {
     }
 
     private func serve() async throws {
-        let connection = try await DBusConnection.connect(to: options.bus)
+        // The connection shares the daemon's queue: a Control Point write and its reply cost no
+        // thread switch inside ancsd.
+        let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue)
         self.connection = connection
         logger.debug("connected to the bus as \(connection.uniqueName)")
         defer { Task(executorPreference: executor) { await connection.close() } }

@@ -10,8 +10,9 @@ final class QueueExecutor: SerialExecutor, @unchecked Sendable {
     /// The queue everything of one connection runs on.
     let queue: DispatchQueue
 
-    init(label: String) {
-        queue = DispatchQueue(label: label)
+    /// `queue` must be serial.
+    init(queue: DispatchQueue) {
+        self.queue = queue
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
