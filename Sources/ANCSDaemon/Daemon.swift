@@ -9,6 +9,10 @@ import Dispatch
 ///
 /// It survives phones walking away and coming back and bluetoothd restarting; it ends when its
 /// task is cancelled (SIGTERM) or the bus goes away.
+///
+/// Everything it does runs on one `DaemonExecutor` (see there for why): the actor's own jobs,
+/// the notification sockets, the session timers and every task it starts. An idle daemon has
+/// no timer armed and nothing on Swift's global executor, so it makes no wakeups.
 public actor Daemon {
     public private(set) var options: DaemonOptions
     private var output: OutputRouter
@@ -21,15 +25,18 @@ public actor Daemon {
     private var nextLinkID: UInt64 = 0
     private var ignoredDevices: Set<ObjectPath> = []
     private var onReady: (@Sendable () -> Void)?
-    private let readerQueue = DispatchQueue(label: "ancsd.notifications")
+    private let executor: DaemonExecutor
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
     /// Counters for status reports.
     public private(set) var eventsEmitted = 0
 
     public init(
         options: DaemonOptions, output: OutputRouter, logger: Logger, notifier: SystemdNotifier = SystemdNotifier(),
-        onReady: (@Sendable () -> Void)? = nil
+        executor: DaemonExecutor = DaemonExecutor(), onReady: (@Sendable () -> Void)? = nil
     ) {
+        self.executor = executor
         self.options = options
         self.output = output
         self.logger = logger
@@ -61,13 +68,13 @@ public actor Daemon {
         scheduleStatus()
     }
 
-    /// Sends the status line to systemd, at most once a second.
+    /// Sends the status line to systemd, at most once a second (only under systemd, and only
+    /// after something changed: no wakeups otherwise).
     private func scheduleStatus() {
         guard notifier.isActive, !statusPending else { return }
         statusPending = true
-        Task {
-            try? await Task.sleep(for: .seconds(1))
-            self.sendStatus()
+        executor.queue.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in
+            self?.assumeIsolated { $0.sendStatus() }
         }
     }
 
@@ -83,10 +90,20 @@ public actor Daemon {
 
     /// Runs until cancelled; throws if the bus cannot be reached or goes away.
     public func run() async throws {
-        let connection = try await DBusConnection.connect(to: options.bus)
+        // Whoever calls, the nonisolated code this runs (the bus library's, the task group's
+        // children) stays on the daemon's executor rather than Swift's global one.
+        try await withTaskExecutorPreference(executor) {
+            try await self.serve()
+        }
+    }
+
+    private func serve() async throws {
+        // The connection shares the daemon's queue: a Control Point write and its reply cost no
+        // thread switch inside ancsd.
+        let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue)
         self.connection = connection
         logger.debug("connected to the bus as \(connection.uniqueName)")
-        defer { Task { await connection.close() } }
+        defer { Task(executorPreference: executor) { await connection.close() } }
 
         // Matches first, then the tree: nothing said in between is lost.
         let bluezSignals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
@@ -203,16 +220,14 @@ public actor Daemon {
         nextLinkID += 1
         let link = PhoneLink(id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session)
         links[device.path] = link
-        let (stream, continuation) = AsyncStream<PhoneLink.Input>.makeStream()
-        link.inputs = continuation
-        link.tasks.append(Task { await self.consume(stream, linkID: link.id, path: device.path) })
-        link.tasks.append(Task { await self.subscribe(link) })
+        let id = link.id, path = device.path
+        link.tasks.append(Task(executorPreference: executor) { await self.subscribe(linkID: id, path: path) })
     }
 
     /// Data Source first, then Notification Source: the phone answers requests on the Data
     /// Source, and starts sending Notification Source events (replaying its backlog) at once.
-    private func subscribe(_ link: PhoneLink) async {
-        guard let connection else { return }
+    private func subscribe(linkID: UInt64, path: ObjectPath) async {
+        guard let connection, let link = links[path], link.id == linkID else { return }
         let gatt = GattClient(connection: connection)
         for characteristic in [link.characteristics.dataSource, link.characteristics.notificationSource] {
             guard link.state == .subscribing else { return }
@@ -239,11 +254,17 @@ public actor Daemon {
                 let (fd, mtu) = try await gatt.acquireNotify(characteristic)
                 guard link.state == .subscribing, let raw = fd.take() else { return }
                 let isDataSource = characteristic == link.characteristics.dataSource
-                let inputs = link.inputs
+                let id = link.id, path = link.device.path
+                // The reader runs on the daemon's queue: each datagram goes straight into the
+                // session, with no task or thread in between.
                 let reader = NotificationReader(
-                    fd: raw, queue: readerQueue,
-                    onValue: { value in inputs?.yield(isDataSource ? .dataSource(value) : .notificationSource(value)) },
-                    onClose: { reason in inputs?.yield(.closed(reason)) })
+                    fd: raw, queue: executor.queue,
+                    onValue: { [weak self] value in
+                        self?.assumeIsolated { $0.receive(isDataSource ? .dataSource(value) : .notificationSource(value), linkID: id, path: path) }
+                    },
+                    onClose: { [weak self] reason in
+                        self?.assumeIsolated { $0.receive(.closed(reason), linkID: id, path: path) }
+                    })
                 link.readers.append(reader)
                 link.delivery[characteristic] = .acquired(mtu: mtu)
                 return
@@ -258,23 +279,26 @@ public actor Daemon {
     private func routeValue(_ value: [UInt8], from path: ObjectPath) {
         for link in links.values where link.receivesSignals(for: path) {
             let input: PhoneLink.Input = path == link.characteristics.dataSource ? .dataSource(value) : .notificationSource(value)
-            link.inputs?.yield(input)
+            receive(input, on: link)
         }
     }
 
-    private func consume(_ stream: AsyncStream<PhoneLink.Input>, linkID: UInt64, path: ObjectPath) async {
-        for await input in stream {
-            guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
-            switch input {
-            case .notificationSource(let value):
-                perform(link.session.handleNotificationSource(value, now: link.now), on: link)
-            case .dataSource(let value):
-                perform(link.session.handleDataSource(value, now: link.now), on: link)
-            case .closed(let reason):
-                logger.info("\(link.device.address): notification socket closed (\(reason))")
-                stopLink(at: path, reason: "disconnected")
-                return
-            }
+    /// What a link's socket said, if the link is still the one that opened it.
+    private func receive(_ input: PhoneLink.Input, linkID: UInt64, path: ObjectPath) {
+        guard let link = links[path], link.id == linkID else { return }
+        receive(input, on: link)
+    }
+
+    private func receive(_ input: PhoneLink.Input, on link: PhoneLink) {
+        guard link.state != .stopped else { return }
+        switch input {
+        case .notificationSource(let value):
+            perform(link.session.handleNotificationSource(value, now: link.now), on: link)
+        case .dataSource(let value):
+            perform(link.session.handleDataSource(value, now: link.now), on: link)
+        case .closed(let reason):
+            logger.info("\(link.device.address): notification socket closed (\(reason))")
+            stopLink(at: link.device.path, reason: "disconnected")
         }
     }
 
@@ -304,18 +328,24 @@ public actor Daemon {
         guard let connection else { return }
         let gatt = GattClient(connection: connection)
         let path = link.device.path, id = link.id, characteristic = link.characteristics.controlPoint
-        link.write = Task {
-            let result: WriteResult
-            do {
-                try await gatt.writeRequest(characteristic, bytes)
-                result = .accepted
-            } catch let error as DBusError {
-                result = attErrorCode(in: error).map { .attError(ATTErrorCode(rawValue: $0)) } ?? .failed(error.description)
-            } catch {
-                return  // cancelled with its link
-            }
-            self.writeFinished(result, linkID: id, path: path)
+        link.write = Task(executorPreference: executor) {
+            await self.write(bytes, to: characteristic, gatt: gatt, linkID: id, path: path)
         }
+    }
+
+    /// One Control Point write round trip; the GATT call runs on this actor's executor
+    /// (`nonisolated(nonsending)`), so the only hop is to the bus connection and back.
+    private func write(_ bytes: [UInt8], to characteristic: ObjectPath, gatt: GattClient, linkID: UInt64, path: ObjectPath) async {
+        let result: WriteResult
+        do {
+            try await gatt.writeRequest(characteristic, bytes)
+            result = .accepted
+        } catch let error as DBusError {
+            result = attErrorCode(in: error).map { .attError(ATTErrorCode(rawValue: $0)) } ?? .failed(error.description)
+        } catch {
+            return  // cancelled with its link
+        }
+        writeFinished(result, linkID: linkID, path: path)
     }
 
     private func writeFinished(_ result: WriteResult, linkID: UInt64, path: ObjectPath) {
@@ -323,21 +353,36 @@ public actor Daemon {
         perform(link.session.handleWriteResult(result, now: link.now), on: link)
     }
 
-    /// Keeps one sleeping task per link for the session's next deadline, none when idle.
+    /// Keeps one timer per link armed for the session's next deadline, disarmed when idle.
+    ///
+    /// The session tolerates being called early, so a deadline later than the armed one keeps
+    /// the armed one: while requests follow each other (each moves the deadline later) the
+    /// timer is re-armed about once per quiet period instead of twice per request, each of
+    /// which would wake libdispatch's manager thread.
     private func armTimer(for link: PhoneLink) {
-        let deadline = link.session.nextDeadline
-        guard deadline != link.timerDeadline else { return }
-        link.timer?.cancel()
-        link.timerDeadline = deadline
-        guard let deadline else {
-            link.timer = nil
+        guard let deadline = link.session.nextDeadline else {
+            if link.timerDeadline != nil {
+                link.timerDeadline = nil
+                link.timer?.schedule(deadline: .distantFuture, repeating: .never)
+            }
             return
         }
-        let path = link.device.path, id = link.id, instant = link.start + deadline
-        link.timer = Task {
-            do { try await Task.sleep(until: instant, clock: .continuous) } catch { return }
-            self.timerFired(linkID: id, path: path)
+        if let armed = link.timerDeadline, armed <= deadline { return }
+        link.timerDeadline = deadline
+        let timer: any DispatchSourceTimer
+        if let existing = link.timer {
+            timer = existing
+        } else {
+            let id = link.id, path = link.device.path
+            timer = executor.makeTimer { [weak self] in
+                self?.assumeIsolated { $0.timerFired(linkID: id, path: path) }
+            }
+            link.timer = timer
         }
+        let remaining = max(.zero, deadline - link.now)
+        let (seconds, attoseconds) = remaining.components
+        let nanoseconds = Int(clamping: seconds.multipliedReportingOverflow(by: 1_000_000_000).partialValue + attoseconds / 1_000_000_000)
+        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .never, leeway: .milliseconds(1))
     }
 
     private func timerFired(linkID: UInt64, path: ObjectPath) {
@@ -354,7 +399,7 @@ public actor Daemon {
             // Still connected (the link was stopped for another reason): release the subscriptions.
             let gatt = GattClient(connection: connection)
             for (characteristic, delivery) in link.delivery where delivery == .signals {
-                Task { try? await gatt.stopNotify(characteristic) }
+                Task(executorPreference: executor) { try? await gatt.stopNotify(characteristic) }
             }
         }
         if wasRunning {

@@ -34,11 +34,12 @@ final class PhoneLink {
     var state = State.subscribing
     var delivery: [ObjectPath: Delivery] = [:]
     var readers: [NotificationReader] = []
-    var inputs: AsyncStream<Input>.Continuation?
     var tasks: [Task<Void, Never>] = []
     /// The Control Point write in flight (the session keeps at most one).
     var write: Task<Void, Never>?
-    var timer: Task<Void, Never>?
+    /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
+    var timer: (any DispatchSourceTimer)?
+    /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0
 
@@ -63,13 +64,12 @@ final class PhoneLink {
         state = .stopped
         for reader in readers { reader.cancel() }
         readers = []
-        inputs?.finish()
-        inputs = nil
         for task in tasks { task.cancel() }
         tasks = []
         write?.cancel()
         write = nil
         timer?.cancel()
         timer = nil
+        timerDeadline = nil
     }
 }

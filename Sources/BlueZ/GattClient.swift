@@ -1,6 +1,10 @@
 public import DBus
 
 /// Calls on `org.bluez.GattCharacteristic1` objects.
+///
+/// The calls are `nonisolated(nonsending)`: they run on the caller's executor (an actor's, or
+/// the task's preferred one) instead of hopping to Swift's global executor and back around
+/// the one hop that matters, to the bus connection.
 public struct GattClient: Sendable {
     public let connection: DBusConnection
     /// How long one GATT call may take; BlueZ's own ATT timeout is 30 s.
@@ -12,7 +16,7 @@ public struct GattClient: Sendable {
     }
 
     /// `AcquireNotify`: a SOCK_SEQPACKET descriptor that carries one datagram per notification, and the MTU.
-    public func acquireNotify(_ characteristic: ObjectPath) async throws -> (fd: UnixFD, mtu: UInt16) {
+    public nonisolated(nonsending) func acquireNotify(_ characteristic: ObjectPath) async throws -> (fd: UnixFD, mtu: UInt16) {
         let reply = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "AcquireNotify", arguments: [.variantDictionary([:])], expecting: "hq", timeout: timeout)
@@ -23,21 +27,21 @@ public struct GattClient: Sendable {
     }
 
     /// `StartNotify`: notifications then arrive as PropertiesChanged of `Value`.
-    public func startNotify(_ characteristic: ObjectPath) async throws {
+    public nonisolated(nonsending) func startNotify(_ characteristic: ObjectPath) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "StartNotify", expecting: .empty, timeout: timeout)
     }
 
     /// `StopNotify`.
-    public func stopNotify(_ characteristic: ObjectPath) async throws {
+    public nonisolated(nonsending) func stopNotify(_ characteristic: ObjectPath) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "StopNotify", expecting: .empty, timeout: timeout)
     }
 
     /// `WriteValue` with `type: request` (a write with response, as the Control Point needs).
-    public func writeRequest(_ characteristic: ObjectPath, _ value: [UInt8]) async throws {
+    public nonisolated(nonsending) func writeRequest(_ characteristic: ObjectPath, _ value: [UInt8]) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "WriteValue",

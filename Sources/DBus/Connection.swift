@@ -1,5 +1,5 @@
 import CDBus
-import Dispatch
+public import Dispatch
 import Glibc
 import Synchronization
 
@@ -126,8 +126,14 @@ public actor DBusConnection {
 
     /// Opens a private connection to `address`, authenticates and registers with the bus
     /// (`Hello`), all without blocking a thread on I/O.
+    ///
+    /// The connection runs on `queue`, a serial queue, if given (else on a private one): a
+    /// client whose own actor runs on the same queue calls it and gets its replies without
+    /// a thread switch either way.
     /// - Throws: `DBusError.connectionFailed`, `.timeout` or `.disconnected`.
-    public static func connect(to address: BusAddress, timeout: Duration = .seconds(25)) async throws -> DBusConnection {
+    public static func connect(
+        to address: BusAddress, timeout: Duration = .seconds(25), queue: DispatchQueue? = nil
+    ) async throws -> DBusConnection {
         let resolved = try address.resolve()
         var error = CDBus.DBusError()
         dbus_error_init(&error)
@@ -138,7 +144,7 @@ public actor DBusConnection {
         }
         // A private connection that is dropped open aborts the process: close on every path.
         dbus_connection_set_exit_on_disconnect(raw, 0)
-        let connection = DBusConnection(raw: raw, executor: QueueExecutor(label: "dbus.connection"))
+        let connection = DBusConnection(raw: raw, executor: QueueExecutor(queue: queue ?? DispatchQueue(label: "dbus.connection")))
         try await connection.start(timeout: timeout)
         return connection
     }

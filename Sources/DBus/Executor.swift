@@ -23,8 +23,9 @@ final class QueueExecutor: SerialExecutor, TaskExecutor, @unchecked Sendable {
     private var inHandler = false
     private var localJobs: [UnownedJob] = []
 
-    init(label: String) {
-        queue = DispatchQueue(label: label)
+    /// `queue` must be serial; it may be shared with the client's own actor.
+    init(queue: DispatchQueue) {
+        self.queue = queue
         queue.setSpecific(key: key, value: true)
         queue.setSpecific(key: Self.anyConnectionKey, value: true)
     }

@@ -95,7 +95,10 @@ enum RunCommand {
         return settings
     }
 
-    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+    /// Runs `ancsd run`. Call it with `executor` as the task's executor preference (main.swift
+    /// does): every job of the daemon then runs on that one private queue, never on Swift's
+    /// global executor, whose first use starts libdispatch's 1 Hz workqueue monitor.
+    static func run(_ arguments: [String], bus: String?, executor: DaemonExecutor) async -> Int32 {
         let commandLine: CommandLineSettings
         do {
             guard let parsed = try parse(arguments, bus: bus) else {
@@ -124,17 +127,19 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier)
-        let task = Task { try await daemon.run() }
-        let reloader = Reloader(commandLine: commandLine, settings: settings, output: output)
+        let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor)
+        let task = Task(executorPreference: executor) { try await daemon.run() }
+        let reloader = Reloader(commandLine: commandLine, settings: settings, output: output, executor: executor)
 
         var sources: [any DispatchSourceSignal] = []
         for number in [SIGTERM, SIGINT, SIGHUP] {
             signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            let source = DispatchSource.makeSignalSource(signal: number, queue: executor.queue)
             source.setEventHandler {
                 if number == SIGHUP {
-                    Task { await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier) }
+                    Task(executorPreference: executor) {
+                        await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier)
+                    }
                 } else {
                     logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
                     notifier.stopping()
@@ -146,14 +151,17 @@ enum RunCommand {
         }
         defer { sources.forEach { $0.cancel() } }
 
-        // The watchdog is answered through the daemon's actor, so a wedged daemon stops answering.
-        let watchdog = notifier.watchdogInterval.map { interval in
-            Task {
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: interval / 2)
-                    if await daemon.ping() { notifier.watchdog() }
-                }
+        // The watchdog is answered on the daemon's executor, so a wedged daemon stops answering.
+        // Its timer is the only periodic wakeup, and only when systemd asks for it.
+        let watchdog = notifier.watchdogInterval.map { interval -> any DispatchSourceTimer in
+            let period = interval / 2
+            let (seconds, attoseconds) = period.components
+            let nanoseconds = Int(clamping: seconds.multipliedReportingOverflow(by: 1_000_000_000).partialValue + attoseconds / 1_000_000_000)
+            let timer = executor.makeTimer {
+                daemon.assumeIsolated { daemon in if daemon.ping() { notifier.watchdog() } }
             }
+            timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds), leeway: .milliseconds(100))
+            return timer
         }
         defer { watchdog?.cancel() }
 
@@ -185,11 +193,15 @@ enum RunCommand {
         let commandLine: CommandLineSettings
         var settings: RunSettings
         var output: OutputRouter
+        let executor: DaemonExecutor
 
-        init(commandLine: CommandLineSettings, settings: RunSettings, output: OutputRouter) {
+        nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+        init(commandLine: CommandLineSettings, settings: RunSettings, output: OutputRouter, executor: DaemonExecutor) {
             self.commandLine = commandLine
             self.settings = settings
             self.output = output
+            self.executor = executor
         }
 
         var currentSinks: [LineSink] { output.sinks }

@@ -36,7 +36,7 @@ func usageFailure(_ error: any Error, command: String?) -> Int32 {
     return 2
 }
 
-func runMain(_ arguments: [String]) async -> Int32 {
+func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
     var arguments = arguments
     var bus: String? = nil
     if let first = arguments.first, first == "--bus" || first.hasPrefix("--bus=") {
@@ -64,7 +64,7 @@ func runMain(_ arguments: [String]) async -> Int32 {
     case "decode":
         return DecodeCommand.run(rest)
     case "run":
-        return await RunCommand.run(rest, bus: bus)
+        return await RunCommand.run(rest, bus: bus, executor: executor)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }
@@ -77,4 +77,7 @@ sigemptyset(&handledSignals)
 for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
 pthread_sigmask(SIG_UNBLOCK, &handledSignals, nil)
 
-exit(await runMain(Array(CommandLine.arguments.dropFirst())))
+// All asynchronous work runs on one private serial queue (see DaemonExecutor), never on
+// Swift's global executor: an idle daemon then makes no wakeups.
+let executor = DaemonExecutor()
+exit(await withTaskExecutorPreference(executor) { await runMain(Array(CommandLine.arguments.dropFirst()), executor: executor) })
