@@ -67,7 +67,7 @@ public struct PairingAgent: Sendable {
                 }
             }
         }
-        func path(_ a: [DBusValue], _ i: Int = 0) throws -> ObjectPath {
+        @Sendable func path(_ a: [DBusValue], _ i: Int = 0) throws -> ObjectPath {
             guard i < a.count, let p = a[i].objectPathValue else { throw DBusError.invalidArgument("expected a device path") }
             return p
         }
