@@ -2,11 +2,11 @@
 _ancsd() {
     local cur prev words cword
     _init_completion || return
-    local commands="run decode"
+    local commands="pair run decode"
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            run|decode) command=${words[i]}; break ;;
+            pair|run|decode) command=${words[i]}; break ;;
         esac
     done
     case $prev in
@@ -14,11 +14,12 @@ _ancsd() {
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
         --fifo|--config) _filedir; return ;;
         --adapter) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
-        --device|--fifo-mode|--bus) return ;;
+        --device|--fifo-mode|--bus|--name|--timeout) return ;;
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --log-level --config --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --help" -- "$cur")) ;;
+        pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) || _filedir ;;
     esac
 }

@@ -117,6 +117,10 @@ public actor Daemon {
             group.addTask { for await signal in bluezSignals { await self.handleBlueZSignal(signal) } }
             group.addTask { for await signal in ownerChanges { await self.handleOwnerChange(signal) } }
             group.addTask { await connection.waitUntilDisconnected() }
+            if options.advertise {  // pairing support: see Presence.swift
+                let presence = Presence(connection: connection, adapter: options.adapter, logger: logger)
+                group.addTask { await presence.run() }
+            }
             await group.next()  // the bus went away, or we were cancelled
             group.cancelAll()
         }

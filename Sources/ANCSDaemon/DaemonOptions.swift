@@ -11,6 +11,9 @@ public struct DaemonOptions: Sendable {
     public var adapter: String?
     /// Try AcquireNotify (a socket per characteristic) before StartNotify (D-Bus signals).
     public var preferAcquireNotify = true
+    /// Keep a connectable LE advertisement and a pairing agent that refuses every request
+    /// registered with bluetoothd (see `Presence`); off where another agent owns pairing.
+    public var advertise = true
     /// How each phone's session fetches attributes.
     public var session = SessionConfiguration()
 

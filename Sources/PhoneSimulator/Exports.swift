@@ -10,12 +10,25 @@ extension PhoneSimulator {
         try c.export(rootObject(c), at: BlueZ.root)
         try c.export(adapterObject(c), at: BlueZ.adapterPath)
         for device in settings.devices.indices {
-            let (paths, connected) = state.withLock { ($0.devices[device].paths, $0.devices[device].connected) }
-            try c.export(deviceObject(device, connected: connected, c), at: paths.device)
-            try c.export(serviceObject(paths), at: paths.service)
-            for characteristic in ANCSCharacteristic.allCases {
-                try c.export(characteristicObject(device, characteristic, paths, c), at: paths.characteristic(characteristic))
-            }
+            let d = state.withLock { $0.devices[device] }
+            guard d.present else { continue }
+            try exportDevice(device, c)
+            if d.ancsExported { try exportANCS(device, c) }
+        }
+    }
+
+    /// Exports a phone's Device1 as its state says.
+    func exportDevice(_ device: Int, _ c: isolated DBusConnection) throws {
+        let d = state.withLock { $0.devices[device] }
+        try c.export(deviceObject(device, d, c), at: d.paths.device)
+    }
+
+    /// Exports a phone's ANCS service and characteristics.
+    func exportANCS(_ device: Int, _ c: isolated DBusConnection) throws {
+        let paths = state.withLock { $0.devices[device].paths }
+        try c.export(serviceObject(paths), at: paths.service)
+        for characteristic in ANCSCharacteristic.allCases {
+            try c.export(characteristicObject(device, characteristic, paths, c), at: paths.characteristic(characteristic))
         }
     }
 
@@ -43,13 +56,13 @@ extension PhoneSimulator {
         ExportedObject(
             ExportedInterface(BlueZ.agentManager1, methods: [
                 method("RegisterAgent", input: "os", conn) { call, _ in
-                    try self.register("agent", call, exists: false)
+                    try self.registerAgent(call)
                 },
                 method("UnregisterAgent", input: "o", conn) { call, _ in
-                    try self.register("agent", call, exists: true, remove: true)
+                    try self.unregisterAgent(call)
                 },
                 method("RequestDefaultAgent", input: "o", conn) { call, _ in
-                    try self.register("agent", call, exists: true)
+                    try self.requestDefaultAgent(call)
                 },
             ]),
             ExportedInterface("org.bluez.ProfileManager1", methods: [
@@ -58,28 +71,60 @@ extension PhoneSimulator {
             ]))
     }
 
-    /// Records or checks a client registration ("agent" or "adv") keyed by sender and path.
-    private func register(_ kind: String, _ call: MethodCall, exists: Bool, remove: Bool = false) throws -> [DBusValue] {
-        let key = kind + ":" + call.sender + ":" + (call.arguments.first?.objectPathValue?.rawValue ?? "")
-        try state.withLock { s in
-            if exists {
-                guard s.registrations.contains(key) else {
-                    throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
-                }
-                if remove { s.registrations.remove(key) }
-            } else {
-                guard s.registrations.insert(key).inserted else {
-                    throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
-                }
-            }
+    private static let capabilities: Set<String> = [
+        "", "DisplayOnly", "DisplayYesNo", "KeyboardOnly", "NoInputNoOutput", "KeyboardDisplay",
+    ]
+
+    private func registerAgent(_ call: MethodCall) throws -> [DBusValue] {
+        guard let path = call.arguments.first?.objectPathValue, let capability = call.arguments.last?.stringValue else {
+            throw BlueZError.invalidArguments()
         }
+        guard Self.capabilities.contains(capability) else { throw BlueZError.invalidArguments() }
+        try state.withLock { s in
+            // bluetoothd allows one agent per client connection.
+            guard !s.agents.contains(where: { $0.sender == call.sender }) else {
+                throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+            }
+            let agent = AgentRegistration(sender: call.sender, path: path, capability: capability.isEmpty ? "KeyboardDisplay" : capability)
+            s.agents.append(agent)
+            // The first agent becomes the default when there is none.
+            if s.defaultAgents.isEmpty { s.defaultAgents.append(agent) }
+        }
+        log("RegisterAgent \(path) (\(capability)) from \(call.sender)")
+        return []
+    }
+
+    private func unregisterAgent(_ call: MethodCall) throws -> [DBusValue] {
+        let path = call.arguments.first?.objectPathValue
+        try state.withLock { s in
+            guard let agent = s.agents.first(where: { $0.sender == call.sender && $0.path == path }) else {
+                throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+            }
+            s.removeAgent(agent)
+        }
+        log("UnregisterAgent \(path?.rawValue ?? "") from \(call.sender)")
+        return []
+    }
+
+    private func requestDefaultAgent(_ call: MethodCall) throws -> [DBusValue] {
+        let path = call.arguments.first?.objectPathValue
+        try state.withLock { s in
+            guard let agent = s.agents.first(where: { $0.sender == call.sender && $0.path == path }) else {
+                throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+            }
+            s.defaultAgents.removeAll { $0 == agent }
+            s.defaultAgents.append(agent)
+        }
+        log("RequestDefaultAgent \(path?.rawValue ?? "") from \(call.sender)")
         return []
     }
 
     // MARK: /org/bluez/hci0
 
     private func adapterObject(_ conn: DBusConnection) -> ExportedObject {
-        let accept: @Sendable (DBusValue, MethodCall) throws -> Void = { _, _ in }
+        let accept: @Sendable (DBusValue, MethodCall) throws -> Void = { [log] value, call in
+            log("adapter: \(call.arguments.count > 1 ? call.arguments[1].stringValue ?? "?" : "?") = \(value.unwrapped) from \(call.sender)")
+        }
         return ExportedObject(
             ExportedInterface(
                 BlueZ.adapter1,
@@ -106,10 +151,11 @@ extension PhoneSimulator {
                     ExportedProperty("Class", value: .uint32(0x7C_010C)),
                     ExportedProperty("Powered", value: .bool(true), access: .readWrite, onSet: accept),
                     ExportedProperty("PowerState", value: .string("on")),
-                    ExportedProperty("Discoverable", value: .bool(false), access: .readWrite, onSet: accept),
-                    ExportedProperty("DiscoverableTimeout", value: .uint32(180), access: .readWrite, onSet: accept),
-                    ExportedProperty("Pairable", value: .bool(true), access: .readWrite, onSet: accept),
-                    ExportedProperty("PairableTimeout", value: .uint32(0), access: .readWrite, onSet: accept),
+                    ExportedProperty("Discoverable", value: .bool(settings.adapterDiscoverable), access: .readWrite, onSet: accept),
+                    ExportedProperty(
+                        "DiscoverableTimeout", value: .uint32(settings.adapterDiscoverableTimeout), access: .readWrite, onSet: accept),
+                    ExportedProperty("Pairable", value: .bool(settings.adapterPairable), access: .readWrite, onSet: accept),
+                    ExportedProperty("PairableTimeout", value: .uint32(settings.adapterPairableTimeout), access: .readWrite, onSet: accept),
                     ExportedProperty("Discovering", value: .bool(false)),
                     ExportedProperty("UUIDs", value: .stringArray([
                         "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
@@ -121,11 +167,12 @@ extension PhoneSimulator {
             ExportedInterface(
                 BlueZ.leAdvertisingManager1,
                 methods: [
-                    method("RegisterAdvertisement", input: "oa{sv}", conn) { call, _ in
-                        try self.register("adv", call, exists: false)
+                    ExportedMethod("RegisterAdvertisement", input: "oa{sv}") { [weak self, weak conn] call in
+                        guard let self, let conn else { throw BlueZError.failed("Not available") }
+                        return try await self.registerAdvertisement(call, conn)
                     },
-                    method("UnregisterAdvertisement", input: "o", conn) { call, _ in
-                        try self.register("adv", call, exists: true, remove: true)
+                    method("UnregisterAdvertisement", input: "o", conn) { call, c in
+                        try self.unregisterAdvertisement(call, c)
                     },
                 ],
                 properties: [
@@ -141,8 +188,14 @@ extension PhoneSimulator {
 
     // MARK: Device
 
-    private func deviceObject(_ device: Int, connected: Bool, _ conn: DBusConnection) -> ExportedObject {
+    private func deviceObject(_ device: Int, _ state: DeviceState, _ conn: DBusConnection) -> ExportedObject {
         let d = settings.devices[device]
+        let connected = state.connected
+        let trust: @Sendable (DBusValue, MethodCall) throws -> Void = { [weak self] value, call in
+            guard let self, let trusted = value.unwrapped.boolValue else { throw BlueZError.invalidArguments() }
+            self.state.withLock { $0.devices[device].trusted = trusted }
+            self.log("\(d.name): Trusted = \(trusted) from \(call.sender)")
+        }
         return ExportedObject(ExportedInterface(
             BlueZ.device1,
             methods: [
@@ -172,9 +225,9 @@ extension PhoneSimulator {
                 ExportedProperty("Alias", value: .string(d.name)),
                 ExportedProperty("Appearance", value: .uint16(0x0040)),
                 ExportedProperty("Icon", value: .string("phone")),
-                ExportedProperty("Paired", value: .bool(d.paired)),
-                ExportedProperty("Bonded", value: .bool(d.bonded)),
-                ExportedProperty("Trusted", value: .bool(d.trusted)),
+                ExportedProperty("Paired", value: .bool(state.paired)),
+                ExportedProperty("Bonded", value: .bool(state.bonded)),
+                ExportedProperty("Trusted", value: .bool(state.trusted), access: .readWrite, onSet: trust),
                 ExportedProperty("Blocked", value: .bool(false)),
                 ExportedProperty("LegacyPairing", value: .bool(false)),
                 ExportedProperty("Connected", value: .bool(connected)),

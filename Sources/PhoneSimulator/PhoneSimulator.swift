@@ -125,6 +125,7 @@ public final class PhoneSimulator: Sendable {
             }
             _ = try? await old.releaseName(BlueZ.busName)
             await old.close()
+            forgetRegistrations()
             log("bluetoothd stopped")
         }
         try await Task.sleep(for: .seconds(downtime))
@@ -266,6 +267,7 @@ public final class PhoneSimulator: Sendable {
 
     /// A client left the bus: its notify sessions end, as bluetoothd's disconnect watch does.
     func clientVanished(_ name: String, _ c: isolated DBusConnection) {
+        dropRegistrations(of: name)
         let changes = state.withLock { s -> [PropertyChange] in
             var changes: [PropertyChange] = []
             for i in s.devices.indices {

@@ -84,6 +84,16 @@ extension PhoneSimulator {
             state.withLock { $0.devices[device].midResponseDisconnect = true }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)
+        case .appear:
+            try await appear(device)
+        case .pair(let passkey, let expect):
+            try await pair(device, passkey: passkey, expect: expect)
+        case .waitState(let expectation, let timeout):
+            try await waitState(expectation, device: device, timeout: timeout)
+        case .releaseAdvertisements:
+            await releaseAdvertisements()
+        case .rogue(let error):
+            try await rogue(error: error)
         case .sleep(let seconds):
             try await Task.sleep(for: .seconds(seconds))
         case .end:

@@ -14,6 +14,9 @@ public struct DeviceSettings: Hashable, Sendable {
     public var trusted: Bool
     /// The ATT MTU of this phone's link (AcquireNotify returns it; DS fragments use mtu - 3).
     public var mtu: Int
+    /// False: bluetoothd does not know the phone yet; it appears at an `appear` or `pair` step,
+    /// and its ANCS service only once it is bonded.
+    public var present: Bool = true
 
     public init(
         address: String, name: String, addressType: String = "random", connected: Bool = true,
@@ -48,6 +51,11 @@ public struct ScenarioSettings: Hashable, Sendable {
     public var devices: [DeviceSettings]
     /// App identifier → display name, answered to GetAppAttributes.
     public var apps: [String: String]
+    /// The adapter's Pairable, Discoverable and their timeouts at start.
+    public var adapterPairable = true
+    public var adapterDiscoverable = false
+    public var adapterPairableTimeout: UInt32 = 0
+    public var adapterDiscoverableTimeout: UInt32 = 180
 
     public init(
         name: String = "scenario", mtu: Int = 185, acquireNotify: Bool = true, renumberOnConnect: Bool = true,
@@ -117,8 +125,47 @@ public enum ScenarioAction: Hashable, Sendable {
     case midResponseDisconnect
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)
+    /// bluetoothd learns of the phone (InterfacesAdded of its Device1, not paired).
+    case appear
+    /// The phone connects and asks to pair: RequestConfirmation(device, passkey) on the
+    /// default agent. `expect` ("paired" or "rejected") makes another outcome fail the run.
+    case pair(passkey: UInt32, expect: PairingOutcome?)
+    /// Wait until bluetoothd's state matches (fails after `timeout`).
+    case waitState(StateExpectation, timeout: Double)
+    /// bluetoothd calls Release on every registered advertisement and forgets them.
+    case releaseAdvertisements
+    /// Another bus client (not bluetoothd) calls every method of every registered agent and
+    /// advertisement; each must fail (with `error`, if given).
+    case rogue(error: String?)
     case sleep(seconds: Double)
     case end
+}
+
+/// How a pairing attempt ended.
+public enum PairingOutcome: String, Hashable, Sendable {
+    case paired
+    case rejected
+}
+
+/// What a `wait_state` step waits for; nil fields are not checked.
+public struct StateExpectation: Hashable, Sendable {
+    public var pairable: Bool?
+    public var discoverable: Bool?
+    public var pairableTimeout: UInt32?
+    public var discoverableTimeout: UInt32?
+    /// Registered agents.
+    public var agents: Int?
+    /// Whether a default agent is set.
+    public var defaultAgent: Bool?
+    /// Registered advertisements.
+    public var advertisements: Int?
+    /// Registered advertisements with Discoverable true.
+    public var discoverableAdvertisements: Int?
+    /// The step's phone: Paired and Trusted.
+    public var paired: Bool?
+    public var trusted: Bool?
+
+    public init() {}
 }
 
 /// One line after the settings.
@@ -267,6 +314,10 @@ private struct ObjectReader {
         if let r = try bool("renumber_on_connect") { s.renumberOnConnect = r }
         if let a = try string("adapter_address") { s.adapterAddress = try address(a, key: "adapter_address") }
         if let n = try string("adapter_name") { s.adapterName = n }
+        if let v = try bool("adapter_pairable") { s.adapterPairable = v }
+        if let v = try bool("adapter_discoverable") { s.adapterDiscoverable = v }
+        if let v = try integer("adapter_pairable_timeout", min: 0, max: Int(UInt32.max)) { s.adapterPairableTimeout = UInt32(v) }
+        if let v = try integer("adapter_discoverable_timeout", min: 0, max: Int(UInt32.max)) { s.adapterDiscoverableTimeout = UInt32(v) }
         if let apps = value("apps") {
             guard let object = apps.objectValue else { throw fail("\"apps\" must be an object of app identifier → name") }
             s.apps = [:]
@@ -302,11 +353,22 @@ private struct ObjectReader {
             guard t == "public" || t == "random" else { throw fail("\"address_type\" must be \"public\" or \"random\"") }
             d.addressType = t
         }
+        if let v = try bool("present"), !v {
+            // A phone bluetoothd has never seen is neither connected, paired nor trusted.
+            d.present = false
+            d.connected = false
+            d.paired = false
+            d.bonded = false
+            d.trusted = false
+        }
         if let v = try bool("connected") { d.connected = v }
         if let v = try bool("paired") { d.paired = v }
         if let v = try bool("bonded") { d.bonded = v }
         if let v = try bool("trusted") { d.trusted = v }
         if let m = try integer("mtu", min: 23, max: 517) { d.mtu = m }
+        if !d.present, d.connected || d.paired || d.bonded {
+            throw fail("a phone that is not \"present\" cannot be connected, paired or bonded")
+        }
         return d
     }
 
@@ -378,6 +440,30 @@ private struct ObjectReader {
             }
         case "mid_response_disconnect": step.action = .midResponseDisconnect
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
+        case "appear": step.action = .appear
+        case "pair":
+            let passkey = try integer("passkey", min: 0, max: 999_999) ?? 123_456
+            var outcome: PairingOutcome?
+            if let e = try string("expect") {
+                guard let o = PairingOutcome(rawValue: e) else { throw fail("\"expect\" must be \"paired\" or \"rejected\"") }
+                outcome = o
+            }
+            step.action = .pair(passkey: UInt32(passkey), expect: outcome)
+        case "wait_state":
+            var e = StateExpectation()
+            e.pairable = try bool("pairable")
+            e.discoverable = try bool("discoverable")
+            e.pairableTimeout = try integer("pairable_timeout", min: 0, max: Int(UInt32.max)).map(UInt32.init)
+            e.discoverableTimeout = try integer("discoverable_timeout", min: 0, max: Int(UInt32.max)).map(UInt32.init)
+            e.agents = try integer("agents", min: 0, max: 1000)
+            e.defaultAgent = try bool("default_agent")
+            e.advertisements = try integer("advertisements", min: 0, max: 1000)
+            e.discoverableAdvertisements = try integer("discoverable_advertisements", min: 0, max: 1000)
+            e.paired = try bool("paired")
+            e.trusted = try bool("trusted")
+            step.action = .waitState(e, timeout: try number("timeout", max: 86_400) ?? 30)
+        case "release_advertisement": step.action = .releaseAdvertisements
+        case "rogue": step.action = .rogue(error: try string("error"))
         case "sleep":
             guard let seconds = try number("seconds") else { throw fail("\"seconds\" is required") }
             step.action = .sleep(seconds: seconds)

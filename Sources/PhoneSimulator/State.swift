@@ -7,12 +7,42 @@ struct SimState {
     /// The live bus connection (nil while "bluetoothd" is down).
     var connection: DBusConnection?
     var stopped = false
-    /// Agents and advertisements registered by clients: "agent:SENDER:PATH", "adv:SENDER:PATH".
-    var registrations: Set<String> = []
+    /// Agents registered by clients, in registration order.
+    var agents: [AgentRegistration] = []
+    /// Agents that asked to be the default, the current default last (bluetoothd keeps such a
+    /// queue: when the default goes, the one before it is the default again).
+    var defaultAgents: [AgentRegistration] = []
+    /// Advertisements registered by clients, with the properties read from them.
+    var advertisements: [AdvertisementRegistration] = []
+
+    /// The agent bluetoothd asks about an incoming pairing: the default, else the first registered.
+    var pairingAgent: AgentRegistration? { defaultAgents.last ?? agents.first }
+
+    /// Forgets a client's agent: it stops being a default too.
+    mutating func removeAgent(_ agent: AgentRegistration) {
+        agents.removeAll { $0 == agent }
+        defaultAgents.removeAll { $0 == agent }
+    }
 
     init(devices: [DeviceState]) {
         self.devices = devices
     }
+}
+
+/// An `org.bluez.Agent1` a client registered.
+struct AgentRegistration: Hashable, Sendable {
+    let sender: String
+    let path: ObjectPath
+    let capability: String
+}
+
+/// An `org.bluez.LEAdvertisement1` a client registered.
+struct AdvertisementRegistration: Sendable {
+    let sender: String
+    let path: ObjectPath
+    let properties: [String: DBusValue]
+
+    var discoverable: Bool { properties["Discoverable"]?.unwrapped.boolValue ?? false }
 }
 
 /// Who is subscribed to one notify characteristic.
@@ -61,6 +91,13 @@ struct DeviceState {
     let paths: DevicePaths
     var model: PhoneModel
     var connected: Bool
+    /// bluetoothd knows the phone (its Device1 is exported).
+    var present: Bool
+    var paired: Bool
+    var bonded: Bool
+    var trusted: Bool
+    /// The phone's ANCS service is in bluetoothd's tree (from the start, or once bonded).
+    var ancsExported: Bool
     /// Changes at every disconnect and connect; queued values of an old session are dropped.
     var session: UInt64 = 0
     var notificationSource = Subscription()
@@ -75,6 +112,11 @@ struct DeviceState {
         paths = DevicePaths(settings)
         model = PhoneModel(apps: apps)
         connected = settings.connected
+        present = settings.present
+        paired = settings.paired
+        bonded = settings.bonded
+        trusted = settings.trusted
+        ancsExported = settings.present
     }
 
     func subscription(_ c: ANCSCharacteristic) -> Subscription {

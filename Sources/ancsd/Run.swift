@@ -15,7 +15,8 @@ enum RunCommand {
     Shows the notifications of every bonded iPhone that is connected and shares them (ANCS):
     added, modified and removed, with app name, title, subtitle, message, date and actions.
     Follows phones that walk away and come back and bluetoothd restarting. Stops cleanly on
-    SIGTERM or SIGINT.
+    SIGTERM or SIGINT. Pair a phone first with 'ancsd pair'; while running, ancsd keeps a
+    connectable advertisement so bonded phones reconnect, and refuses every pairing request.
 
     Options:
       --format text|json   output format: one readable line per event (default on a terminal)
@@ -30,6 +31,10 @@ enum RunCommand {
                            DBUS_SYSTEM_BUS_ADDRESS)
       --no-acquire-notify  receive notifications as D-Bus signals (StartNotify) instead of
                            AcquireNotify sockets
+      --no-advertise       do not register an LE advertisement (connectable, not
+                           discoverable: bonded phones reconnect to it) and a pairing agent
+                           that refuses every pairing request; for desktops where another
+                           agent owns pairing (config: advertise = no)
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -61,6 +66,8 @@ enum RunCommand {
                 settings.configPath = try scanner.value(of: "--config", inline: inline)
             case .option("--no-acquire-notify", nil):
                 settings.pairs.append(("acquire-notify", "no"))
+            case .option("--no-advertise", nil):
+                settings.pairs.append(("advertise", "no"))
             case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
                 settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):

@@ -13,6 +13,7 @@ ancsd shows an iPhone's notifications on Linux: it speaks Apple Notification Cen
 Service (ANCS) over Bluetooth LE through BlueZ.
 
 Commands:
+  pair              pair an iPhone: open a pairing window, confirm the passkey, trust it
   run               show the notifications of bonded iPhones (the daemon)
   decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1) to JSON Lines
 
@@ -65,6 +66,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return DecodeCommand.run(rest)
     case "run":
         return await RunCommand.run(rest, bus: bus, executor: executor)
+    case "pair":
+        return await PairCommand.run(rest, bus: bus)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }

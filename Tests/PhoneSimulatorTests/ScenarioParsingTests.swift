@@ -11,12 +11,56 @@ struct ScenarioParsingTests {
         let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".jsonl") }.sorted()
         #expect(files == [
             "bluez-restart.jsonl", "burst.jsonl", "cp-errors.jsonl", "demo.jsonl", "deny-sharing.jsonl",
-            "disconnect.jsonl", "omitted-tuple.jsonl", "two-phones.jsonl",
+            "disconnect.jsonl", "omitted-tuple.jsonl", "pair-refused.jsonl", "pair-window-closes.jsonl", "pair.jsonl",
+            "run-presence.jsonl", "two-phones.jsonl",
         ])
         for file in files {
             let text = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
             let scenario = try Scenario(parsing: text)
             #expect(scenario.steps.last?.action == .end, "\(file) ends with an end step")
+        }
+    }
+
+    @Test("pairing settings and steps")
+    func pairing() throws {
+        let text = """
+            {"scenario":"p","adapter_pairable":false,"adapter_discoverable":true,"adapter_pairable_timeout":30,"adapter_discoverable_timeout":60,"devices":[{"address":"AA:BB:CC:DD:EE:01","present":false}]}
+            {"do":"appear"}
+            {"do":"pair","passkey":42,"expect":"rejected"}
+            {"do":"pair"}
+            {"do":"wait_state","pairable":true,"discoverable":false,"pairable_timeout":0,"discoverable_timeout":180,"agents":1,"default_agent":true,"advertisements":2,"discoverable_advertisements":1,"paired":true,"trusted":false,"timeout":5}
+            {"do":"release_advertisement"}
+            {"do":"rogue","error":"org.freedesktop.DBus.Error.AccessDenied"}
+            {"do":"end"}
+            """
+        let scenario = try Scenario(parsing: text)
+        let s = scenario.settings
+        #expect(!s.adapterPairable && s.adapterDiscoverable && s.adapterPairableTimeout == 30 && s.adapterDiscoverableTimeout == 60)
+        let d = try #require(s.devices.first)
+        #expect(!d.present && !d.connected && !d.paired && !d.bonded && !d.trusted)
+        var state = StateExpectation()
+        state.pairable = true
+        state.discoverable = false
+        state.pairableTimeout = 0
+        state.discoverableTimeout = 180
+        state.agents = 1
+        state.defaultAgent = true
+        state.advertisements = 2
+        state.discoverableAdvertisements = 1
+        state.paired = true
+        state.trusted = false
+        #expect(scenario.steps.map(\.action) == [
+            .appear, .pair(passkey: 42, expect: .rejected), .pair(passkey: 123_456, expect: nil), .waitState(state, timeout: 5),
+            .releaseAdvertisements, .rogue(error: "org.freedesktop.DBus.Error.AccessDenied"), .end,
+        ])
+        for bad in [
+            #"{"do":"pair","expect":"maybe"}"#, #"{"do":"pair","passkey":1000000}"#, #"{"do":"wait_state","agents":-1}"#,
+            #"{"do":"wait_state","pairable":1}"#,
+        ] {
+            #expect(throws: ScenarioError.self) { try Scenario(parsing: #"{"scenario":"x"}"# + "\n" + bad) }
+        }
+        #expect(throws: ScenarioError.self) {
+            try Scenario(parsing: #"{"scenario":"x","devices":[{"address":"AA:BB:CC:DD:EE:01","present":false,"paired":true}]}"#)
         }
     }
 

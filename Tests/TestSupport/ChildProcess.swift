@@ -13,8 +13,10 @@ public final class ChildProcess: Sendable {
     private let stderrText = Mutex<String>("")
     private let readers = DispatchGroup()
 
-    /// Starts `executable` with `arguments`; standard input is closed.
-    public init(_ executable: URL, _ arguments: [String], environment: [String: String]? = nil) throws {
+    /// Starts `executable` with `arguments`; standard input is `standardInput`, else closed.
+    public init(
+        _ executable: URL, _ arguments: [String], environment: [String: String]? = nil, standardInput: FileHandle? = nil
+    ) throws {
         process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -22,7 +24,7 @@ public final class ChildProcess: Sendable {
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process.standardInput = standardInput ?? FileHandle.nullDevice
         try process.run()
         collect(out.fileHandleForReading) { [self] line in
             stdoutLines.withLock { $0.append(Line(text: line, arrived: .now)) }

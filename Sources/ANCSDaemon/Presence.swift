@@ -1,0 +1,222 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import BlueZ
+public import DBus
+
+/// What `ancsd run` keeps registered with bluetoothd so bonded phones come back by themselves:
+/// a connectable (not discoverable) LE advertisement that solicits ANCS, and a pairing agent
+/// that refuses every request — `ancsd run` never pairs; `ancsd pair` opens a window for that.
+///
+/// Both are registered again when bluetoothd calls `Release` and when bluetoothd restarts.
+/// Both objects answer only the current owner of `org.bluez`.
+actor Presence {
+    static let agentPath: ObjectPath = "/org/ancsd/run/agent"
+    static let advertisementPath: ObjectPath = "/org/ancsd/run/advertisement0"
+
+    private let connection: DBusConnection
+    private let adapterName: String?
+    private let logger: Logger
+    private var owner: BlueZOwner?
+    /// Where the advertisement is registered, nil while it is not.
+    private var advertisedOn: ObjectPath?
+    private var agentRegistered = false
+    private var registering = false
+    private var again = false
+    private var retry: Task<Void, Never>?
+    private var failures = 0
+    private var saidNoAdapter = false
+
+    init(connection: DBusConnection, adapter: String?, logger: Logger) {
+        self.connection = connection
+        self.adapterName = adapter
+        self.logger = logger
+    }
+
+    /// Registers, keeps registered until cancelled, then unregisters.
+    func run() async {
+        do {
+            let owner = try await BlueZOwner.track(on: connection)
+            self.owner = owner
+            let agent = PairingAgent(owner: owner) { [weak self] request in
+                guard let self else { throw AgentError.rejected }
+                return try await self.answer(request)
+            }
+            try await connection.export(agent.object, at: Self.agentPath)
+            let ownerChanges = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
+            let added = try await connection.signals(matching: .interfacesAdded(sender: BlueZ.service))
+            await register()
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { for await signal in ownerChanges { await self.ownerChanged(signal) } }
+                group.addTask {
+                    for await signal in added {
+                        guard let a = try? InterfacesAdded(signal), a.interfaces[BlueZ.advertisingManagerInterface] != nil else { continue }
+                        await self.register()
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+        } catch is CancellationError {
+        } catch {
+            logger.warning("cannot keep an advertisement and agent registered: \(error)")
+            while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+        }
+        // Unregister from a task that is not cancelled: calls of a cancelled task fail at once.
+        await Task { await self.unregister() }.value
+    }
+
+    private func ownerChanged(_ signal: Signal) async {
+        guard let change = try? NameOwnerChanged(signal), change.name == BlueZ.service.rawValue else { return }
+        // A new bluetoothd knows nothing of what we registered with the old one.
+        advertisedOn = nil
+        agentRegistered = false
+        failures = 0
+        if change.newOwner != nil {
+            logger.info("bluetoothd is back: registering the advertisement and agent again")
+            await register()
+        }
+    }
+
+    /// Registers whatever is not registered. Calls while one is running make it run once more.
+    func register() async {
+        guard !registering else {
+            again = true
+            return
+        }
+        registering = true
+        defer { registering = false }
+        repeat {
+            again = false
+            await registerOnce()
+        } while again
+    }
+
+    private func registerOnce() async {
+        guard let owner else { return }
+        if owner.current == nil {
+            guard let running = try? await connection.nameOwner(BlueZ.service), !running.isEmpty else { return }
+        }
+        do {
+            if !agentRegistered {
+                let manager = AgentManager(connection: connection)
+                do {
+                    try await manager.register(Self.agentPath, capability: "DisplayYesNo")
+                } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {}
+                try await manager.requestDefault(Self.agentPath)
+                agentRegistered = true
+                logger.info("registered pairing agent \(Self.agentPath): it refuses every pairing request (pair with 'ancsd pair')")
+            }
+            if advertisedOn == nil {
+                guard let (adapter, name) = try await findAdapter() else {
+                    if !saidNoAdapter {
+                        saidNoAdapter = true
+                        logger.info("no adapter can advertise yet\(adapterName.map { " (\($0))" } ?? ""); waiting for one")
+                    }
+                    return
+                }
+                saidNoAdapter = false
+                let advert = Advertisement(localName: name, discoverable: false)
+                await connection.unexport(Self.advertisementPath)
+                try await connection.export(
+                    advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
+                try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
+                advertisedOn = adapter
+                logger.info("registered LE advertisement \(Self.advertisementPath) on \(adapter.rawValue.split(separator: "/").last ?? ""): connectable, not discoverable, solicits ANCS, name \"\(name)\"")
+            }
+            failures = 0
+        } catch {
+            failures += 1
+            let delay = min(60, 1 << min(failures - 1, 6))
+            logger.warning("cannot register with bluetoothd (\(error)); trying again in \(delay) s")
+            scheduleRetry(after: .seconds(delay))
+        }
+    }
+
+    private func scheduleRetry(after delay: Duration) {
+        retry?.cancel()
+        retry = Task {
+            try? await Task.sleep(for: delay)
+            guard !Task.isCancelled else { return }
+            await self.register()
+        }
+    }
+
+    /// The adapter to advertise on and the name to show: `--adapter`, else the first one that
+    /// offers LEAdvertisingManager1; its Alias, else the host name.
+    private func findAdapter() async throws -> (ObjectPath, String)? {
+        let objects = try await connection.getManagedObjects(destination: BlueZ.service)
+        for path in objects.keys.sorted() {
+            guard let interfaces = objects[path], let adapter = interfaces[BlueZ.adapterInterface],
+                  interfaces[BlueZ.advertisingManagerInterface] != nil
+            else { continue }
+            if let adapterName, path.rawValue.split(separator: "/").last.map(String.init) != adapterName { continue }
+            let alias = adapter["Alias"]?.unwrapped.stringValue ?? ""
+            return (path, alias.isEmpty ? hostName() : alias)
+        }
+        return nil
+    }
+
+    private func advertisementReleased() {
+        guard advertisedOn != nil else { return }
+        advertisedOn = nil
+        logger.info("bluetoothd released the advertisement; registering it again")
+        scheduleRetry(after: .milliseconds(500))
+    }
+
+    /// The run agent's answers: no to everything that would pair or authorize.
+    private func answer(_ request: AgentRequest) async throws -> AgentAnswer {
+        switch request {
+        case .release:
+            agentRegistered = false
+            logger.info("bluetoothd released the pairing agent; registering it again")
+            scheduleRetry(after: .milliseconds(500))
+            return .accepted
+        case .cancel:
+            return .accepted
+        default:
+            let device = request.device.map(deviceLabel) ?? "a device"
+            logger.warning("refused a pairing request from \(device): ancsd run never pairs; to add a phone, run 'ancsd pair'")
+            throw AgentError.rejected
+        }
+    }
+
+    private func unregister() async {
+        retry?.cancel()
+        if let adapter = advertisedOn {
+            advertisedOn = nil
+            do {
+                try await AdvertisingManager(connection: connection, adapter: adapter).unregister(Self.advertisementPath)
+                logger.info("unregistered the LE advertisement")
+            } catch {
+                logger.debug("UnregisterAdvertisement: \(error)")
+            }
+        }
+        if agentRegistered {
+            agentRegistered = false
+            do {
+                try await AgentManager(connection: connection).unregister(Self.agentPath)
+                logger.info("unregistered the pairing agent")
+            } catch {
+                logger.debug("UnregisterAgent: \(error)")
+            }
+        }
+        await connection.unexport(Self.advertisementPath)
+        await connection.unexport(Self.agentPath)
+        await owner?.stop()
+    }
+}
+
+/// `AA:BB:CC:DD:EE:FF` from a BlueZ device path, else the path.
+public func deviceLabel(_ path: ObjectPath) -> String {
+    guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
+    return last.dropFirst(4).split(separator: "_").joined(separator: ":")
+}
+
+/// The machine's host name, or "ancsd".
+public func hostName() -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, buffer.count - 1) == 0 else { return "ancsd" }
+    let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return name.isEmpty ? "ancsd" : name
+}

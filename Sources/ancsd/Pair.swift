@@ -1,0 +1,535 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ANCSDaemon
+import BlueZ
+import DBus
+import Dispatch
+import Synchronization
+
+/// `ancsd pair`: a pairing window for a new iPhone.
+enum PairCommand {
+    static let help = """
+    Usage: ancsd [--bus ADDRESS] pair [options]
+
+    Pairs an iPhone with this computer so that 'ancsd run' can show its notifications. For
+    the pairing window only, ancsd advertises this computer (soliciting ANCS, so iOS offers it),
+    makes the adapter pairable and discoverable, and registers as the default pairing agent.
+    On the iPhone, open Settings > Bluetooth and tap this computer's name; when both show the
+    same six-digit passkey, confirm on the phone and here. Once the phone is bonded and shares
+    ANCS, ancsd marks it trusted, tells you what to allow on the phone, puts the adapter's
+    Pairable/Discoverable settings back as they were and unregisters everything. Ctrl-C, SIGTERM
+    or the timeout put everything back as well.
+
+    Options:
+      --name NAME       the name to advertise (default: the adapter's alias, else the host name)
+      --timeout S       how long the window stays open, in seconds (default 120, at most 3600)
+      --adapter hciN    the adapter to use (default: the first one that can advertise)
+      --yes             accept the passkey without asking, for a first setup without a
+                        keyboard (logged as a warning: any phone in range could pair)
+      --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus, or
+                        DBUS_SYSTEM_BUS_ADDRESS)
+      -h, --help        show this help
+
+    The passkey is asked on the terminal; when standard input is not a terminal and --yes is
+    not given, pairing requests are refused.
+
+    Exit status:
+      0    the phone is paired, bonded, exposes ANCS and is trusted
+      1    failure: no bus, bluetoothd not running or gone, no usable adapter, a D-Bus error
+      2    bad command line
+      3    no phone paired within the timeout
+      4    pairing refused: the passkey was not confirmed, or could not be asked
+      130  interrupted (SIGINT); 143: terminated (SIGTERM)
+    """
+
+    struct Options: Sendable {
+        var name: String?
+        var timeout = 120
+        var adapter: String?
+        var yes = false
+        var bus: BusAddress = .system
+    }
+
+    static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> Options? {
+        var options = Options()
+        if let bus { options.bus = .address(bus) }
+        var scanner = ArgumentScanner(arguments)
+        while let argument = scanner.next() {
+            switch argument {
+            case .option("--help", _), .option("-h", _):
+                return nil
+            case .option("--name", let inline):
+                let name = try scanner.value(of: "--name", inline: inline)
+                guard !name.isEmpty, !name.utf8.contains(0), name.utf8.count <= 248 else {
+                    throw UsageError("--name needs a name of 1 to 248 bytes")
+                }
+                options.name = name
+            case .option("--timeout", let inline):
+                let text = try scanner.value(of: "--timeout", inline: inline)
+                guard let seconds = Int(text), (1...3600).contains(seconds) else {
+                    throw UsageError("--timeout needs a number of seconds from 1 to 3600, not '\(text)'")
+                }
+                options.timeout = seconds
+            case .option("--adapter", let inline):
+                let name = try scanner.value(of: "--adapter", inline: inline)
+                guard name.hasPrefix("hci"), let n = Int(name.dropFirst(3)), n >= 0 else {
+                    throw UsageError("--adapter needs an adapter name such as hci0, not '\(name)'")
+                }
+                options.adapter = name
+            case .option("--yes", nil), .option("-y", nil):
+                options.yes = true
+            case .option("--bus", let inline):
+                options.bus = .address(try scanner.value(of: "--bus", inline: inline))
+            case .option(let name, _):
+                throw UsageError("unknown option \(name)")
+            case .positional(let value):
+                throw UsageError("pair takes no arguments, got '\(value)'")
+            }
+        }
+        return options
+    }
+
+    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+        let options: Options
+        do {
+            guard let parsed = try parse(arguments, bus: bus) else {
+                print(help)
+                return 0
+            }
+            options = parsed
+        } catch {
+            return usageFailure(error, command: "pair")
+        }
+        signal(SIGPIPE, SIG_IGN)
+        let logger = Logger(threshold: .info)
+        let window = PairingWindow(options: options, logger: logger, interactive: isatty(STDIN_FILENO) == 1)
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { Task { await window.finish(.interrupted(number)) } }
+            source.resume()
+            sources.append(source)
+        }
+        defer { sources.forEach { $0.cancel() } }
+        return await window.run()
+    }
+}
+
+/// How a pairing window ended.
+enum PairingOutcome: Sendable {
+    case paired(String)
+    case timedOut
+    case refused(String)
+    case interrupted(Int32)
+    case failed(String)
+
+    var status: Int32 {
+        switch self {
+        case .paired: 0
+        case .failed: 1
+        case .timedOut: 3
+        case .refused: 4
+        case .interrupted(let signal): 128 + signal
+        }
+    }
+}
+
+/// One run of `ancsd pair`: sets up, waits for an outcome, and always undoes what it set up.
+actor PairingWindow {
+    static let agentPath: ObjectPath = "/org/ancsd/pair/agent"
+    static let advertisementPath: ObjectPath = "/org/ancsd/pair/advertisement0"
+
+    let options: PairCommand.Options
+    let logger: Logger
+    let interactive: Bool
+    private var outcome: PairingOutcome?
+    private var waiter: CheckedContinuation<Void, Never>?
+    private var connection: DBusConnection?
+    private var owner: BlueZOwner?
+    private var tree = BlueZObjectTree()
+    private var adapter: ObjectPath?
+    private var saved: AdapterVisibility?
+    private var agentRegistered = false
+    private var advertised = false
+    /// Devices whose passkey was confirmed here, and those already bonded when the window opened.
+    private var confirmed: Set<ObjectPath> = []
+    private var bondedBefore: Set<ObjectPath> = []
+    private var announcedBond: Set<ObjectPath> = []
+    private var trusting = false
+    private var prompt: Prompt?
+    private var tasks: [Task<Void, Never>] = []
+
+    init(options: PairCommand.Options, logger: Logger, interactive: Bool) {
+        self.options = options
+        self.logger = logger
+        self.interactive = interactive
+    }
+
+    /// Ends the window with `outcome` (the first one wins).
+    func finish(_ outcome: PairingOutcome) {
+        guard self.outcome == nil else { return }
+        self.outcome = outcome
+        prompt?.cancel()
+        waiter?.resume()
+        waiter = nil
+    }
+
+    func run() async -> Int32 {
+        await open()
+        if outcome == nil {
+            await withCheckedContinuation { waiter = $0 }
+        }
+        let outcome = self.outcome ?? .failed("no outcome")
+        await close(after: outcome)
+        report(outcome)
+        return outcome.status
+    }
+
+    // MARK: Opening
+
+    private func open() async {
+        do {
+            let connection = try await DBusConnection.connect(to: options.bus)
+            self.connection = connection
+            let owner = try await BlueZOwner.track(on: connection)
+            self.owner = owner
+            guard owner.current != nil else { return finish(.failed("bluetoothd is not running (nobody owns org.bluez)")) }
+            let signals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
+            let owners = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
+            tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service))
+            tasks.append(Task { for await s in signals { self.handle(s) } })
+            tasks.append(Task { for await s in owners { self.ownerChanged(s) } })
+
+            guard let adapter = chooseAdapter() else { return }
+            self.adapter = adapter
+            let adapterName = adapter.rawValue.split(separator: "/").last.map(String.init) ?? adapter.rawValue
+            bondedBefore = Set(tree.devices.filter { $0.adapter == adapter && $0.isBonded }.map(\.path))
+            let alias = tree.property(adapter, BlueZ.adapterInterface, "Alias")?.stringValue ?? ""
+            let name = options.name ?? (alias.isEmpty ? hostName() : alias)
+            guard outcome == nil else { return }
+
+            if options.yes {
+                logger.warning("--yes: every pairing request during the next \(options.timeout) s is accepted without asking; any phone in range could pair")
+            } else if !interactive {
+                logger.warning("standard input is not a terminal: the passkey cannot be confirmed, so pairing requests will be refused (give --yes to accept them)")
+            }
+
+            let agent = PairingAgent(owner: owner) { [weak self] request in
+                guard let self else { throw AgentError.rejected }
+                return try await self.answer(request)
+            }
+            try await connection.export(agent.object, at: Self.agentPath)
+            let advert = Advertisement(localName: name, discoverable: true)
+            try await connection.export(advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
+
+            let manager = AgentManager(connection: connection)
+            try await manager.register(Self.agentPath, capability: "DisplayYesNo")
+            agentRegistered = true
+            try await manager.requestDefault(Self.agentPath)
+            guard outcome == nil else { return }
+
+            // Remember the adapter's settings first; the timeouts make bluetoothd close the
+            // window by itself if ancsd is killed before it can.
+            let saved = try await AdapterVisibility.read(adapter, on: connection)
+            self.saved = saved
+            let margin = UInt32(options.timeout + 30)
+            try await AdapterVisibility(pairable: true, discoverable: true, pairableTimeout: margin, discoverableTimeout: margin)
+                .apply(adapter, on: connection)
+            guard outcome == nil else { return }
+
+            try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
+            advertised = true
+            guard outcome == nil else { return }
+
+            let seconds = options.timeout
+            tasks.append(Task {
+                try? await Task.sleep(for: .seconds(seconds))
+                self.finish(.timedOut)
+            })
+            say("""
+                Pairing window open for \(seconds) s on \(adapterName), advertising as "\(name)".
+                On the iPhone: Settings > Bluetooth, tap "\(name)" and confirm the passkey.
+
+                """)
+            check()
+        } catch {
+            finish(.failed(describe(error)))
+        }
+    }
+
+    private func chooseAdapter() -> ObjectPath? {
+        let adapters = tree.adapters
+        let chosen: ObjectPath?
+        if let wanted = options.adapter {
+            chosen = adapters.first { $0.rawValue.split(separator: "/").last.map(String.init) == wanted }
+            guard chosen != nil else {
+                finish(.failed("there is no adapter \(wanted)" + (adapters.isEmpty ? "" : " (have: \(adapters.map { String($0.rawValue.split(separator: "/").last ?? "") }.joined(separator: ", ")))")))
+                return nil
+            }
+        } else {
+            chosen = adapters.first { tree.objects[$0]?[BlueZ.advertisingManagerInterface] != nil } ?? adapters.first
+            guard chosen != nil else {
+                finish(.failed("bluetoothd has no Bluetooth adapter"))
+                return nil
+            }
+        }
+        guard let chosen else { return nil }
+        guard tree.property(chosen, BlueZ.adapterInterface, "Powered")?.boolValue != false else {
+            finish(.failed("adapter \(chosen) is powered off (try: bluetoothctl power on)"))
+            return nil
+        }
+        guard tree.objects[chosen]?[BlueZ.advertisingManagerInterface] != nil else {
+            finish(.failed("adapter \(chosen) cannot advertise (no org.bluez.LEAdvertisingManager1: is it an LE adapter, powered on?)"))
+            return nil
+        }
+        return chosen
+    }
+
+    // MARK: While open
+
+    private func handle(_ signal: Signal) {
+        switch (signal.interface.rawValue, signal.member.rawValue) {
+        case ("org.freedesktop.DBus.Properties", "PropertiesChanged"):
+            guard let change = try? PropertiesChanged(signal) else { return }
+            tree.change(signal.path, interface: change.interface, changed: change.changed, invalidated: change.invalidated)
+        case ("org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
+            guard let added = try? InterfacesAdded(signal) else { return }
+            tree.add(added.object, added.interfaces)
+        case ("org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
+            guard let removed = try? InterfacesRemoved(signal) else { return }
+            tree.remove(removed.object, removed.interfaces)
+        default:
+            return
+        }
+        check()
+    }
+
+    private func ownerChanged(_ signal: Signal) {
+        guard let change = try? NameOwnerChanged(signal), change.name == BlueZ.service.rawValue, change.oldOwner != nil else { return }
+        // Everything registered went with it; the adapter settings cannot be put back.
+        agentRegistered = false
+        advertised = false
+        saved = nil
+        finish(.failed("bluetoothd stopped during the pairing window; check the adapter's Pairable and Discoverable settings"))
+    }
+
+    private func advertisementReleased() {
+        guard advertised, outcome == nil else { return }
+        advertised = false
+        finish(.failed("bluetoothd released the advertisement (was the adapter powered off?)"))
+    }
+
+    /// Looks for a phone paired in this window: bonded (Bonded, or Paired where BlueZ has no
+    /// Bonded) and exposing ANCS. It is then trusted, which ends the window.
+    private func check() {
+        guard outcome == nil, advertised, let adapter else { return }
+        for device in tree.devices where device.adapter == adapter && device.isBonded {
+            guard confirmed.contains(device.path) || !bondedBefore.contains(device.path) else { continue }
+            guard tree.ancsCharacteristics(of: device.path) != nil else {
+                if announcedBond.insert(device.path).inserted {
+                    say("Bonded with \(label(device)); waiting for it to offer notifications (ANCS)…\n")
+                }
+                continue
+            }
+            guard !trusting else { return }
+            trusting = true
+            Task { await self.trust(device) }
+            return
+        }
+    }
+
+    private func trust(_ device: BlueZDevice) async {
+        guard let connection, outcome == nil else { return }
+        do {
+            try await connection.setProperty(
+                destination: BlueZ.service, path: device.path, interface: InterfaceName(BlueZ.deviceInterface),
+                name: "Trusted", value: .bool(true), timeout: .seconds(10))
+            finish(.paired(label(device)))
+        } catch {
+            finish(.failed("cannot mark \(label(device)) trusted: \(describe(error))"))
+        }
+    }
+
+    private func label(_ device: BlueZDevice) -> String {
+        device.name.map { "\($0) (\(device.address))" } ?? device.address
+    }
+
+    private func label(_ path: ObjectPath) -> String {
+        tree.device(at: path).map(label) ?? deviceLabel(path)
+    }
+
+    /// The pairing agent's answers.
+    private func answer(_ request: AgentRequest) async throws -> AgentAnswer {
+        switch request {
+        case .release:
+            agentRegistered = false
+            return .accepted
+        case .cancel:
+            if let prompt {
+                prompt.cancel()
+                say("\nThe phone cancelled the pairing request.\n")
+            }
+            return .accepted
+        case .displayPasskey(let device, let passkey, _):
+            say("Passkey for \(label(device)): \(formatPasskey(passkey))\n")
+            return .accepted
+        case .displayPinCode(let device, let code):
+            say("PIN code for \(label(device)): \(code)\n")
+            return .accepted
+        case .requestConfirmation(let device, let passkey):
+            let shown = formatPasskey(passkey)
+            say("\nPairing request from \(label(device)), passkey \(shown).\n")
+            return try await confirm(device, question: "Does the iPhone show \(shown)? Confirm on the phone too. [y/N] ")
+        case .requestAuthorization(let device):
+            say("\nPairing request from \(label(device)) (no passkey).\n")
+            return try await confirm(device, question: "Pair with \(label(device))? [y/N] ")
+        case .authorizeService(let device, _):
+            guard confirmed.contains(device) else { throw AgentError.rejected }
+            return .accepted
+        case .requestPinCode(let device), .requestPasskey(let device):
+            logger.warning("\(label(device)) asked for a PIN or passkey to be typed; iPhones compare passkeys instead: refused")
+            throw AgentError.rejected
+        }
+    }
+
+    private func confirm(_ device: ObjectPath, question: String) async throws -> AgentAnswer {
+        guard outcome == nil else { throw AgentError.rejected }
+        if options.yes {
+            logger.warning("--yes: accepting the pairing request from \(label(device)) without confirmation")
+            confirmed.insert(device)
+            return .accepted
+        }
+        guard interactive else {
+            let message = "refused the pairing request from \(label(device)): nobody can confirm the passkey because standard input is not a terminal; run 'ancsd pair' on a terminal, or give --yes"
+            finish(.refused(message))
+            throw AgentError.rejected
+        }
+        guard prompt == nil else { throw AgentError.rejected }  // one question at a time
+        let prompt = Prompt()
+        self.prompt = prompt
+        say(question)
+        let line = await prompt.readLine()
+        self.prompt = nil
+        guard let line else {
+            if outcome == nil { say("\n") }
+            throw AgentError.canceled
+        }
+        let answer = String(line.filter { $0 != " " && $0 != "\t" && $0 != "\r" }).lowercased()
+        guard answer == "y" || answer == "yes" else {
+            finish(.refused("the passkey was not confirmed; pairing with \(label(device)) refused"))
+            throw AgentError.rejected
+        }
+        confirmed.insert(device)
+        say("Confirmed; waiting for the phone…\n")
+        return .accepted
+    }
+
+    // MARK: Closing
+
+    private func close(after outcome: PairingOutcome) async {
+        for task in tasks { task.cancel() }
+        prompt?.cancel()
+        guard let connection else { return }
+        if advertised, let adapter {
+            advertised = false
+            do {
+                try await AdvertisingManager(connection: connection, adapter: adapter).unregister(Self.advertisementPath)
+            } catch {
+                logger.warning("UnregisterAdvertisement: \(describe(error))")
+            }
+        }
+        if agentRegistered {
+            agentRegistered = false
+            do {
+                try await AgentManager(connection: connection).unregister(Self.agentPath)
+            } catch {
+                logger.warning("UnregisterAgent: \(describe(error))")
+            }
+        }
+        if let saved, let adapter {
+            self.saved = nil
+            do {
+                try await saved.apply(adapter, on: connection)
+                logger.info("adapter settings restored: Pairable \(saved.pairable), Discoverable \(saved.discoverable)")
+            } catch {
+                logger.error("cannot restore the adapter's Pairable/Discoverable settings: \(describe(error))")
+            }
+        }
+        await connection.unexport(Self.advertisementPath)
+        await connection.unexport(Self.agentPath)
+        await owner?.stop()
+        await connection.close()
+    }
+
+    private func report(_ outcome: PairingOutcome) {
+        switch outcome {
+        case .paired(let device):
+            say("""
+
+                Paired with \(device) and marked it trusted.
+                On the iPhone, tap "Allow" when it asks whether this computer may show its notifications.
+                If you missed it: Settings > Bluetooth > (i) next to this computer > turn on
+                "Share System Notifications".
+                Then run 'ancsd run' (or: systemctl enable --now ancsd) to see the notifications.
+
+                """)
+        case .timedOut:
+            logError("no iPhone paired within \(options.timeout) s; the pairing window is closed")
+        case .refused(let message):
+            logError(message)
+        case .interrupted(let number):
+            logError("interrupted (\(number == SIGINT ? "SIGINT" : "SIGTERM")); the pairing window is closed")
+        case .failed(let message):
+            logError(message)
+        }
+    }
+
+    private func describe(_ error: any Error) -> String {
+        guard let error = error as? DBusError else { return "\(error)" }
+        switch error {
+        case .connectionFailed(let message): return "cannot connect to the D-Bus bus (\(message)); is dbus running?"
+        case .remote(let name, _) where name == DBusError.Names.serviceUnknown: return "bluetoothd is not running"
+        default: return "\(error)"
+        }
+    }
+}
+
+/// Writes to standard output at once (no buffering: a prompt must show before the answer).
+func say(_ text: String) {
+    _ = writeAll(STDOUT_FILENO, Array(text.utf8))
+}
+
+/// One line from the terminal, read on a thread of its own so that it can be abandoned.
+final class Prompt: Sendable {
+    private let cancelled = Mutex(false)
+
+    func cancel() { cancelled.withLock { $0 = true } }
+
+    /// The line typed (without the newline), or nil at end of input or when cancelled.
+    func readLine() async -> String? {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                var bytes: [UInt8] = []
+                while !self.cancelled.withLock({ $0 }) {
+                    var fds = pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0)
+                    let ready = poll(&fds, 1, 100)
+                    if ready < 0 && errno == EINTR { continue }
+                    guard ready >= 0 else { break }
+                    if ready == 0 { continue }
+                    var byte: UInt8 = 0
+                    let n = read(STDIN_FILENO, &byte, 1)
+                    if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+                    guard n == 1 else { break }
+                    if byte == 0x0A {
+                        continuation.resume(returning: String(decoding: bytes, as: UTF8.self))
+                        return
+                    }
+                    if bytes.count < 256 { bytes.append(byte) }
+                }
+                continuation.resume(returning: nil)
+            }
+        }
+    }
+}
