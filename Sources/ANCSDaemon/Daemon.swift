@@ -15,14 +15,20 @@ import Dispatch
 /// no timer armed and nothing on Swift's global executor, so it makes no wakeups.
 public actor Daemon {
     public private(set) var options: DaemonOptions
-    private var output: OutputRouter
+    var output: OutputRouter
     private let logger: Logger
     private let notifier: SystemdNotifier
     private var statusPending = false
     private var connection: DBusConnection?
-    private var tree = BlueZObjectTree()
-    private var links: [ObjectPath: PhoneLink] = [:]
-    private var nextLinkID: UInt64 = 0
+    var tree = BlueZObjectTree()
+    var links: [ObjectPath: PhoneLink] = [:]
+    var nextLinkID: UInt64 = 0
+    /// True while bluetoothd owns its bus name.
+    var bluetoothdPresent = false
+    /// When the daemon started, for `status`.
+    let started = ContinuousClock.now
+    /// The control socket, once `attach(control:)` gave it.
+    private var control: ControlServer?
     private var ignoredDevices: Set<ObjectPath> = []
     private var onReady: (@Sendable () -> Void)?
     private let executor: DaemonExecutor
@@ -31,6 +37,9 @@ public actor Daemon {
 
     /// Counters for status reports.
     public private(set) var eventsEmitted = 0
+
+    /// The version `ancsd --version` and `status` report.
+    public static let version = "0.1.0"
 
     public init(
         options: DaemonOptions, output: OutputRouter, logger: Logger, notifier: SystemdNotifier = SystemdNotifier(),
@@ -51,6 +60,41 @@ public actor Daemon {
         let phoneText = phones.count == 1 ? "1 phone connected" : "\(phones.count) phones connected"
         let notificationText = notifications == 1 ? "1 notification" : "\(notifications) notifications"
         return phones.isEmpty && tree.adapters.isEmpty && connection != nil ? "waiting for bluetoothd" : "\(phoneText), \(notificationText)"
+    }
+
+    /// Serves requests from `control` (docs/control.md).
+    public func attach(control server: ControlServer) {
+        control = server
+    }
+
+    /// Sends every later event to a control client that asked to subscribe.
+    func subscribe(_ client: ControlServer.ClientID) {
+        guard let control else { return }
+        output.subscribe(client) { [weak control] line in control?.send(line, to: client) }
+    }
+
+    /// Asks the phone to perform an action; returns its answer.
+    func performAction(_ action: ActionID, on uid: UInt32, link: PhoneLink) async -> ActionOutcome {
+        await withCheckedContinuation { continuation in
+            link.actionWaiters[PhoneLink.ActionKey(uid: uid, action: action.rawValue), default: []].append(continuation)
+            perform(link.session.performAction(action, on: uid, now: link.now), on: link)
+        }
+    }
+
+    /// Fetches a notification's whole message again; the refreshed notification, or nil if it
+    /// went away or the phone did not answer within 10 s.
+    func fetchFullMessage(_ uid: UInt32, on link: PhoneLink) async -> PhoneNotification? {
+        let linkID = link.id
+        executor.queue.asyncAfter(deadline: .now() + .seconds(10)) { [weak self] in
+            self?.assumeIsolated { daemon in
+                guard let link = daemon.links.values.first(where: { $0.id == linkID }) else { return }
+                for waiter in link.eventWaiters.removeValue(forKey: uid) ?? [] { waiter.resume(returning: link.session.notification(uid: uid)) }
+            }
+        }
+        return await withCheckedContinuation { continuation in
+            link.eventWaiters[uid, default: []].append(continuation)
+            perform(link.session.fetchFullMessage(of: uid, now: link.now), on: link)
+        }
     }
 
     /// Answers the watchdog: proves the daemon's executor is not wedged.
@@ -135,6 +179,7 @@ public actor Daemon {
         guard let connection else { return }
         do {
             tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service))
+            bluetoothdPresent = true
             logger.info("bluetoothd: \(tree.adapters.count) adapter(s), \(tree.devices.count) device(s)")
         } catch let error as DBusError where error.name == DBusError.Names.serviceUnknown || error.name == DBusError.Names.nameHasNoOwner {
             tree.clear()
@@ -150,6 +195,7 @@ public actor Daemon {
         guard let change = try? NameOwnerChanged(signal), change.name == BlueZ.service.rawValue else { return }
         if change.oldOwner != nil {
             logger.warning("bluetoothd went away")
+            bluetoothdPresent = false
             for path in Array(links.keys) { stopLink(at: path, reason: "bluetoothd stopped") }
             tree.clear()
             ignoredDevices = []
@@ -319,10 +365,19 @@ public actor Daemon {
                 logger.debug("\(link.device.address): \(event.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")")
                 output.emit(.notification(event, device: link.device.address))
                 scheduleStatus()
+                for waiter in link.eventWaiters.removeValue(forKey: n.uid) ?? [] {
+                    waiter.resume(returning: event.kind == .removed ? nil : n)
+                }
             case .actionCompleted(let uid, let action, let outcome):
                 logger.info("\(link.device.address): \(action) action on \(uid): \(outcome)")
+                let key = PhoneLink.ActionKey(uid: uid, action: action.rawValue)
+                if var waiters = link.actionWaiters[key], !waiters.isEmpty {
+                    waiters.removeFirst().resume(returning: outcome)
+                    link.actionWaiters[key] = waiters.isEmpty ? nil : waiters
+                }
             case .log(let level, let message):
                 logger.log(level, "\(link.device.address): \(message)")
+                if level >= .warning { link.lastError = message }
             }
         }
         armTimer(for: link)

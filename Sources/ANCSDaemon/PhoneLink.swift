@@ -42,6 +42,23 @@ final class PhoneLink {
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0
+    /// The last warning or error the session logged, for `ancsd status`.
+    var lastError: String?
+    /// Control-socket requests waiting for an action's outcome, oldest first per UID and action.
+    var actionWaiters: [ActionKey: [CheckedContinuation<ActionOutcome, Never>]] = [:]
+    /// Control-socket requests waiting for a notification's next event.
+    var eventWaiters: [UInt32: [CheckedContinuation<PhoneNotification?, Never>]] = [:]
+
+    struct ActionKey: Hashable {
+        var uid: UInt32
+        var action: UInt8
+    }
+
+    /// "AcquireNotify" or "StartNotify", once subscribed.
+    var deliveryName: String? {
+        if delivery.isEmpty { return nil }
+        return delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
+    }
 
     init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration) {
         self.id = id
@@ -71,5 +88,9 @@ final class PhoneLink {
         timer?.cancel()
         timer = nil
         timerDeadline = nil
+        for waiters in actionWaiters.values { for waiter in waiters { waiter.resume(returning: .failed("the phone disconnected")) } }
+        actionWaiters = [:]
+        for waiters in eventWaiters.values { for waiter in waiters { waiter.resume(returning: nil) } }
+        eventWaiters = [:]
     }
 }
