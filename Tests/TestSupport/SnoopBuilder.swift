@@ -5,7 +5,7 @@ public struct SnoopBuilder: Sendable {
     public enum Side: Sendable { case phone, host }
 
     public let datalink: BtsnoopDatalink
-    public private(set) var bytes: [UInt8]
+    public var bytes: [UInt8]
     /// The btsnoop timestamp of the next record.
     public var timestamp: Int64 = btsnoopUnixEpoch + 1_780_000_000_000_000
     /// Microseconds between records.
