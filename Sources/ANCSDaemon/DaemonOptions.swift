@@ -13,6 +13,8 @@ public struct DaemonOptions: Sendable {
     public var preferAcquireNotify = true
     /// How each phone's session fetches attributes.
     public var session = SessionConfiguration()
+    /// Where sessions are recorded (`--record`), if anywhere.
+    public var recording = RecordingOptions()
 
     public init() {}
 

@@ -41,6 +41,8 @@ final class PhoneLink {
     var timer: Task<Void, Never>?
     var timerDeadline: Duration?
     var notificationCount = 0
+    /// Writes the session to a capture file (`--record`).
+    var recorder: SessionRecorder?
 
     init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration) {
         self.id = id
