@@ -149,7 +149,7 @@ final class SessionRecorder {
             extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
             extra.append("write_error", .string(message))
         case nil:
-            break
+            extra.append("t_answer", .null)  // never answered: the session ended first
         }
         let line = CaptureWriter.line(for: .value(time: seconds(sent), characteristic: .cp, bytes: bytes, attError: attError), extra: extra)
         let waiting = held

@@ -14,7 +14,11 @@ Service (ANCS) over Bluetooth LE through BlueZ.
 
 Commands:
   run               show the notifications of bonded iPhones (the daemon)
-  decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1) to JSON Lines
+  decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1, or a btsnoop file
+                    from btmon -w or Android's HCI snoop log) to JSON Lines; with
+                    --to-capture, turn a btsnoop file into an ancs-capture/1 file
+  replay [FILE|-]   run the session engine against a capture recorded with
+                    "run --record" and print what "ancsd run" printed live
 
 Options:
   --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
@@ -65,6 +69,8 @@ func runMain(_ arguments: [String]) async -> Int32 {
         return DecodeCommand.run(rest)
     case "run":
         return await RunCommand.run(rest, bus: bus)
+    case "replay":
+        return ReplayCommand.run(rest)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }
