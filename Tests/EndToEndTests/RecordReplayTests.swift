@@ -3,10 +3,8 @@ import JSON
 import Testing
 import TestSupport
 
-/// `ancsd run --record`, then `ancsd replay` and `ancsd decode` of what it wrote.
-@Suite(.serialized) struct RecordReplayTests {
-    /// The capture files in `directory`, oldest session first (by the header's start).
-    static func recordings(in directory: String) throws -> [(path: String, header: JSONValue, text: String)] {
+/// The capture files in `directory`, oldest session first (by the header's start).
+private func recordings(in directory: String) throws -> [(path: String, header: JSONValue, text: String)] {
         let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".jsonl") }
         return try names.map { name in
             let path = directory + "/" + name
@@ -14,7 +12,11 @@ import TestSupport
             let header = try JSONValue(parsing: String(text.prefix { $0 != "\n" }))
             return (path, header, text)
         }.sorted { ($0.header["start"]?.stringValue ?? "") < ($1.header["start"]?.stringValue ?? "") }
-    }
+}
+
+/// `ancsd run --record`, then `ancsd replay` and `ancsd decode` of what it wrote. Part of the
+/// serialized DaemonTests suite, so that daemon runs do not overlap and load the machine.
+extension DaemonTests {
 
     @Test(arguments: ["demo", "cp-errors", "disconnect", "omitted-tuple", "deny-sharing", "two-phones"])
     func replayReproducesTheLiveOutput(scenario: String) throws {
@@ -23,7 +25,7 @@ import TestSupport
         let run = try DaemonRun(scenario: scenario, ancsdArguments: ["--record", directory])
         _ = try run.finish()
         let live = run.ancsd.lines.map(\.text)
-        let files = try Self.recordings(in: directory)
+        let files = try recordings(in: directory)
         #expect(!files.isEmpty)
         var replayed: [String: [String]] = [:]
         for file in files {
@@ -51,7 +53,7 @@ import TestSupport
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let run = try DaemonRun(scenario: "demo", ancsdArguments: ["--record", directory, "--record-redact"])
         _ = try run.finish()
-        let files = try Self.recordings(in: directory)
+        let files = try recordings(in: directory)
         let file = try #require(files.first)
         #expect(files.count == 1)
         #expect(file.header["redacted"] == true && file.header["name"] == nil)
