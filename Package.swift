@@ -7,6 +7,7 @@ import PackageDescription
 /// - `ANCS`: the pure protocol, standard library only, no I/O.
 /// - `JSON`: a small standard-library-only JSON value, parser and writer.
 /// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
+/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
@@ -27,7 +28,8 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
+        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture"], swiftSettings: strict),
+        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -39,10 +41,10 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
-            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus"],
+            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop"],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
-        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus"], swiftSettings: strict),
         .testTarget(
@@ -57,9 +59,10 @@ let package = Package(
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
             exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
         .testTarget(
-            name: "EndToEndTests", dependencies: ["JSON", "ancsd", "ancs-phone-sim", "TestSupport"], swiftSettings: strict),
+            name: "EndToEndTests", dependencies: ["JSON", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
     ]
 )

@@ -2,25 +2,27 @@
 _ancsd() {
     local cur prev words cword
     _init_completion || return
-    local commands="pair run decode"
+    local commands="pair run decode replay"
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            pair|run|decode) command=${words[i]}; break ;;
+            pair|run|decode|replay) command=${words[i]}; break ;;
         esac
     done
     case $prev in
         --format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
         --fifo|--config) _filedir; return ;;
+        --record) _filedir -d; return ;;
         --adapter) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
-        --device|--fifo-mode|--bus|--name|--timeout) return ;;
+        --device|--fifo-mode|--bus|--name|--timeout|--handles) return ;;
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
-        decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--help" -- "$cur")) || _filedir ;;
+        decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
+        replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --help" -- "$cur")) || _filedir ;;
     esac
 }
 complete -F _ancsd ancsd

@@ -26,6 +26,15 @@ public enum CaptureRecord: Hashable, Sendable {
     case event(time: Double?, CaptureEvent)
 }
 
+/// One line of a capture with its JSON object and the connection it belongs to.
+public struct CaptureEntry: Hashable, Sendable {
+    public var record: CaptureRecord
+    /// The line's JSON object, members in file order.
+    public var object: JSONObject
+    /// The `conn` member: which connection of a multi-connection capture (nil: the only one).
+    public var connection: String?
+}
+
 /// Why a capture file cannot be read, naming the line (1-based).
 public struct CaptureFormatError: Error, Hashable, Sendable, CustomStringConvertible {
     public var line: Int
@@ -56,7 +65,24 @@ public struct CaptureParser: Sendable {
 
     /// Parses the next line of the file, as UTF-8 bytes without the newline.
     public mutating func parse(line text: [UInt8]) throws(CaptureFormatError) -> CaptureRecord? {
+        try parseEntry(line: text)?.record
+    }
+
+    /// Parses the next line of the file and keeps its JSON object, for the members a reader
+    /// may use beyond the record (`conn`, `reason`, `t_answer`, …). Blank lines give nil.
+    public mutating func parseEntry(line text: [UInt8]) throws(CaptureFormatError) -> CaptureEntry? {
         lineNumber += 1
+        let line = lineNumber
+        guard let (record, object) = try parseRecord(line: text) else { return nil }
+        var connection: String? = nil
+        if case .header = record {} else if let conn = object["conn"] {
+            guard let name = conn.stringValue else { throw CaptureFormatError(line: line, reason: "\"conn\" must be a string") }
+            connection = name
+        }
+        return CaptureEntry(record: record, object: object, connection: connection)
+    }
+
+    private mutating func parseRecord(line text: [UInt8]) throws(CaptureFormatError) -> (CaptureRecord, JSONObject)? {
         let line = lineNumber
         func fail(_ reason: String) -> CaptureFormatError { CaptureFormatError(line: line, reason: reason) }
 
@@ -71,7 +97,7 @@ public struct CaptureParser: Sendable {
                 throw fail("unsupported format \(format.serialized), expected \"\(Self.formatName)\"")
             }
             sawRecord = true
-            return .header(object)
+            return (.header(object), object)
         }
         sawRecord = true
 
@@ -84,7 +110,7 @@ public struct CaptureParser: Sendable {
             guard let name = event.stringValue, let parsed = CaptureEvent(rawValue: name) else {
                 throw fail("unknown event \(event.serialized), expected \"connected\" or \"disconnected\"")
             }
-            return .event(time: time, parsed)
+            return (.event(time: time, parsed), object)
         }
         guard let charValue = object["char"] else { throw fail("a record needs \"char\" (or \"event\")") }
         guard let name = charValue.stringValue, let characteristic = CaptureCharacteristic(rawValue: name) else {
@@ -104,7 +130,7 @@ public struct CaptureParser: Sendable {
             }
             attError = byte
         }
-        return .value(time: time, characteristic: characteristic, bytes: bytes, attError: attError)
+        return (.value(time: time, characteristic: characteristic, bytes: bytes, attError: attError), object)
     }
 }
 

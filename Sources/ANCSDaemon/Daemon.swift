@@ -270,6 +270,7 @@ public actor Daemon {
         nextLinkID += 1
         let link = PhoneLink(id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session)
         links[device.path] = link
+        link.recorder = SessionRecorder.start(device: device, options: options.recording, logger: logger)
         let id = link.id, path = device.path
         link.tasks.append(Task(executorPreference: executor) { await self.subscribe(linkID: id, path: path) })
     }
@@ -295,6 +296,7 @@ public actor Daemon {
         let how = link.delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
         logger.info("\(link.device.address): connected (\(link.device.name ?? "unnamed"), \(how))")
         output.emit(.connected(device: link.device.address, name: link.device.name))
+        link.recorder?.connected(at: link.now)
         scheduleStatus()
     }
 
@@ -343,8 +345,10 @@ public actor Daemon {
         guard link.state != .stopped else { return }
         switch input {
         case .notificationSource(let value):
+            link.recorder?.received(.ns, value, at: link.now)
             perform(link.session.handleNotificationSource(value, now: link.now), on: link)
         case .dataSource(let value):
+            link.recorder?.received(.ds, value, at: link.now)
             perform(link.session.handleDataSource(value, now: link.now), on: link)
         case .closed(let reason):
             logger.info("\(link.device.address): notification socket closed (\(reason))")
@@ -385,6 +389,7 @@ public actor Daemon {
 
     private func write(_ bytes: [UInt8], on link: PhoneLink) {
         guard let connection else { return }
+        link.recorder?.wroteControlPoint(bytes, at: link.now)
         let gatt = GattClient(connection: connection)
         let path = link.device.path, id = link.id, characteristic = link.characteristics.controlPoint
         link.write = Task(executorPreference: executor) {
@@ -409,6 +414,7 @@ public actor Daemon {
 
     private func writeFinished(_ result: WriteResult, linkID: UInt64, path: ObjectPath) {
         guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
+        link.recorder?.writeFinished(result, at: link.now)
         perform(link.session.handleWriteResult(result, now: link.now), on: link)
     }
 
@@ -454,6 +460,7 @@ public actor Daemon {
         guard let link = links.removeValue(forKey: path) else { return }
         let wasRunning = link.state == .running
         link.tearDown()
+        link.recorder?.finish(at: link.now, reason: wasRunning ? reason : nil)
         if let connection, tree.device(at: path)?.connected == true {
             // Still connected (the link was stopped for another reason): release the subscriptions.
             let gatt = GattClient(connection: connection)

@@ -16,6 +16,8 @@ public struct DaemonOptions: Sendable {
     public var advertise = true
     /// How each phone's session fetches attributes.
     public var session = SessionConfiguration()
+    /// Where sessions are recorded (`--record`), if anywhere.
+    public var recording = RecordingOptions()
 
     public init() {}
 

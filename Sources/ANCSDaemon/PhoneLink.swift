@@ -59,6 +59,8 @@ final class PhoneLink {
         if delivery.isEmpty { return nil }
         return delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
     }
+    /// Writes the session to a capture file (`--record`).
+    var recorder: SessionRecorder?
 
     init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration) {
         self.id = id

@@ -19,7 +19,7 @@ public struct RunSettings: Sendable {
     public init() {}
 
     /// The keys a configuration file may use (the long options without `--`).
-    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise"]
+    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact"]
 
     /// Sets one key. `device` adds to the list (a comma-separated list is accepted too).
     public mutating func set(_ key: String, _ value: String) throws(SettingError) {
@@ -67,6 +67,15 @@ public struct RunSettings: Sendable {
             case "yes", "true", "on", "1": options.advertise = true
             case "no", "false", "off", "0": options.advertise = false
             default: throw SettingError("advertise must be yes or no, not '\(value)'")
+            }
+        case "record":
+            guard !value.isEmpty else { throw SettingError("record needs a directory") }
+            options.recording.directory = value
+        case "record-redact":
+            switch value.lowercased() {
+            case "yes", "true", "on", "1": options.recording.redact = true
+            case "no", "false", "off", "0": options.recording.redact = false
+            default: throw SettingError("record-redact must be yes or no, not '\(value)'")
             }
         default:
             throw SettingError("unknown setting '\(key)'")

@@ -1,13 +1,20 @@
 import ANCSCapture
+import Btsnoop
 import JSON
 
-/// `ancsd decode`: decodes an `ancs-capture/1` file and prints one JSON object per line.
+/// `ancsd decode`: decodes an `ancs-capture/1` file or a btsnoop file and prints one JSON object
+/// per line, or (`--to-capture`) turns a btsnoop file into an `ancs-capture/1` file.
 enum DecodeCommand {
     static let help = """
-    Usage: ancsd decode [FILE|-]
+    Usage: ancsd decode [--handles ns=H,cp=H,ds=H] [--to-capture] [FILE|-]
 
-    Decodes a capture of ANCS traffic in the ancs-capture/1 format (JSON Lines, see
-    docs/capture-format.md) and prints one JSON object per line:
+    Decodes a capture of ANCS traffic and prints one JSON object per line. FILE is either an
+    ancs-capture/1 file (JSON Lines, see docs/capture-format.md) or a btsnoop file (as written
+    by "btmon -w" or Android's HCI snoop log: datalinks 2001 BlueZ monitor and 1002 H4),
+    recognised by its first bytes. From a btsnoop file the ATT traffic of every LE connection
+    is read (ACL fragments reassembled, channel 0x0004), the ANCS handles are found from the
+    capture's own GATT discovery, and each connection is decoded on its own: every object
+    then carries "conn":"hci0/0x0040" (controller and connection handle).
 
       ns records      the decoded Notification Source event
                       {"char":"ns","event":"added","event_id":0,"uid":67,"flags":["silent"],...}
@@ -20,7 +27,16 @@ enum DecodeCommand {
                       end of the capture is printed with "complete":false and its "missing" IDs.
       events          {"event":"connected"} / {"event":"disconnected"}
       protocol errors {"char":"ds","error":"uid_mismatch","detail":"...","line":7,"offset":1}
-                      decoding goes on with the next record.
+                      ("record":N instead of "line" for btsnoop files); decoding goes on.
+
+    Options:
+      --handles ns=H,cp=H,ds=H  the ANCS value handles (hex with 0x, or decimal), for a btsnoop
+                      capture that starts after GATT discovery; discovery seen in the
+                      capture overrides them for its connection
+      --to-capture    print the btsnoop file's ANCS traffic as an ancs-capture/1 file
+                      (header, then records with "t", "conn", "char", "hex", "att_error")
+                      instead of decoding it: a field capture becomes a test fixture
+      -h, --help      show this help
 
     FILE defaults to standard input; "-" also means standard input.
 
@@ -28,19 +44,30 @@ enum DecodeCommand {
       0  every record decoded
       1  the bytes held protocol errors (each printed as an error object)
       2  the file is not a valid capture (bad JSON, bad hex, unknown char: the message
-         names the line; what was decoded before it stays printed) or cannot be read,
-         or the command line is wrong
+         names the line; a truncated or corrupt btsnoop file or an unknown datalink: the
+         message names the record; what was decoded before it stays printed) or cannot be
+         read, or the command line is wrong
     """
 
     static func run(_ arguments: [String]) -> Int32 {
         var scanner = ArgumentScanner(arguments)
         var path: String? = nil
+        var handles = ANCSHandles()
+        var toCapture = false
         do {
             while let argument = scanner.next() {
                 switch argument {
                 case .option("--help", _), .option("-h", _):
                     print(help)
                     return 0
+                case .option("--handles", let inline):
+                    let text = try scanner.value(of: "--handles", inline: inline)
+                    guard let parsed = ANCSHandles(parsing: text) else {
+                        throw UsageError("--handles needs ns=H,cp=H,ds=H with handles such as 0x0010, not '\(text)'")
+                    }
+                    handles = parsed
+                case .option("--to-capture", nil):
+                    toCapture = true
                 case .option(let name, _):
                     throw UsageError("unknown option \(name)")
                 case .positional(let value):
@@ -51,36 +78,146 @@ enum DecodeCommand {
         } catch {
             return usageFailure(error, command: "decode")
         }
-        return decode(path: path ?? "-")
+        let file = path ?? "-"
+        let reader: LineReader
+        let prefix: [UInt8]
+        do {
+            reader = try LineReader(path: file)
+            prefix = try reader.peek(8)
+        } catch {
+            logError("\(displayName(file)): \(error)")
+            return 2
+        }
+        if BtsnoopReader.looksLikeBtsnoop(prefix) {
+            return decodeBtsnoop(reader, path: file, handles: handles, toCapture: toCapture)
+        }
+        if toCapture || handles != ANCSHandles() {
+            logError("\(displayName(file)): \(toCapture ? "--to-capture" : "--handles") applies only to btsnoop files")
+            return 2
+        }
+        return decodeCapture(reader, path: file)
     }
 
-    private static func decode(path: String) -> Int32 {
+    private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
         var parser = CaptureParser()
-        var decoder = CaptureDecoder()
+        var decoders = ConnectionDecoders(lineKey: "line")
         var lineNumber = 0
         do {
-            let reader = try LineReader(path: path)
             while let line = try reader.nextLine() {
                 lineNumber += 1
-                guard let record = try parser.parse(line: line) else { continue }
-                emit(decoder.decode(record, line: lineNumber))
+                guard let entry = try parser.parseEntry(line: line) else { continue }
+                emit(decoders.decode(entry.record, connection: entry.connection, position: lineNumber))
             }
-        } catch let error as CaptureFormatError {
-            emit(decoder.finish())
-            logError("\(displayName(path)): \(error)")
-            return 2
         } catch {
-            emit(decoder.finish())
+            emit(decoders.finish())
             logError("\(displayName(path)): \(error)")
             return 2
         }
-        emit(decoder.finish())
-        return decoder.protocolErrorCount > 0 ? 1 : 0
+        emit(decoders.finish())
+        return decoders.protocolErrorCount > 0 ? 1 : 0
+    }
+
+    private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles, toCapture: Bool) -> Int32 {
+        var snoop = BtsnoopReader()
+        var extractor: BtsnoopExtractor? = nil
+        var decoders = ConnectionDecoders(lineKey: "record")
+        var headerWritten = false
+
+        func writeHeader(start: Int64?) {
+            guard toCapture, !headerWritten, let datalink = snoop.datalink else { return }
+            headerWritten = true
+            var header: JSONObject = ["format": .string(CaptureParser.formatName), "source": "btsnoop"]
+            header.append("file", .string(displayName(path)))
+            header.append("datalink", .string(datalink.name))
+            if let start { header.append("start", .string(iso8601UTC(unixMicroseconds: start &- btsnoopUnixEpoch))) }
+            if handles != ANCSHandles() { header.append("handles", .string(handles.description)) }
+            print(JSONValue.object(header).serialized)
+        }
+        func output(_ records: [ExtractedRecord]) {
+            for extracted in records {
+                if toCapture {
+                    let extra: JSONObject = extracted.peer.map { ["peer": .string($0)] } ?? [:]
+                    print(CaptureWriter.line(for: extracted.record, connection: extracted.connection.description, extra: extra))
+                } else {
+                    emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber))
+                }
+            }
+        }
+        func finish() {
+            if let extractor { writeHeader(start: extractor.firstTimestamp) }
+            if var extractor { output(extractor.finish()) }
+            if !toCapture { emit(decoders.finish()) }
+        }
+
+        do {
+            var atEnd = false
+            while !atEnd {
+                let chunk = try reader.nextChunk()
+                if let chunk { snoop.append(chunk) } else { atEnd = true }
+                while let record = try snoop.next(atEnd: atEnd) {
+                    if extractor == nil, let datalink = snoop.datalink {
+                        extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+                    }
+                    writeHeader(start: record.timestamp)
+                    guard var current = extractor else { continue }
+                    extractor = nil  // keep one copy while it changes
+                    defer { extractor = current }
+                    output(try current.process(record))
+                }
+            }
+            if atEnd, extractor == nil, let datalink = snoop.datalink {
+                extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+            }
+        } catch {
+            finish()
+            logError("\(displayName(path)): \(error)")
+            return 2
+        }
+        finish()
+        return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
     private static func displayName(_ path: String) -> String { path == "-" ? "standard input" : path }
 
     private static func emit(_ values: [JSONValue]) {
         for value in values { print(value.serialized) }
+    }
+}
+
+/// One `CaptureDecoder` per connection of a capture, so connections never mix; the objects of a
+/// named connection carry `"conn"` first.
+struct ConnectionDecoders {
+    /// The name of the position member in protocol errors: "line" or "record".
+    let lineKey: String
+    private var decoders: [String: CaptureDecoder] = [:]
+    private var unnamed = CaptureDecoder()
+    private var order: [String] = []
+
+    init(lineKey: String) { self.lineKey = lineKey }
+
+    var protocolErrorCount: Int { decoders.values.reduce(unnamed.protocolErrorCount) { $0 + $1.protocolErrorCount } }
+
+    mutating func decode(_ record: CaptureRecord, connection: String?, position: Int) -> [JSONValue] {
+        guard let connection else { return unnamed.decode(record, line: position).map { tag($0, nil) } }
+        if decoders[connection] == nil {
+            decoders[connection] = CaptureDecoder()
+            order.append(connection)
+        }
+        let out = decoders[connection]?.decode(record, line: position) ?? []
+        return out.map { tag($0, connection) }
+    }
+
+    mutating func finish() -> [JSONValue] {
+        var out = unnamed.finish().map { tag($0, nil) }
+        for connection in order { out += (decoders[connection]?.finish() ?? []).map { tag($0, connection) } }
+        return out
+    }
+
+    private func tag(_ value: JSONValue, _ connection: String?) -> JSONValue {
+        guard case .object(let object) = value, connection != nil || lineKey != "line" else { return value }
+        var tagged = JSONObject()
+        if let connection { tagged.append("conn", .string(connection)) }
+        for member in object { tagged.append(member.key == "line" ? lineKey : member.key, member.value) }
+        return .object(tagged)
     }
 }

@@ -63,6 +63,23 @@ final class LineReader {
         }
     }
 
+    /// The first `count` bytes not consumed yet (fewer at the end of the file), without consuming them.
+    func peek(_ count: Int) throws(ReadError) -> [UInt8] {
+        while buffer.count - start < count && !atEOF { try fill() }
+        return Array(buffer[start..<min(buffer.count, start + count)])
+    }
+
+    /// The next bytes as they come, for binary files; nil at the end.
+    func nextChunk() throws(ReadError) -> [UInt8]? {
+        while start == buffer.count {
+            if atEOF { return nil }
+            try fill()
+        }
+        let chunk = Array(buffer[start...])
+        start = buffer.count
+        return chunk
+    }
+
     private func fill() throws(ReadError) {
         if start > 0 {
             buffer.removeFirst(start)

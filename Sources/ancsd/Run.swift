@@ -35,6 +35,11 @@ enum RunCommand {
                            discoverable: bonded phones reconnect to it) and a pairing agent
                            that refuses every pairing request; for desktops where another
                            agent owns pairing (config: advertise = no)
+      --record DIR         write each phone's session to DIR as an ancs-capture/1 file
+                           (ADDRESS_YYYYMMDDTHHMMSSZ.jsonl; see docs/capture-format.md) that
+                           "ancsd decode" and "ancsd replay" read
+      --record-redact      in recorded files, replace the text of titles, subtitles, messages
+                           and action labels with same-length placeholders ("xxx")
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -68,6 +73,8 @@ enum RunCommand {
                 settings.pairs.append(("acquire-notify", "no"))
             case .option("--no-advertise", nil):
                 settings.pairs.append(("advertise", "no"))
+            case .option("--record-redact", nil):
+                settings.pairs.append(("record-redact", "yes"))
             case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
                 settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):
@@ -99,6 +106,7 @@ enum RunCommand {
         }
         if commandLine.pairs.contains(where: { $0.key == "device" }) { settings.options.devices = [] }
         for (key, value) in commandLine.pairs { try settings.set(key, value) }
+        settings.options.recording.softwareVersion = ancsdVersion
         return settings
     }
 
@@ -121,6 +129,10 @@ enum RunCommand {
             settings = try load(commandLine)
         } catch {
             logError("\(error)")
+            return 2
+        }
+        if let directory = settings.options.recording.directory, access(directory, W_OK | X_OK) != 0 {
+            logError("cannot record into \(directory): \(systemError())")
             return 2
         }
         signal(SIGPIPE, SIG_IGN)

@@ -15,7 +15,11 @@ Service (ANCS) over Bluetooth LE through BlueZ.
 Commands:
   pair              pair an iPhone: open a pairing window, confirm the passkey, trust it
   run               show the notifications of bonded iPhones (the daemon)
-  decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1) to JSON Lines
+  decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1, or a btsnoop file
+                    from btmon -w or Android's HCI snoop log) to JSON Lines; with
+                    --to-capture, turn a btsnoop file into an ancs-capture/1 file
+  replay [FILE|-]   run the session engine against a capture recorded with
+                    "run --record" and print what "ancsd run" printed live
 
 Options:
   --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
@@ -68,6 +72,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await RunCommand.run(rest, bus: bus, executor: executor)
     case "pair":
         return await PairCommand.run(rest, bus: bus)
+    case "replay":
+        return ReplayCommand.run(rest)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }

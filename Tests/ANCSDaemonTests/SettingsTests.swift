@@ -87,3 +87,16 @@ import TestSupport
 private extension Dictionary where Key == String, Value == String {
     func get(_ key: String) -> String? { self[key] }
 }
+
+@Suite struct RecordSettingsTests {
+    @Test func recordKeys() throws {
+        var settings = RunSettings()
+        #expect(settings.options.recording.directory == nil && !settings.options.recording.redact)
+        try settings.apply(configuration: "record = /var/lib/ancsd/captures\nrecord-redact = yes\n", path: "ancsd.conf")
+        #expect(settings.options.recording.directory == "/var/lib/ancsd/captures")
+        #expect(settings.options.recording.redact)
+        #expect(throws: SettingError.self) { try settings.set("record-redact", "maybe") }
+        #expect(throws: SettingError.self) { try settings.set("record", "") }
+        #expect(RunSettings.keys.contains("record") && RunSettings.keys.contains("record-redact"))
+    }
+}

@@ -1,0 +1,224 @@
+import ANCS
+import ANCSCapture
+import ANCSDaemon
+import ANCSSession
+import JSON
+
+/// `ancsd replay`: runs the session engine against a recorded capture with a simulated clock and
+/// prints what `ancsd run` printed live.
+enum ReplayCommand {
+    static let help = """
+    Usage: ancsd replay [--format json|text] [--device ADDR] [FILE|-]
+
+    Runs ancsd's ANCS session engine against a recorded capture (ancs-capture/1, as written by
+    "ancsd run --record" or "ancsd decode --to-capture") and prints the events that
+    "ancsd run" printed live, in the same format: a recorded session reproduces exactly.
+
+    The clock is simulated: each record is fed at its "t"; the session's timeouts fire at
+    their deadlines in between. The session's Control Point writes are answered from the
+    capture: each must match the next recorded cp record, whose "att_error" (or "write_error")
+    becomes the write's result, delivered at the record's "t_answer" (at its "t" when absent;
+    never when null). The Notification Source and Data Source values follow as recorded.
+    A "connected" record prints "connected"; a "disconnected" record prints "disconnected"
+    (with its "reason") and starts a fresh session.
+
+    Options:
+      --format json|text   output format (default json, as "ancsd run --format json")
+      --device ADDR        the phone's address in the output (default: the header's "device")
+      -h, --help           show this help
+
+    Warnings on standard error name the line where the session and the capture disagree: a
+    write the capture does not have, a recorded write the session did not make, a write left
+    unanswered.
+
+    Exit status:
+      0  the capture answered everything the session asked
+      1  the session and the capture disagreed (each disagreement is a warning)
+      2  the file is not a valid capture (the message names the line) or cannot be read, or
+         the command line is wrong
+    """
+
+    static func run(_ arguments: [String]) -> Int32 {
+        var scanner = ArgumentScanner(arguments)
+        var path: String? = nil
+        var format = OutputFormat.json
+        var device: String? = nil
+        do {
+            while let argument = scanner.next() {
+                switch argument {
+                case .option("--help", _), .option("-h", _):
+                    print(help)
+                    return 0
+                case .option("--format", let inline):
+                    let value = try scanner.value(of: "--format", inline: inline)
+                    guard let parsed = OutputFormat(rawValue: value) else { throw UsageError("--format must be text or json, not '\(value)'") }
+                    format = parsed
+                case .option("--device", let inline):
+                    device = try scanner.value(of: "--device", inline: inline)
+                case .option(let name, _):
+                    throw UsageError("unknown option \(name)")
+                case .positional(let value):
+                    guard path == nil else { throw UsageError("replay takes one file, got a second: \(value)") }
+                    path = value
+                }
+            }
+        } catch {
+            return usageFailure(error, command: "replay")
+        }
+        let file = path ?? "-"
+        let name = file == "-" ? "standard input" : file
+        var replayer = Replayer(format: format, device: device)
+        var parser = CaptureParser()
+        var lineNumber = 0
+        do {
+            let reader = try LineReader(path: file)
+            while let line = try reader.nextLine() {
+                lineNumber += 1
+                guard let entry = try parser.parseEntry(line: line) else { continue }
+                replayer.feed(entry, line: lineNumber)
+            }
+        } catch {
+            replayer.finish(line: lineNumber)
+            logError("\(name): \(error)")
+            return 2
+        }
+        replayer.finish(line: lineNumber + 1)
+        return replayer.mismatches > 0 ? 1 : 0
+    }
+}
+
+/// The replay's state: one session at a time, the writes it asked for, the answer due.
+struct Replayer {
+    let format: OutputFormat
+    var device: String
+    var deviceFixed: Bool
+    var name: String?
+    var session = ANCSSession()
+    var now: Duration = .zero
+    var connected = false
+    /// Control Point writes the session asked for that the capture has not shown yet.
+    var outstanding: [[UInt8]] = []
+    /// The recorded answer to the write in flight and when it came.
+    var answer: (at: Duration, result: WriteResult)?
+    var mismatches = 0
+
+    init(format: OutputFormat, device: String?) {
+        self.format = format
+        self.device = device ?? "00:00:00:00:00:00"
+        deviceFixed = device != nil
+    }
+
+    mutating func feed(_ entry: CaptureEntry, line: Int) {
+        let time: Duration? = switch entry.record {
+        case .header: nil
+        case .value(let t, _, _, _), .event(let t, _): t.map(duration)
+        }
+        if let time { advance(to: time) }
+        switch entry.record {
+        case .header(let header):
+            if !deviceFixed, let address = header["device"]?.stringValue { device = address }
+            name = header["name"]?.stringValue
+        case .event(_, .connected):
+            connected = true
+            print(EventFormatter.line(.connected(device: device, name: name), format: format))
+        case .event(_, .disconnected):
+            for bytes in outstanding { disagree(line, "the session wrote \(encodeHex(bytes)) to the Control Point; the capture has no such write before the disconnect") }
+            if connected {
+                let reason = entry.object["reason"]?.stringValue ?? "disconnected"
+                print(EventFormatter.line(.disconnected(device: device, reason: reason), format: format))
+            }
+            session = ANCSSession()
+            outstanding = []
+            answer = nil
+            connected = false
+        case .value(_, .ns, let bytes, _):
+            perform(session.handleNotificationSource(bytes, now: now))
+        case .value(_, .ds, let bytes, _):
+            perform(session.handleDataSource(bytes, now: now))
+        case .value(_, .cp, let bytes, let attError):
+            deliverAnswer()
+            guard !outstanding.isEmpty else {
+                disagree(line, "the capture has a Control Point write (\(encodeHex(bytes))) the session did not make")
+                return
+            }
+            let expected = outstanding.removeFirst()
+            if expected != bytes {
+                disagree(line, "the session wrote \(encodeHex(expected)) to the Control Point, the capture has \(encodeHex(bytes))")
+            }
+            let result: WriteResult
+            if let attError { result = .attError(ATTErrorCode(rawValue: attError)) }
+            else if let message = entry.object["write_error"]?.stringValue { result = .failed(message) }
+            else { result = .accepted }
+            switch entry.object["t_answer"] {
+            case .null?: break  // the session ended before the phone answered
+            case let value?: answer = (value.doubleValue.map(duration) ?? now, result)
+            case nil: answer = (now, result)
+            }
+            if let due = answer?.at, due <= now { deliverAnswer() }
+        }
+    }
+
+    /// The end of the capture: what was due still happens (timeouts, a late answer).
+    mutating func finish(line: Int) {
+        var rounds = 0
+        while rounds < 10_000, let next = nextEvent() {
+            rounds += 1
+            advance(to: next)
+        }
+        for bytes in outstanding { disagree(line, "the session wrote \(encodeHex(bytes)) to the Control Point; the capture ends without it") }
+    }
+
+    /// Fires the session's timers and the recorded answer that fall before `time`, in order.
+    private mutating func advance(to time: Duration) {
+        var rounds = 0
+        while rounds < 10_000, let next = nextEvent(), next <= time {
+            rounds += 1
+            now = max(now, next)
+            if let due = answer?.at, due <= next {
+                deliverAnswer()
+            } else {
+                perform(session.handleTimer(now: now))
+            }
+        }
+        now = max(now, time)
+    }
+
+    private func nextEvent() -> Duration? {
+        switch (session.nextDeadline, answer?.at) {
+        case (let deadline?, let due?): min(deadline, due)
+        case (let deadline?, nil): deadline
+        case (nil, let due?): due
+        case (nil, nil): nil
+        }
+    }
+
+    private mutating func deliverAnswer() {
+        guard let (_, result) = answer else { return }
+        answer = nil
+        perform(session.handleWriteResult(result, now: now))
+    }
+
+    private mutating func perform(_ actions: [SessionAction]) {
+        for action in actions {
+            switch action {
+            case .writeControlPoint(let bytes):
+                outstanding.append(bytes)
+            case .emit(let event):
+                print(EventFormatter.line(.notification(event, device: device), format: format))
+            case .actionCompleted:
+                break
+            case .log(let level, let message):
+                if level >= .warning { writeStandardError("ancsd: replay: \(device): \(message)\n") }
+            }
+        }
+    }
+
+    private mutating func disagree(_ line: Int, _ message: String) {
+        mismatches += 1
+        writeStandardError("ancsd: replay: line \(line): \(message)\n")
+    }
+
+    private func duration(_ seconds: Double) -> Duration {
+        .nanoseconds(Int64((seconds * 1e9).rounded()))
+    }
+}

@@ -1,0 +1,175 @@
+import Btsnoop
+import Foundation
+import JSON
+import Testing
+import TestSupport
+
+private let ns: UInt16 = 0x0010, cp: UInt16 = 0x0013, ds: UInt16 = 0x0016
+private let request: [UInt8] = [0x00, 0x07, 0x00, 0x00, 0x00, 0x01, 0x40, 0x00]
+private let title = Array("Tea at five? The kettle is already on".utf8)
+private let response: [UInt8] = [0x00, 0x07, 0x00, 0x00, 0x00, 0x01, UInt8(title.count), 0x00] + title
+private let added: [UInt8] = [0x00, 0x00, 0x04, 0x01, 0x07, 0x00, 0x00, 0x00]
+
+/// Two phones on two controllers, both on connection handle 0x0040, interleaved.
+private func twoPhones(_ datalink: BtsnoopDatalink = .monitor, discovery: Bool = true, findInformation: Bool = false) -> SnoopBuilder {
+    var b = SnoopBuilder(datalink)
+    let controllers: [UInt16] = datalink == .monitor ? [0, 1] : [0]
+    for c in controllers { b.newIndex(controller: c) }
+    for c in controllers {
+        if discovery { b.connect(controller: c, handle: 0x40, peer: [UInt8(c + 1), 0xEE, 0xDD, 0xCC, 0xBB, 0xAA]) }
+        if discovery { b.discovery(controller: c, handle: 0x40, ns: ns, cp: cp, ds: ds, useFindInformation: findInformation) }
+    }
+    for c in controllers { b.notify(controller: c, handle: 0x40, attribute: ns, added) }
+    for c in controllers { b.write(controller: c, handle: 0x40, attribute: cp, request) }
+    for c in controllers { b.writeResponse(controller: c, handle: 0x40) }
+    for c in controllers { b.notify(controller: c, handle: 0x40, attribute: ds, Array(response.prefix(20))) }
+    for c in controllers { b.notify(controller: c, handle: 0x40, attribute: ds, Array(response.dropFirst(20))) }
+    if discovery { for c in controllers { b.disconnect(controller: c, handle: 0x40) } }
+    return b
+}
+
+private func file(_ bytes: [UInt8]) throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("ancsd-test-\(UUID().uuidString).btsnoop")
+    try Data(bytes).write(to: url)
+    return url
+}
+
+private func objects(_ result: AncsdProcess.Result) throws -> [JSONValue] { try result.lines.map { try JSONValue(parsing: $0) } }
+
+@Suite struct BtsnoopDecodeTests {
+    @Test func decodesEachConnectionOnItsOwn() throws {
+        let url = try file(twoPhones().bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let result = try AncsdProcess.run(["decode", url.path])
+        #expect(result.status == 0, "\(result.stderr)")
+        let out = try objects(result)
+        for conn in ["hci0/0x0040", "hci1/0x0040"] {
+            let mine = out.filter { $0["conn"]?.stringValue == conn }
+            #expect(mine.map { $0["char"]?.stringValue ?? $0["event"]?.stringValue ?? "?" } == ["connected", "ns", "cp", "ds", "disconnected"])
+            let answer = try #require(mine.first { $0["char"] == "ds" })
+            #expect(answer["complete"] == true && answer["uid"] == 7)
+            #expect(answer["attributes"]?.arrayValue?.first?["value"]?.stringValue == String(decoding: title, as: UTF8.self))
+            #expect(mine.first?.objectValue?.keys.first == "conn", "conn comes first")
+        }
+    }
+
+    @Test func toCaptureMakesAFixtureThatDecodesTheSame() throws {
+        let url = try file(twoPhones().bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let capture = try AncsdProcess.run(["decode", "--to-capture", url.path])
+        #expect(capture.status == 0, "\(capture.stderr)")
+        let lines = try objects(capture)
+        let header = try #require(lines.first)
+        #expect(header["format"] == "ancs-capture/1" && header["source"] == "btsnoop" && header["datalink"] == "monitor")
+        #expect(header["start"]?.stringValue?.hasSuffix("Z") == true)
+        #expect(lines[1] == ["t": 0.002, "conn": "hci0/0x0040", "event": "connected", "peer": "AA:BB:CC:DD:EE:01"])
+        let cpRecord = try #require(lines.first { $0["char"] == "cp" })
+        #expect(cpRecord["hex"] == "0007000000014000" && cpRecord["conn"] == "hci0/0x0040")
+        let fixture = try temporaryFile(capture.stdout)
+        defer { try? FileManager.default.removeItem(at: fixture) }
+        let fromFixture = try AncsdProcess.run(["decode", fixture.path])
+        let fromSnoop = try AncsdProcess.run(["decode", url.path])
+        #expect(fromFixture.status == 0 && fromFixture.stdout == fromSnoop.stdout)
+    }
+
+    @Test func handlesForACaptureWithoutDiscovery() throws {
+        let url = try file(twoPhones(.h4, discovery: false).bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let without = try AncsdProcess.run(["decode", url.path])
+        #expect(without.status == 0 && without.stdout.isEmpty)
+        let with = try AncsdProcess.run(["decode", "--handles", "ns=0x0010,cp=0x0013,ds=0x0016", url.path])
+        #expect(with.status == 0)
+        #expect(try objects(with).map { $0["char"]?.stringValue ?? "" } == ["ns", "cp", "ds"])
+        let capture = try AncsdProcess.run(["decode", "--to-capture", "--handles=ns=16,cp=19,ds=22", url.path])
+        #expect(capture.lines.first?.contains(#""handles":"ns=0x0010,cp=0x0013,ds=0x0016""#) == true)
+        let bad = try AncsdProcess.run(["decode", "--handles", "ns=banana", url.path])
+        #expect(bad.status == 2 && bad.stderr.contains("--handles needs"))
+        let notSnoop = try temporaryFile("{\"char\":\"ns\",\"hex\":\"0000000100000000\"}\n")
+        defer { try? FileManager.default.removeItem(at: notSnoop) }
+        let misuse = try AncsdProcess.run(["decode", "--to-capture", notSnoop.path])
+        #expect(misuse.status == 2 && misuse.stderr.contains("--to-capture applies only to btsnoop files"))
+    }
+
+    @Test func readsStandardInput() throws {
+        let result = try AncsdProcess.run(["decode", "-"], stdin: Data(twoPhones().bytes))
+        #expect(result.status == 0 && result.lines.count == 10)
+    }
+
+    @Test func truncatedAndCorruptFilesNameTheRecord() throws {
+        let b = twoPhones()
+        let url = try file(Array(b.bytes.dropLast(5)))
+        defer { try? FileManager.default.removeItem(at: url) }
+        let result = try AncsdProcess.run(["decode", url.path])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("record \(b.recordCount): truncated"), "\(result.stderr)")
+        #expect(result.lines.count == 9, "what came before stays printed:\n\(result.stdout)")
+
+        var corrupt = twoPhones()
+        let goodRecords = corrupt.recordCount
+        corrupt.record(flags: 1 << 16 | 5, data: [0x40, 0x20, 0x09])
+        let corruptURL = try file(corrupt.bytes)
+        defer { try? FileManager.default.removeItem(at: corruptURL) }
+        let broken = try AncsdProcess.run(["decode", corruptURL.path])
+        #expect(broken.status == 2 && broken.stderr.contains("record \(goodRecords + 1): corrupt"), "\(broken.stderr)")
+        #expect(broken.lines.count == 10)
+        let capture = try AncsdProcess.run(["decode", "--to-capture", corruptURL.path])
+        #expect(capture.status == 2 && capture.lines.count == 13, "header and the 12 records")
+
+        var header = BtsnoopWriter.fileHeader(.h4)
+        header[14] = 0x03
+        header[15] = 0xE9
+        let unknown = try AncsdProcess.run(["decode"], stdin: Data(header))
+        #expect(unknown.status == 2 && unknown.stderr.contains("standard input: file header: unsupported datalink type 1001"))
+    }
+
+    /// Wireshark's btsnoop writer (editcap, Debian wireshark-common) rewrites the H4 file the
+    /// test built through pcap; the result decodes the same.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/editcap")))
+    func aFileWrittenByEditcap() throws {
+        let url = try file(twoPhones(.h4).bytes)
+        let pcap = url.deletingPathExtension().appendingPathExtension("pcap")
+        let rewritten = url.deletingPathExtension().appendingPathExtension("editcap.btsnoop")
+        defer { for u in [url, pcap, rewritten] { try? FileManager.default.removeItem(at: u) } }
+        for arguments in [["-F", "pcap", url.path, pcap.path], ["-F", "btsnoop", pcap.path, rewritten.path]] {
+            let process = try Process.run(URL(fileURLWithPath: "/usr/bin/editcap"), arguments: arguments)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+        }
+        let original = try AncsdProcess.run(["decode", url.path])
+        let decoded = try AncsdProcess.run(["decode", rewritten.path])
+        #expect(decoded.status == 0, "\(decoded.stderr)")
+        #expect(decoded.lines.count == 5 && decoded.stdout == original.stdout)
+    }
+
+    /// BlueZ's own reader (btmon -r, Debian bluez) reads the files the test built the way ancsd
+    /// does: ACL TX/RX opcodes and controller indexes in the monitor record flags, directions in
+    /// the H4 flags. (Discovery by Find Information: btmon 5.66 crashes reading a Read By Type
+    /// Request from a file.)
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/btmon")), arguments: [BtsnoopDatalink.monitor, .h4])
+    func btmonReadsTheFiles(datalink: BtsnoopDatalink) throws {
+        let bytes = twoPhones(datalink, findInformation: true).bytes
+        let url = try file(bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/btmon")
+        process.arguments = ["-r", url.path, "--no-pager"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = out
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("ATT: Handle Value Notification (0x1b)"))
+        #expect(text.contains("ATT: Write Request (0x12)") && text.contains("ATT: Write Response (0x13)"))
+        #expect(text.contains("ACL Data TX: Handle 64") && text.contains("ACL Data RX: Handle 64"))
+        #expect(text.contains("ATT: Find Information Response (0x05)"))
+        if datalink == .monitor {
+            #expect(text.contains("[hci1]"), "the controller index is in the flags")
+            #expect(text.contains("Peer address: AA:BB:CC:DD:EE:02"))
+        }
+        let decoded = try AncsdProcess.run(["decode", url.path])
+        #expect(decoded.status == 0 && decoded.lines.count == (datalink == .monitor ? 10 : 5))
+    }
+}
