@@ -34,7 +34,8 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     public static let maxPendingBytes = 1 << 20
 
     public let path: String
-    private let queue = DispatchQueue(label: "ancsd.control")
+    private let queue: DispatchQueue
+    private let executor: DaemonExecutor?
     private let listener: Int32
     private let handler: any ControlHandler
     private let logger: Logger
@@ -43,8 +44,17 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     private var nextID: ClientID = 0
 
     /// Creates the socket at `path` (replacing a stale one) with `mode` and, if given, `group`.
-    public init(path: String, mode: mode_t = 0o660, group: String? = nil, handler: any ControlHandler, logger: Logger) throws(ControlSocketError) {
+    ///
+    /// With `executor`, the server's sockets and request tasks run on the daemon's own queue and
+    /// task executor, never on Swift's global executor (which would keep libdispatch's 1 Hz
+    /// workqueue monitor running).
+    public init(
+        path: String, mode: mode_t = 0o660, group: String? = nil, handler: any ControlHandler, logger: Logger,
+        executor: DaemonExecutor? = nil
+    ) throws(ControlSocketError) {
         self.path = path
+        self.executor = executor
+        queue = executor?.queue ?? DispatchQueue(label: "ancsd.control")
         self.handler = handler
         self.logger = logger
         var address = sockaddr_un()
@@ -98,16 +108,17 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         }
     }
 
-    /// Closes every connection and removes the socket.
+    /// Removes the socket and closes every connection. Safe from any thread, the server's
+    /// queue included.
     public func stop() {
-        queue.sync {
+        unlink(path)
+        queue.async { [self] in
             source?.cancel()
             source = nil
             for client in clients.values { client.close() }
             clients = [:]
+            close(listener)
         }
-        close(listener)
-        unlink(path)
     }
 
     /// Sends a line to one client (a reply or an event); false if the client is gone.
@@ -155,7 +166,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         client.pendingReplies += 1
         let handler = self.handler
         let order = client.nextRequestNumber()
-        Task {
+        Task(executorPreference: executor) {
             var answer = await handler.reply(to: request, client: id)
             if let requestID = request["id"] { answer["id"] = requestID }
             let reply = answer
@@ -171,7 +182,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         client.close()
         logger.debug("control client \(id) disconnected")
         let handler = self.handler
-        Task { await handler.clientClosed(id) }
+        Task(executorPreference: executor) { await handler.clientClosed(id) }
     }
 
     static func errorReply(_ id: JSONValue?, _ code: String, _ message: String) -> JSONObject {

@@ -15,11 +15,15 @@ public struct RunSettings: Sendable {
     public var fifoPath: String?
     public var fifoMode: mode_t = 0o600
     public var logLevel = LogLevel.info
+    /// Where the control socket listens (docs/control.md); nil for no socket.
+    public var controlPath: String?
+    /// The group that may use the control socket (mode 0660); nil for the daemon's own.
+    public var controlGroup: String?
 
     public init() {}
 
     /// The keys a configuration file may use (the long options without `--`).
-    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact"]
+    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact", "control", "control-group"]
 
     /// Sets one key. `device` adds to the list (a comma-separated list is accepted too).
     public mutating func set(_ key: String, _ value: String) throws(SettingError) {
@@ -77,6 +81,12 @@ public struct RunSettings: Sendable {
             case "no", "false", "off", "0": options.recording.redact = false
             default: throw SettingError("record-redact must be yes or no, not '\(value)'")
             }
+        case "control":
+            guard !value.isEmpty else { throw SettingError("control needs a socket path") }
+            controlPath = value
+        case "control-group":
+            guard !value.isEmpty else { throw SettingError("control-group needs a group name") }
+            controlGroup = value
         default:
             throw SettingError("unknown setting '\(key)'")
         }

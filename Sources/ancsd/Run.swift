@@ -40,6 +40,9 @@ enum RunCommand {
                            "ancsd decode" and "ancsd replay" read
       --record-redact      in recorded files, replace the text of titles, subtitles, messages
                            and action labels with same-length placeholders ("xxx")
+      --control PATH       answer requests on the Unix socket PATH (docs/control.md): what
+                           "ancsd list", "action", "status", "doctor" and "desktop" use
+      --control-group NAME the group that may use the control socket (mode 0660)
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -147,6 +150,21 @@ enum RunCommand {
             return 1
         }
         let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor)
+        var control: ControlServer?
+        if let path = settings.controlPath {
+            do {
+                let server = try ControlServer(
+                    path: path, group: settings.controlGroup, handler: daemon, logger: logger, executor: executor)
+                await daemon.attach(control: server)
+                server.start()
+                control = server
+                logger.info("control socket at \(path)")
+            } catch {
+                logger.error("\(error)")
+                return 1
+            }
+        }
+        defer { control?.stop() }
         let task = Task(executorPreference: executor) { try await daemon.run() }
         let reloader = Reloader(commandLine: commandLine, settings: settings, output: output, executor: executor)
 
