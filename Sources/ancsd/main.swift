@@ -20,6 +20,11 @@ Commands:
                     --to-capture, turn a btsnoop file into an ancs-capture/1 file
   replay [FILE|-]   run the session engine against a capture recorded with
                     "run --record" and print what "ancsd run" printed live
+  list              the notifications the running daemon holds (control socket)
+  action DEVICE UID positive|negative
+                    answer, decline or clear a notification on the phone
+  status            what the running daemon is doing (--json for machines)
+  doctor            check the setup, with a plain-language fix for each problem
 
 Options:
   --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
@@ -74,6 +79,14 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await PairCommand.run(rest, bus: bus)
     case "replay":
         return ReplayCommand.run(rest)
+    case "list":
+        return ClientCommands.list(rest)
+    case "action":
+        return ClientCommands.action(rest)
+    case "status":
+        return ClientCommands.status(rest)
+    case "doctor":
+        return await DoctorCommand.run(rest, bus: bus)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }

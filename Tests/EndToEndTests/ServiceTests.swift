@@ -35,6 +35,7 @@ import TestSupport
         let status = try notify.receive(until: "STATUS=1 phone connected, 1 notification", timeout: .seconds(10))
         #expect(status.contains { $0 == "WATCHDOG=1" }, "the watchdog is answered: \(status)")
         #expect(!ancsd.standardError.contains("debug:"))
+        #expect(!ancsd.standardError.contains("Before the reload"), "no notification content at the info level")
 
         try "format = json\nlog-level = debug\n".write(toFile: config, atomically: true, encoding: .utf8)
         ancsd.signal(SIGHUP)

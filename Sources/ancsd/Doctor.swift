@@ -1,0 +1,119 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ANCSDaemon
+import BlueZ
+import DBus
+import JSON
+
+/// `ancsd doctor`: checks the setup and says how to fix each problem. Never shows content.
+enum DoctorCommand {
+    static let help = """
+    Usage: ancsd [--bus ADDRESS] doctor [--control PATH] [--fifo PATH]
+
+    Checks, one line each, with a plain-language fix for every problem:
+      bluetoothd is running, an adapter is powered, a phone is bonded, the phone exposes ANCS
+      (Apple Notification Center Service), the phone shares its notifications, the daemon's
+      control socket answers, and the FIFO can be read.
+    Exit status 0 when every check passes, 1 otherwise. Notification content is never shown.
+    """
+
+    struct Check {
+        var ok: Bool
+        var what: String
+        var fix: String?
+    }
+
+    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+        var control = ControlClient.defaultPath
+        var fifo = "/run/ancsd/events"
+        var busAddress: BusAddress = bus.map { .address($0) } ?? .system
+        var scanner = ArgumentScanner(arguments)
+        do {
+            while let argument = scanner.next() {
+                switch argument {
+                case .option("--help", _), .option("-h", _):
+                    print(help)
+                    return 0
+                case .option("--control", let inline): control = try scanner.value(of: "--control", inline: inline)
+                case .option("--fifo", let inline): fifo = try scanner.value(of: "--fifo", inline: inline)
+                case .option("--bus", let inline): busAddress = .address(try scanner.value(of: "--bus", inline: inline))
+                case .option(let name, _): throw UsageError("unknown option \(name)")
+                case .positional(let value): throw UsageError("doctor takes no arguments, got '\(value)'")
+                }
+            }
+        } catch {
+            return usageFailure(error, command: "doctor")
+        }
+        var checks = await bluetoothChecks(busAddress)
+        checks += daemonChecks(control: control)
+        checks.append(fifoCheck(fifo))
+        for check in checks {
+            print("\(check.ok ? "ok  " : "FAIL") \(check.what)")
+            if let fix = check.fix, !check.ok { print("     → \(fix)") }
+        }
+        return checks.allSatisfy(\.ok) ? 0 : 1
+    }
+
+    private static func bluetoothChecks(_ bus: BusAddress) async -> [Check] {
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: bus, timeout: .seconds(5))
+        } catch {
+            return [Check(ok: false, what: "the system D-Bus bus answers", fix: "start dbus (systemctl start dbus); ancsd talks to bluetoothd over it (\(error))")]
+        }
+        defer { Task { await connection.close() } }
+        var checks: [Check] = [Check(ok: true, what: "the system D-Bus bus answers")]
+        let tree: BlueZObjectTree
+        do {
+            tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
+            checks.append(Check(ok: true, what: "bluetoothd is running"))
+        } catch {
+            checks.append(Check(ok: false, what: "bluetoothd is running", fix: "install and start BlueZ: apt install bluez; systemctl enable --now bluetooth"))
+            return checks
+        }
+        let powered = tree.adapters.filter { tree.property($0, BlueZ.adapterInterface, "Powered")?.boolValue == true }
+        checks.append(Check(
+            ok: !powered.isEmpty,
+            what: tree.adapters.isEmpty ? "a Bluetooth adapter is present" : "a Bluetooth adapter is powered (\(tree.adapters.count) found)",
+            fix: tree.adapters.isEmpty ? "plug in or enable a Bluetooth LE adapter (rfkill list; dmesg | grep -i bluetooth)" : "power it on: bluetoothctl power on (and check rfkill list)"))
+        let bonded = tree.devices.filter(\.isBonded)
+        checks.append(Check(ok: !bonded.isEmpty, what: "a phone is bonded (\(bonded.count) bonded device(s))",
+                            fix: "pair the iPhone once: ancsd pair (then confirm the passkey on both)"))
+        let withANCS = bonded.filter { tree.ancsCharacteristics(of: $0.path) != nil }
+        checks.append(Check(
+            ok: !withANCS.isEmpty, what: "a bonded phone exposes ANCS (connected: \(withANCS.filter(\.connected).count))",
+            fix: "bring the iPhone near with Bluetooth on; if it is connected but ANCS is missing, forget this computer on the phone and pair again"))
+        return checks
+    }
+
+    private static func daemonChecks(control: String) -> [Check] {
+        let reply: JSONValue
+        do {
+            reply = try ControlClient(path: control).request(["cmd": "status"], timeout: 5)
+        } catch {
+            return [Check(ok: false, what: "ancsd answers on \(control)",
+                          fix: "start it (systemctl start ancsd) or name its socket with --control; to use it without root, join the group ancsd: \(error)")]
+        }
+        var checks = [Check(ok: true, what: "ancsd answers on \(control)")]
+        let devices = reply["devices"]?.arrayValue ?? []
+        let denied = devices.filter { $0["sharing_allowed"] == false }.compactMap { $0["device"]?.stringValue }
+        checks.append(Check(
+            ok: denied.isEmpty,
+            what: denied.isEmpty ? "the connected phones share their notifications" : "notification sharing is off on \(denied.joined(separator: ", "))",
+            fix: "on the iPhone: Settings > Bluetooth > (i) next to this computer > turn on Share System Notifications"))
+        return checks
+    }
+
+    private static func fifoCheck(_ path: String) -> Check {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            return Check(ok: true, what: "no FIFO at \(path) (not used)")
+        }
+        guard (info.st_mode & S_IFMT) == S_IFIFO else {
+            return Check(ok: false, what: "\(path) is a FIFO", fix: "remove it; ancsd creates the FIFO itself")
+        }
+        let readable = access(path, R_OK) == 0
+        return Check(ok: readable, what: "the FIFO \(path) is readable", fix: "join its group (usermod -aG ancsd $USER, then log in again)")
+    }
+}

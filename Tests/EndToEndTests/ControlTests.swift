@@ -1,0 +1,205 @@
+import Foundation
+import JSON
+import Testing
+import TestSupport
+
+private let ada = "AA:BB:CC:DD:EE:01"
+
+/// The control socket and its command-line clients, against the daemon on the simulated phone.
+@Suite(.serialized) struct ControlTests {
+    static let longMessage = String(repeating: "All work and no play. ", count: 150)  // 3,300 bytes
+
+    static let scenario = """
+        {"scenario":"control","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages","com.apple.mobilephone":"Phone"}}
+        {"do":"wait_subscribed","timeout":30}
+        {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Grace","message":"Tea?","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+        {"do":"add","uid":2,"category":"incoming_call","app":"com.apple.mobilephone","title":"Charles","message":"Incoming Call","flags":["positive_action","negative_action"],"positive_action":"Answer","negative_action":"Decline"}
+        {"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Long","message":"\(longMessage)"}
+        {"do":"add","uid":4,"category":"social","app":"com.apple.MobileSMS","title":"No actions","message":"x"}
+        {"do":"sleep","seconds":60}
+        {"do":"end"}
+        """
+
+    private func start() throws -> (DaemonRun, String) {
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--control", socketPath])
+        try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+        return (run, socketPath)
+    }
+
+    private func ancsd(_ arguments: [String]) throws -> AncsdProcess.Result {
+        try AncsdProcess.run(arguments)
+    }
+
+    @Test func requestsAndReplies() throws {
+        let (run, path) = try start()
+        let client = try SocketClient(path: path)
+        var info = stat()
+        #expect(stat(path, &info) == 0 && (info.st_mode & 0o777) == 0o660 && (info.st_mode & S_IFMT) == S_IFSOCK)
+
+        let status = try client.request(["id": 1, "cmd": "status"])
+        #expect(status["id"] == 1 && status["ok"] == true && status["bluetoothd"] == "running")
+        let device = try #require(status["devices"]?.arrayValue?.first)
+        #expect(device["device"]?.stringValue == ada && device["subscribed"] == true && device["delivery"] == "AcquireNotify")
+        #expect(device["notifications"] == 4 && device["sharing_allowed"] == true && device["last_error"] == .null)
+
+        let list = try client.request(["cmd": "list"])
+        let notifications = try #require(list["devices"]?.arrayValue?.first?["notifications"]?.arrayValue)
+        #expect(notifications.compactMap { $0["title"]?.stringValue } == ["Grace", "Charles", "Long", "No actions"])
+        #expect(notifications.allSatisfy { $0["v"] == nil && $0["type"] == nil && $0["app_name"] != nil })
+
+        let cut = try client.request(["cmd": "get", "device": .string(ada), "uid": 3])
+        #expect(cut["notification"]?["truncated"] == true)
+        #expect((cut["notification"]?["message"]?.stringValue?.utf8.count ?? 0) <= 2048 + 3)
+        let full = try client.request(["cmd": "get", "device": .string(ada.lowercased()), "uid": 3, "full": true])
+        #expect(full["notification"]?["message"]?.stringValue == Self.longMessage)
+        #expect(full["notification"]?["truncated"] == false)
+
+        let errors: [(JSONObject, String)] = [
+            (["cmd": "frobnicate"], "unknown_command"),
+            (["nocmd": 1], "bad_request"),
+            (["cmd": "get", "device": "nope", "uid": 1], "bad_request"),
+            (["cmd": "get", "device": .string(ada), "uid": -1], "bad_request"),
+            (["cmd": "get", "device": "11:22:33:44:55:66", "uid": 1], "no_such_device"),
+            (["cmd": "get", "device": .string(ada), "uid": 99], "no_such_notification"),
+            (["cmd": "action", "device": .string(ada), "uid": 1, "action": "sideways"], "bad_request"),
+            (["cmd": "action", "device": .string(ada), "uid": 4, "action": "positive"], "not_available"),
+        ]
+        for (request, code) in errors {
+            let reply = try client.request(request)
+            #expect(reply["ok"] == false && reply["error"]?["code"]?.stringValue == code, "\(request): \(reply.serialized)")
+        }
+        try client.sendRaw("this is not json\n")
+        #expect(try client.readReply()["error"]?["code"] == "bad_request")
+
+        // The phone performs an action and the reply says so; a second one finds it gone.
+        let answered = try client.request(["cmd": "action", "device": .string(ada), "uid": 2, "action": "negative"])
+        #expect(answered["ok"] == true && answered["result"] == "performed", "\(answered.serialized)")
+        try run.ancsd.waitForLine { $0.contains(#""type":"removed""#) && $0.contains(#""uid":2"#) }
+        let gone = try client.request(["cmd": "action", "device": .string(ada), "uid": 2, "action": "negative"])
+        #expect(gone["error"]?["code"] == "no_such_notification")
+        _ = try run.phone.stop()
+    }
+
+    @Test func subscribersGetTheEventStreamAndBadClientsAreCutOff() throws {
+        let (run, path) = try start()
+        let subscriber = try SocketClient(path: path)
+        #expect(try subscriber.request(["cmd": "subscribe"])["subscribed"] == true)
+        let idle = try SocketClient(path: path)
+        _ = idle
+        // A request line over 64 KiB gets an error and the connection is closed.
+        let flooder = try SocketClient(path: path)
+        try flooder.sendRaw(String(repeating: "x", count: 70_000))
+        #expect(try flooder.readReply()["error"]?["code"] == "too_long")
+        #expect(throws: TestFailure.self) { try flooder.readReply() }
+        // The daemon goes on serving everyone else.
+        let other = try SocketClient(path: path)
+        let reply = try other.request(["cmd": "action", "device": .string(ada), "uid": 1, "action": "negative"])
+        #expect(reply["result"] == "performed")
+        let event = try subscriber.readReply()  // clearing it on the phone removes it
+        #expect(event["v"] == 1 && event["type"] == "removed" && event["uid"] == 1 && event["device"]?.stringValue == ada, "\(event.serialized)")
+        _ = try run.phone.stop()
+    }
+
+    @Test func aClientThatNeverReadsIsDisconnectedAndManyClientsAreServed() throws {
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let burst = """
+            {"scenario":"flood","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"after":1,"do":"burst","count":6000,"start_uid":100,"rate":0,"app":"com.apple.MobileSMS"}
+            {"do":"sleep","seconds":60}
+            {"do":"end"}
+            """
+        let run = try DaemonRun(text: burst, ancsdArguments: ["--control", socketPath])
+        try run.ancsd.waitForStandardError(containing: "control socket at")
+        let sleeper = try SocketClient(path: socketPath)
+        _ = try sleeper.request(["cmd": "subscribe"])  // and then never reads again
+        try run.ancsd.waitForLine(timeout: .seconds(120)) { $0.contains(#""uid":6099"#) }
+        try run.ancsd.waitForStandardError(containing: "stopped reading; disconnected it")
+        // Everyone else is still served, many at once.
+        let clients = try (0..<20).map { _ in try SocketClient(path: socketPath) }
+        for client in clients { try client.sendRaw(#"{"cmd":"status"}"# + "\n") }
+        for client in clients { #expect(try client.readReply()["ok"] == true) }
+        _ = try run.phone.stop()
+    }
+
+    @Test func commandLineClients() throws {
+        let (run, path) = try start()
+        let list = try ancsd(["list", "--control", path])
+        #expect(list.status == 0)
+        #expect(list.stdout.contains("\(ada) (Ada's iPhone): 4 notification(s)"))
+        #expect(list.stdout.contains("#1  Messages · Grace: Tea?  [actions: Reply/Clear]"))
+        let json = try ancsd(["list", "--json", "--control", path])
+        #expect(try JSONValue(parsing: json.stdout.trimmingCharacters(in: .whitespacesAndNewlines))["ok"] == true)
+
+        let status = try ancsd(["status", "--control", path])
+        #expect(status.status == 0 && status.stdout.contains("notification sharing: allowed"))
+        #expect(!status.stdout.contains("Tea?"), "status never shows content")
+
+        let done = try ancsd(["action", ada, "1", "positive", "--control", path])
+        #expect(done.status == 0 && done.stdout.contains("performed the positive action on notification 1"))
+        let refused = try ancsd(["action", ada, "4", "negative", "--control", path])
+        #expect(refused.status == 1 && refused.stderr.contains("not_available"))
+        #expect(try ancsd(["action", ada, "x", "positive"]).status == 2)
+
+        let doctor = try AncsdProcess.run(["--bus", run.bus.address, "doctor", "--control", path, "--fifo", "/nonexistent"])
+        #expect(doctor.stdout.contains("ok   bluetoothd is running"), "\(doctor.stdout)")
+        #expect(doctor.stdout.contains("ok   a phone is bonded"))
+        #expect(doctor.stdout.contains("ok   ancsd answers on \(path)"))
+        #expect(doctor.stdout.contains("ok   the connected phones share their notifications"))
+        #expect(!doctor.stdout.contains("Tea?"))
+        _ = try run.phone.stop()
+        let absent = try ancsd(["status", "--control", path + ".missing"])
+        #expect(absent.status == 1 && absent.stderr.contains("cannot reach ancsd"))
+    }
+}
+
+/// A blocking JSON Lines client of the control socket, for tests.
+final class SocketClient {
+    private let fd: Int32
+    private var buffer = Data()
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard result == 0 else { throw TestFailure("connect to \(path) failed: \(errno)") }
+    }
+
+    deinit { close(fd) }
+
+    func sendRaw(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written > 0 else { throw TestFailure("send failed: \(errno)") }
+            offset += written
+        }
+    }
+
+    func request(_ object: JSONObject) throws -> JSONValue {
+        try sendRaw(JSONValue.object(object).serialized + "\n")
+        return try readReply()
+    }
+
+    func readReply(timeout: Int32 = 20_000) throws -> JSONValue {
+        while true {
+            if let newline = buffer.firstIndex(of: 0x0A) {
+                let line = buffer[buffer.startIndex..<newline]
+                buffer.removeSubrange(buffer.startIndex...newline)
+                return try JSONValue(parsing: Array(line))
+            }
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, timeout) > 0 else { throw TestFailure("no reply") }
+            var chunk = [UInt8](repeating: 0, count: 65_536)
+            let count = recv(fd, &chunk, chunk.count, 0)
+            guard count > 0 else { throw TestFailure("connection closed") }
+            buffer.append(contentsOf: chunk[0..<count])
+        }
+    }
+}
