@@ -69,7 +69,7 @@ demo:
 test:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build --build-tests $(STRICT)
-	$(SWIFT) test --skip-build
+	$(SWIFT) test --skip-build --no-parallel
 
 ## check-install: make install / uninstall into a scratch DESTDIR, checked (scripts/check-install).
 check-install:
