@@ -24,27 +24,45 @@ enum DoctorCommand {
         var fix: String?
     }
 
-    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+    struct Options {
         var control = ControlClient.defaultPath
         var fifo = "/run/ancsd/events"
-        var busAddress: BusAddress = bus.map { .address($0) } ?? .system
+        var bus: BusAddress = .system
+    }
+
+    /// The options, or nil for --help.
+    static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> Options? {
+        var options = Options()
+        if let bus { options.bus = .address(bus) }
         var scanner = ArgumentScanner(arguments)
-        do {
-            while let argument = scanner.next() {
-                switch argument {
-                case .option("--help", _), .option("-h", _):
-                    print(help)
-                    return 0
-                case .option("--control", let inline): control = try scanner.value(of: "--control", inline: inline)
-                case .option("--fifo", let inline): fifo = try scanner.value(of: "--fifo", inline: inline)
-                case .option("--bus", let inline): busAddress = .address(try scanner.value(of: "--bus", inline: inline))
-                case .option(let name, _): throw UsageError("unknown option \(name)")
-                case .positional(let value): throw UsageError("doctor takes no arguments, got '\(value)'")
-                }
+        while let argument = scanner.next() {
+            switch argument {
+            case .option("--help", _), .option("-h", _): return nil
+            case .option("--control", let inline): options.control = try scanner.value(of: "--control", inline: inline)
+            case .option("--fifo", let inline): options.fifo = try scanner.value(of: "--fifo", inline: inline)
+            case .option("--bus", let inline): options.bus = .address(try scanner.value(of: "--bus", inline: inline))
+            case .option(let name, _): throw UsageError("unknown option \(name)")
+            case .positional(let value): throw UsageError("doctor takes no arguments, got '\(value)'")
             }
-        } catch {
+        }
+        return options
+    }
+
+    // Swift 6.3.1's optimizer crashes (coroutine splitting, swifterror) on typed throws inside
+    // this async function, so parsing lives in the synchronous `parse` above.
+    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+        let parsed: Result<Options?, UsageError> = Result { () throws(UsageError) in try parse(arguments, bus: bus) }
+        let options: Options
+        switch parsed {
+        case .success(nil):
+            print(help)
+            return 0
+        case .success(let value?):
+            options = value
+        case .failure(let error):
             return usageFailure(error, command: "doctor")
         }
+        let (busAddress, control, fifo) = (options.bus, options.control, options.fifo)
         var checks = await bluetoothChecks(busAddress)
         checks += daemonChecks(control: control)
         checks.append(fifoCheck(fifo))
