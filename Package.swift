@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus"], swiftSettings: strict),
         .testTarget(
-            name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON"],
+            name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
@@ -61,7 +61,7 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
-        .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus"], swiftSettings: strict),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests", dependencies: ["JSON", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
     ]

@@ -2,6 +2,7 @@ import DBus
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 extension DBusTests {
     @Suite struct Bus {

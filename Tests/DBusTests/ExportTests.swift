@@ -5,6 +5,7 @@ import FoundationXML
 #endif
 import Synchronization
 import Testing
+import TestSupport
 
 /// A thermostat-like object with every kind of property.
 func deviceObject(refuse: Bool = false) -> ExportedObject {

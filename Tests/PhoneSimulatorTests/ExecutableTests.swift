@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Testing
+import TestSupport
 
 /// The built `ancs-phone-sim` as a test harness runs it: command line, exit statuses, timeline.
 @Suite("ancs-phone-sim executable", .serialized)

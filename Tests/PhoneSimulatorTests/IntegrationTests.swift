@@ -3,6 +3,7 @@ import DBus
 import Foundation
 import PhoneSimulator
 import Testing
+import TestSupport
 
 /// The simulator on a private bus, driven in-process, with a client on our own D-Bus layer.
 @Suite("Simulator on a private bus", .serialized)

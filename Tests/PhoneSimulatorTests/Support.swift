@@ -2,91 +2,11 @@ import DBus
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
-struct TestFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
+/// The tests' private dbus-daemon (Tests/TestSupport).
+typealias TestBus = PrivateBus
 
-/// A private dbus-daemon on a unix socket in a fresh temp dir, killed by `stop()`.
-final class TestBus: Sendable {
-    let directory: String
-    let address: String
-    private let process: Mutex<Process?>
-
-    static let config = """
-        <busconfig>
-          <type>session</type>
-          <listen>unix:path=SOCKET</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """
-
-    init() throws {
-        var buffer = Array((NSTemporaryDirectory() + "simbus-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&buffer) else { throw TestFailure("mkdtemp failed") }
-        directory = String(cString: made)
-        let configPath = directory + "/bus.conf"
-        try TestBus.config.replacingOccurrences(of: "SOCKET", with: directory + "/bus")
-            .write(toFile: configPath, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(configPath)", "--nofork", "--print-address"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = Mutex(process)
-        let line = try readLine(out.fileHandleForReading.fileDescriptor, timeout: 10)
-        guard line.hasPrefix("unix:") else {
-            process.terminate()
-            throw TestFailure("dbus-daemon printed \(line)")
-        }
-        address = line
-    }
-
-    func stop() {
-        let p = process.withLock { p -> Process? in
-            defer { p = nil }
-            return p
-        }
-        guard let p else { return }
-        // SIGKILL: a child spawned from a worker thread inherits its blocked signal mask, so
-        // SIGTERM stays pending forever.
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
-    }
-
-    deinit {
-        stop()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-}
-
-/// Reads one line from `fd`, failing after `timeout` seconds.
-func readLine(_ fd: Int32, timeout: Double) throws -> String {
-    var bytes: [UInt8] = []
-    let deadline = Date().addingTimeInterval(timeout)
-    while true {
-        let remaining = deadline.timeIntervalSinceNow
-        guard remaining > 0 else { throw TestFailure("timed out reading a line") }
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let r = poll(&pfd, 1, Int32(remaining * 1000))
-        if r < 0 && errno == EINTR { continue }
-        guard r > 0 else { continue }
-        var c: UInt8 = 0
-        guard read(fd, &c, 1) == 1 else { throw TestFailure("EOF before a line") }
-        if c == 10 { return String(decoding: bytes, as: UTF8.self) }
-        bytes.append(c)
-    }
-}
-
-/// Runs `body`, failing when it takes longer than `seconds`.
 func withTimeout<T: Sendable>(
     _ seconds: Double, _ what: String, _ body: @escaping @Sendable () async throws -> T
 ) async throws -> T {
