@@ -20,6 +20,7 @@ Commands:
                     --to-capture, turn a btsnoop file into an ancs-capture/1 file
   replay [FILE|-]   run the session engine against a capture recorded with
                     "run --record" and print what "ancsd run" printed live
+  desktop           show the phones' notifications as desktop notifications (session)
 
 Options:
   --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
@@ -74,6 +75,7 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await PairCommand.run(rest, bus: bus)
     case "replay":
         return ReplayCommand.run(rest)
+    case "desktop": return await DesktopCommand.run(rest, executor: executor)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }
