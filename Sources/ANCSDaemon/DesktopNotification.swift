@@ -27,9 +27,10 @@ public struct DesktopNotification: Sendable, Equatable {
         /// The phone marked it silent, or replayed it on connecting (`pre_existing`).
         public var quiet: Bool
 
+        /// Equal when they look the same: `quiet` only says whether showing it makes a sound.
         public static func == (a: Content, b: Content) -> Bool {
             a.appName == b.appName && a.summary == b.summary && a.body == b.body && a.urgency == b.urgency
-                && a.category == b.category && a.quiet == b.quiet
+                && a.category == b.category
                 && a.actions.map(\.key) == b.actions.map(\.key) && a.actions.map(\.label) == b.actions.map(\.label)
         }
     }
