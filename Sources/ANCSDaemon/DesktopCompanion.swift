@@ -340,7 +340,9 @@ public actor DesktopCompanion {
             else { return }
             // "default" is a click on the notification itself: the phone has nothing for it.
             guard action == "positive" || action == "negative" else { return }
-            guard link != nil else {
+            guard link != nil, shown[key]?.stale == false else {
+                // Stale: shown under an earlier connection and not yet found in the new list,
+                // so its UID may name another notification now.
                 logger.warning("not connected to ancsd: the \(action) action on \(key.device) #\(key.uid) is lost")
                 return
             }
