@@ -40,20 +40,23 @@ release: deps
 release-static: deps
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
 
-## install: the binary, the systemd unit and sysusers entry, the configuration (kept if it
-## exists), the man page and bash completion. PREFIX and DESTDIR are respected.
+## install: the binary, the systemd unit and sysusers entry, the user unit of "ancsd desktop",
+## the configuration (kept if it exists), the man page and bash completion. PREFIX and DESTDIR
+## are respected.
 install: release-static
 	install -Dm755 -s $(RELEASE_BIN)/ancsd $(DESTDIR)$(BINDIR)/ancsd
 	install -d $(DESTDIR)$(UNITDIR)
 	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ancsd.service > $(DESTDIR)$(UNITDIR)/ancsd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/ancsd.service
 	install -Dm644 systemd/ancsd.sysusers $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf
+	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ancsd-desktop.service | install -Dm644 /dev/stdin $(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service
 	test -e $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf || install -Dm644 systemd/ancsd.conf $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf
 	install -Dm644 docs/ancsd.8 $(DESTDIR)$(MANDIR)/man8/ancsd.8
 	install -Dm644 completions/ancsd.bash $(DESTDIR)$(BASHCOMPDIR)/ancsd
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service \
 		$(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf $(DESTDIR)$(MANDIR)/man8/ancsd.8 $(DESTDIR)$(BASHCOMPDIR)/ancsd
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ancsd 2>/dev/null
 

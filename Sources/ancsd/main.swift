@@ -25,6 +25,7 @@ Commands:
                     answer, decline or clear a notification on the phone
   status            what the running daemon is doing (--json for machines)
   doctor            check the setup, with a plain-language fix for each problem
+  desktop           show the phones' notifications as desktop notifications (session)
 
 Options:
   --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus)
@@ -87,6 +88,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return ClientCommands.status(rest)
     case "doctor":
         return await DoctorCommand.run(rest, bus: bus)
+    case "desktop":
+        return await DesktopCommand.run(rest, executor: executor)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }

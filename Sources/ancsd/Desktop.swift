@@ -1,0 +1,104 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ANCSDaemon
+import ANCSSession
+import DBus
+import Dispatch
+
+/// `ancsd desktop`: the phones' notifications as desktop notifications, in a user's session.
+enum DesktopCommand {
+    static let help = """
+    Usage: ancsd desktop [options]
+
+    Shows the notifications of the phones that "ancsd run" follows as desktop notifications
+    (org.freedesktop.Notifications on the session bus), in the user's graphical session: one
+    per phone notification, updated when the phone modifies it and closed when the phone
+    removes it or disconnects. The phone's actions (Reply/Clear, Answer/Decline, ...) become
+    the notification's buttons, and a click is sent back to the phone. Follows the daemon as
+    it restarts; stops cleanly (closing what it shows) on SIGTERM or SIGINT.
+
+    The systemd user unit ancsd-desktop.service runs it:
+      systemctl --user enable --now ancsd-desktop.service
+    The user needs access to the control socket (its group, see --control-group of "run").
+
+    Options:
+      --control PATH       the daemon's control socket (default \(DesktopCompanion.defaultControlPath))
+      --bus ADDRESS        the D-Bus bus of the notification server (default: the session bus,
+                           DBUS_SESSION_BUS_ADDRESS)
+      --log-level LEVEL    debug, info (default), warning or error; notification content is
+                           logged only at debug
+      -h, --help           show this help
+    """
+
+    static func parse(_ arguments: [String]) throws(UsageError) -> (DesktopCompanion.Options, LogLevel)? {
+        var options = DesktopCompanion.Options()
+        var level = LogLevel.info
+        var scanner = ArgumentScanner(arguments)
+        while let argument = scanner.next() {
+            switch argument {
+            case .option("--help", _), .option("-h", _):
+                return nil
+            case .option("--control", let inline):
+                options.controlPath = try scanner.value(of: "--control", inline: inline)
+                guard !options.controlPath.isEmpty else { throw UsageError("--control needs a path") }
+            case .option("--bus", let inline):
+                let address = try scanner.value(of: "--bus", inline: inline)
+                guard !address.isEmpty else { throw UsageError("--bus needs a D-Bus address") }
+                options.bus = .address(address)
+            case .option("--log-level", let inline):
+                let name = try scanner.value(of: "--log-level", inline: inline)
+                guard let parsed = LogLevel(name: name) else {
+                    throw UsageError("--log-level must be debug, info, warning or error, not '\(name)'")
+                }
+                level = parsed
+            case .option(let name, _):
+                throw UsageError("unknown option \(name)")
+            case .positional(let value):
+                throw UsageError("desktop takes no arguments, got '\(value)'")
+            }
+        }
+        return (options, level)
+    }
+
+    /// Runs `ancsd desktop` until SIGTERM/SIGINT (exit 0) or until the bus fails (exit 1).
+    static func run(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
+        let options: DesktopCompanion.Options
+        let level: LogLevel
+        do {
+            guard let parsed = try parse(arguments) else {
+                print(help)
+                return 0
+            }
+            (options, level) = parsed
+        } catch {
+            return usageFailure(error, command: "desktop")
+        }
+        signal(SIGPIPE, SIG_IGN)
+        let logger = Logger(threshold: level)
+        let companion = DesktopCompanion(options: options, logger: logger, executor: executor)
+        let task = Task(executorPreference: executor) { try await companion.run() }
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: executor.queue)
+            source.setEventHandler {
+                logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
+                task.cancel()
+            }
+            source.resume()
+            sources.append(source)
+        }
+        defer { sources.forEach { $0.cancel() } }
+        do {
+            try await task.value
+            return 0
+        } catch DBusError.connectionFailed(let message) {
+            logger.error("cannot connect to the D-Bus session bus (\(message))")
+            return 1
+        } catch {
+            logger.error("\(error)")
+            return 1
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import ANCSDaemon
+import DBus
+import JSON
+import Testing
+
+/// How `ancsd desktop` turns an event into `Notify` arguments.
+struct DesktopNotificationTests {
+    private func event(_ text: String) throws -> JSONObject {
+        try #require(try JSONValue(parsing: text).objectValue)
+    }
+
+    @Test func aMessageWithActions() throws {
+        let n = try #require(DesktopNotification(try event("""
+            {"v":1,"type":"added","device":"AA:BB:CC:DD:EE:01","uid":7,"category":"social","flags":["positive_action","negative_action"],
+             "pre_existing":false,"app_id":"com.apple.MobileSMS","app_name":"Messages","title":"Ada","subtitle":"Tea",
+             "message":"<b>&</b>","positive_action":"Reply","negative_action":"Clear"}
+            """)))
+        let arguments = n.notifyArguments(replacesID: 5, markup: true)
+        #expect(arguments.count == 8)
+        #expect(arguments[0] == .string("Messages") && arguments[1] == .uint32(5) && arguments[2] == .string(""))
+        #expect(arguments[3] == .string("Ada — Tea"))
+        #expect(arguments[4] == .string("&lt;b&gt;&amp;&lt;/b&gt;"))
+        #expect(arguments[5].stringArray == ["positive", "Reply", "negative", "Clear"])
+        let hints = try #require(arguments[6].stringKeyedDictionary)
+        #expect(hints["urgency"] == .byte(1) && hints["category"] == .string("im") && hints["desktop-entry"] == .string("ancsd"))
+        #expect(hints["x-ancsd-device"] == .string("AA:BB:CC:DD:EE:01") && hints["x-ancsd-uid"] == .uint32(7))
+        #expect(hints["suppress-sound"] == nil)
+        #expect(arguments[7] == .int32(-1))
+        #expect(n.notifyArguments(replacesID: 0, markup: false)[4] == .string("<b>&</b>"), "no markup: as is")
+    }
+
+    @Test func fallbacksAndCategories() throws {
+        let call = try #require(DesktopNotification(try event("""
+            {"device":"AA:BB:CC:DD:EE:01","uid":1,"category":"incoming_call","flags":["silent","positive_action"],
+             "app_id":"com.apple.mobilephone","app_name":"","title":null,"subtitle":null,"message":null,"positive_action":null}
+            """)))
+        #expect(call.content.appName == "com.apple.mobilephone" && call.content.summary == "com.apple.mobilephone")
+        #expect(call.content.urgency == 2 && call.content.category == "call.incoming" && call.content.quiet)
+        #expect(call.content.actions.map(\.key) == ["positive"], "offered without a label: a default one")
+        let bare = try #require(DesktopNotification(try event(#"{"device":"x","uid":2,"category":"news","app_id":null}"#)))
+        #expect(bare.content.appName == "iPhone" && bare.content.category == nil && bare.content.urgency == 1)
+        #expect(bare.content.actions.isEmpty)
+        #expect(DesktopNotification(try event(#"{"device":"x","uid":-1}"#)) == nil)
+        #expect(DesktopNotification(try event(#"{"uid":1}"#)) == nil)
+        let nul = try #require(DesktopNotification(try event(#"{"device":"x","uid":3,"title":"a\u0000b"}"#)))
+        #expect(nul.content.summary == "ab", "D-Bus strings cannot hold NUL")
+    }
+
+    @Test func contentEqualityIgnoresOnlyTheSound() throws {
+        let live = try #require(DesktopNotification(try event(#"{"device":"x","uid":1,"title":"T","pre_existing":false}"#)))
+        let replayed = try #require(DesktopNotification(try event(#"{"device":"x","uid":9,"title":"T","pre_existing":true}"#)))
+        let other = try #require(DesktopNotification(try event(#"{"device":"x","uid":1,"title":"U"}"#)))
+        #expect(live.content == replayed.content && replayed.content.quiet)
+        #expect(live.content != other.content)
+    }
+}
