@@ -2,6 +2,7 @@ import DBus
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 struct NotADBusError: Error, CustomStringConvertible {
     var description: String { "plain Swift error" }

@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Testing
+import TestSupport
 
 extension DBusTests {
     @Suite struct Signals {

@@ -42,22 +42,6 @@ func withPair<T>(_ body: (Pair) async throws -> T) async throws -> T {
     }
 }
 
-/// Runs `body`, failing with a TestFailure when it takes longer than `seconds`.
-func withTimeout<T: Sendable>(
-    _ seconds: Double, _ what: String = "operation", _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            throw TestFailure("\(what) did not finish within \(seconds) s")
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next() else { throw TestFailure("no result") }
-        return first
-    }
-}
-
 /// Takes the next `count` signals from `stream`, failing after `seconds`.
 /// (A timeout cancels the iteration, which ends the stream.)
 func next(_ count: Int, from stream: AsyncStream<Signal>, within seconds: Double = 5) async throws -> [Signal] {

@@ -7,21 +7,6 @@ import TestSupport
 /// The tests' private dbus-daemon (Tests/TestSupport).
 typealias TestBus = PrivateBus
 
-func withTimeout<T: Sendable>(
-    _ seconds: Double, _ what: String, _ body: @escaping @Sendable () async throws -> T
-) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            throw TestFailure("\(what) did not finish within \(seconds) s")
-        }
-        defer { group.cancelAll() }
-        guard let first = try await group.next() else { throw TestFailure("no result") }
-        return first
-    }
-}
-
 /// Polls `condition` every 5 ms, failing after `seconds`.
 func eventually(_ what: String, within seconds: Double = 5, _ condition: @Sendable () async throws -> Bool) async throws {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))

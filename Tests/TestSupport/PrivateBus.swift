@@ -90,3 +90,19 @@ public func readLine(from fd: Int32, timeout: Duration) throws -> String {
         bytes.append(byte)
     }
 }
+
+/// Runs `body`, failing with a `TestFailure` when it takes longer than `seconds`.
+public func withTimeout<T: Sendable>(
+    _ seconds: Double, _ what: String = "operation", _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            throw TestFailure("\(what) did not finish within \(seconds) s")
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next() else { throw TestFailure("no result") }
+        return first
+    }
+}
