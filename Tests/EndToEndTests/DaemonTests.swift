@@ -113,6 +113,28 @@ private let grace = "AA:BB:CC:DD:EE:02"
         #expect(retro["complete"] == true && retro["positive_action"] == "Snooze")
     }
 
+    /// 10,000 notifications as fast as the phone can send them: each shown exactly once, and the
+    /// daemon's memory stays bounded (its queues and caches are).
+    @Test func aTenThousandNotificationBurst() throws {
+        let scenario = """
+            {"scenario":"burst","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"after":0.5,"do":"burst","count":10000,"start_uid":1,"rate":0,"app":"com.apple.MobileSMS"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """
+        let run = try DaemonRun(text: scenario)
+        try run.ancsd.waitForLine(timeout: .seconds(240)) { $0.contains(#""uid":10000,"#) && $0.contains(#""type":"added""#) }
+        Thread.sleep(forTimeInterval: 0.5)
+        let status = (try? String(contentsOfFile: "/proc/\(run.ancsd.pid)/status", encoding: .utf8)) ?? ""
+        let peakKiB = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0
+        _ = try run.phone.stop()
+        let added = run.events.of("added").compactMap { $0["uid"]?.intValue }
+        #expect(added.count == 10_000 && Set(added).count == 10_000, "every notification exactly once")
+        #expect(peakKiB > 0 && peakKiB < 64 * 1024, "peak RSS \(peakKiB) KiB (debug build)")
+    }
+
     @Test func twoPhonesAtOnce() throws {
         let run = try DaemonRun(scenario: "two-phones")
         let events = try run.finish()
