@@ -75,21 +75,33 @@ public enum EventFormatter {
             return "disconnected  \(device)" + (reason.map { " (\(sanitize($0)))" } ?? "")
         case .notification(let event, let device):
             let n = event.notification
-            var line = event.kind.rawValue.padding(to: 14)
-            line += sanitize(n.appName ?? n.appIdentifier ?? n.category.name ?? "notification")
-            let title = [n.title, n.subtitle].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }.joined(separator: " — ")
-            if !title.isEmpty { line += " · " + title }
-            if let message = n.message.map(sanitize), !message.isEmpty {
-                line += ": " + message
-                if n.truncated == true, !message.hasSuffix("…") { line += "…" }
-            }
+            let line = event.kind.rawValue.padding(to: 14) + summary(
+                app: n.appName ?? n.appIdentifier ?? n.category.name ?? "notification", title: n.title,
+                subtitle: n.subtitle, message: n.message, truncated: n.truncated)
             var tags = [n.category.name ?? "reserved", "#\(n.uid)"]
             if n.isPreExisting { tags.append("earlier") }
-            let actions = [n.positiveAction, n.negativeAction].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }
+            let actions = actionLabels(n.positiveAction, n.negativeAction)
             if !actions.isEmpty { tags.append("actions: " + actions.joined(separator: "/")) }
             tags.append(device)
             return line + "  [" + tags.joined(separator: ", ") + "]"
         }
+    }
+
+    /// `App · Title — Subtitle: Message`, sanitized, with "…" after a message the phone cut short.
+    public static func summary(app: String, title: String?, subtitle: String?, message: String?, truncated: Bool?) -> String {
+        var line = sanitize(app)
+        let heading = [title, subtitle].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }.joined(separator: " — ")
+        if !heading.isEmpty { line += " · " + heading }
+        if let message = message.map(sanitize), !message.isEmpty {
+            line += ": " + message
+            if truncated == true, !message.hasSuffix("…") { line += "…" }
+        }
+        return line
+    }
+
+    /// The labels of the actions a notification offers, sanitized, empty ones left out.
+    public static func actionLabels(_ positive: String?, _ negative: String?) -> [String] {
+        [positive, negative].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }
     }
 
     /// Text made safe for one terminal line: control characters become spaces (runs collapse),

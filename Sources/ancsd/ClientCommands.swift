@@ -147,17 +147,13 @@ enum ClientCommands {
     }
 
     /// A notification as one readable line.
-    static func textLine(_ notification: JSONValue) -> String {
-        var object = notification.objectValue ?? [:]
-        object["type"] = "added"
-        object["v"] = 1
-        let app = notification["app_name"]?.stringValue ?? notification["app_id"]?.stringValue ?? notification["category"]?.stringValue ?? "notification"
-        var line = "#\(notification["uid"]?.intValue ?? 0)  " + EventFormatter.sanitize(app)
-        let title = [notification["title"]?.stringValue, notification["subtitle"]?.stringValue].compactMap { $0.map(EventFormatter.sanitize) }.filter { !$0.isEmpty }.joined(separator: " — ")
-        if !title.isEmpty { line += " · " + title }
-        if let message = notification["message"]?.stringValue.map(EventFormatter.sanitize), !message.isEmpty { line += ": " + message }
-        let actions = [notification["positive_action"]?.stringValue, notification["negative_action"]?.stringValue].compactMap { $0 }.filter { !$0.isEmpty }
-        if !actions.isEmpty { line += "  [actions: " + actions.map(EventFormatter.sanitize).joined(separator: "/") + "]" }
+    static func textLine(_ n: JSONValue) -> String {
+        let app = n["app_name"]?.stringValue ?? n["app_id"]?.stringValue ?? n["category"]?.stringValue ?? "notification"
+        var line = "#\(n["uid"]?.intValue ?? 0)  " + EventFormatter.summary(
+            app: app, title: n["title"]?.stringValue, subtitle: n["subtitle"]?.stringValue,
+            message: n["message"]?.stringValue, truncated: n["truncated"]?.boolValue)
+        let actions = EventFormatter.actionLabels(n["positive_action"]?.stringValue, n["negative_action"]?.stringValue)
+        if !actions.isEmpty { line += "  [actions: " + actions.joined(separator: "/") + "]" }
         return line
     }
 }
