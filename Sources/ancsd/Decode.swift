@@ -99,14 +99,11 @@ enum DecodeCommand {
     }
 
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
-        var parser = CaptureParser()
         var decoders = ConnectionDecoders(lineKey: "line")
         var lineNumber = 0
         do {
-            while let line = try reader.nextLine() {
-                lineNumber += 1
-                guard let entry = try parser.parseEntry(line: line) else { continue }
-                emit(decoders.decode(entry.record, connection: entry.connection, position: lineNumber))
+            try reader.forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
+                emit(decoders.decode(entry.record, connection: entry.connection, position: line))
             }
         } catch {
             emit(decoders.finish())
@@ -177,7 +174,6 @@ enum DecodeCommand {
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
-    private static func displayName(_ path: String) -> String { path == "-" ? "standard input" : path }
 
     private static func emit(_ values: [JSONValue]) {
         for value in values { print(value.serialized) }

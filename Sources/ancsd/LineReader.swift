@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSCapture
 
 /// Why a file could not be read.
 struct ReadError: Error, CustomStringConvertible {
@@ -121,4 +122,20 @@ func readTextFile(_ path: String) -> Result<String, SystemError> {
         bytes += chunk[0..<count]
     }
     return .failure(SystemError(code: EFBIG))
+}
+
+/// How a path names itself in messages: "-" is standard input.
+func displayName(_ path: String) -> String { path == "-" ? "standard input" : path }
+
+extension LineReader {
+    /// Hands each `ancs-capture/1` entry to `body` with its line number. `lineNumber` is the last
+    /// line read, also when a line is malformed and this throws.
+    func forEachCaptureEntry(lineNumber: inout Int, _ body: (CaptureEntry, Int) -> Void) throws {
+        var parser = CaptureParser()
+        while let line = try nextLine() {
+            lineNumber += 1
+            guard let entry = try parser.parseEntry(line: line) else { continue }
+            body(entry, lineNumber)
+        }
+    }
 }

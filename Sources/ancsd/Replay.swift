@@ -66,20 +66,15 @@ enum ReplayCommand {
             return usageFailure(error, command: "replay")
         }
         let file = path ?? "-"
-        let name = file == "-" ? "standard input" : file
         var replayer = Replayer(format: format, device: device)
-        var parser = CaptureParser()
         var lineNumber = 0
         do {
-            let reader = try LineReader(path: file)
-            while let line = try reader.nextLine() {
-                lineNumber += 1
-                guard let entry = try parser.parseEntry(line: line) else { continue }
-                replayer.feed(entry, line: lineNumber)
+            try LineReader(path: file).forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
+                replayer.feed(entry, line: line)
             }
         } catch {
             replayer.finish(line: lineNumber)
-            logError("\(name): \(error)")
+            logError("\(displayName(file)): \(error)")
             return 2
         }
         replayer.finish(line: lineNumber + 1)
