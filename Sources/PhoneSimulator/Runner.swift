@@ -27,6 +27,8 @@ extension PhoneSimulator {
             }
             do {
                 try await execute(step.action, device: step.device)
+                // Tests wait for this before acting on a state they expect the phone to have seen.
+                if case .waitState = step.action { log("line \(step.line): state reached") }
             } catch let error as SimulatorError {
                 if case .timeout = error { return .failed(line: step.line, message: "\(error)", timedOut: true) }
                 return .failed(line: step.line, message: "\(error)", timedOut: false)

@@ -142,8 +142,9 @@ final class PseudoTerminal {
     func aSignalRestoresTheAdapter(signal: Int32) throws {
         let run = try PairRun(scenario: "pair-window-closes", arguments: ["--timeout", "60"])
         try run.ancsd.waitForLine(timeout: .seconds(30)) { $0.contains("Pairing window open") }
-        // The advertisement is registered last: wait for it before interrupting.
-        try run.phone.waitForStandardError(containing: "RegisterAdvertisement")
+        // Interrupt only once the phone has seen the window open (line 3 of the scenario):
+        // signalling on the first sign of it raced the simulator's check of that state.
+        try run.phone.waitForStandardError(containing: "line 3: state reached")
         run.ancsd.signal(signal)
         let (status, phone) = try run.finish()
         #expect(status == 128 + signal, "\(run.ancsd.standardError)")
