@@ -36,8 +36,8 @@ func deviceObject(refuse: Bool = false) -> ExportedObject {
 
 extension DBusTests {
     @Suite struct Export {
-        func dbusSend(_ bus: TestBus, _ args: [String]) throws -> String {
-            let (status, out) = try run("/usr/bin/dbus-send", ["--bus=\(bus.address)", "--print-reply"] + args)
+        func dbusSend(_ bus: TestBus, _ args: [String]) async throws -> String {
+            let (status, out) = try await run("/usr/bin/dbus-send", ["--bus=\(bus.address)", "--print-reply"] + args)
             #expect(status == 0, "dbus-send \(args): \(out)")
             return out
         }
@@ -46,24 +46,24 @@ extension DBusTests {
             try await withPair { pair in
                 try await pair.server.export(deviceObject(), at: "/com/example/dev0")
                 #expect(try await pair.server.requestName("com.example.Service") == .primaryOwner)
-                let greet = try dbusSend(pair.bus, [
+                let greet = try await dbusSend(pair.bus, [
                     "--dest=com.example.Service", "/com/example/dev0", "com.example.Device1.Greet", "string:wörld",
                 ])
                 #expect(greet.contains("string \"hello wörld\""), "\(greet)")
-                let get = try dbusSend(pair.bus, [
+                let get = try await dbusSend(pair.bus, [
                     "--dest=com.example.Service", "/com/example/dev0", "org.freedesktop.DBus.Properties.Get",
                     "string:com.example.Device1", "string:Level",
                 ])
                 #expect(get.contains("variant") && get.contains("int32 5"), "\(get)")
-                _ = try dbusSend(pair.bus, [
+                _ = try await dbusSend(pair.bus, [
                     "--dest=com.example.Service", "/com/example/dev0", "org.freedesktop.DBus.Properties.Set",
                     "string:com.example.Device1", "string:Level", "variant:int32:9",
                 ])
                 #expect(await pair.server.exportedProperty(path: "/com/example/dev0", interface: "com.example.Device1", name: "Level") == .int32(9))
                 // Peer is answered too.
-                _ = try dbusSend(pair.bus, ["--dest=com.example.Service", "/com/example/dev0", "org.freedesktop.DBus.Peer.Ping"])
+                _ = try await dbusSend(pair.bus, ["--dest=com.example.Service", "/com/example/dev0", "org.freedesktop.DBus.Peer.Ping"])
                 // Errors reach dbus-send as D-Bus errors.
-                let (status, out) = try run("/usr/bin/dbus-send", [
+                let (status, out) = try await run("/usr/bin/dbus-send", [
                     "--bus=\(pair.bus.address)", "--print-reply", "--dest=com.example.Service", "/com/example/dev0",
                     "com.example.Device1.Missing",
                 ])
@@ -76,7 +76,7 @@ extension DBusTests {
                 try await pair.server.export(deviceObject(), at: "/com/example/dev0")
                 try await pair.server.export(ExportedObject(ExportedInterface("com.example.Leaf")), at: "/com/example/sub/leaf")
                 await pair.server.exportObjectManager(at: "/com/example")
-                let out = try dbusSend(pair.bus, [
+                let out = try await dbusSend(pair.bus, [
                     "--dest=\(pair.server.uniqueName)", "/com/example/dev0", "org.freedesktop.DBus.Introspectable.Introspect",
                 ])
                 #expect(out.contains("com.example.Device1"))

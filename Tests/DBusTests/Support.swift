@@ -74,7 +74,17 @@ final class Collector: Sendable {
 }
 
 /// Runs a command, returning (status, stdout); fails after `timeout` seconds.
-func run(_ executable: String, _ arguments: [String], timeout: Double = 10) throws -> (Int32, String) {
+/// Runs a program to its end on a thread of its own, so that waiting for it never holds one of
+/// the few cooperative threads that the connection under test needs to deliver its replies.
+func run(_ executable: String, _ arguments: [String], timeout: Double = 10) async throws -> (Int32, String) {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result { try runBlocking(executable, arguments, timeout: timeout) })
+        }
+    }
+}
+
+private func runBlocking(_ executable: String, _ arguments: [String], timeout: Double) throws -> (Int32, String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
