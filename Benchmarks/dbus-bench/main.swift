@@ -2,7 +2,8 @@
 // dbus-daemon, and the idle wakeups of a connected process.
 //
 //   dbus-bench [--calls N] [--idle-seconds S]     (env: DBUS_BENCH_CALLS, DBUS_BENCH_IDLE_SECONDS,
-//                                                  DBUS_BENCH_PYTHON, DBUS_BENCH_SCRIPT)
+//                                                  DBUS_BENCH_PYTHON, DBUS_BENCH_SCRIPT,
+//                                                  DBUS_BENCH_TIMEOUT_MS)
 //   dbus-bench --serve ADDRESS    (internal) export Echo(s)->s, print "ready NAME"
 //   dbus-bench --idle ADDRESS     (internal) connect, export, subscribe, then sit idle
 //
@@ -153,6 +154,8 @@ func statusField(_ pid: pid_t, _ field: String) -> String {
 // MARK: - The echo service
 
 let benchInterface: InterfaceName = "com.example.Bench"
+/// Per-call timeout: DBUS_BENCH_TIMEOUT_MS, default libdbus's 25 s.
+let callTimeout: Duration = .milliseconds(Int(env("DBUS_BENCH_TIMEOUT_MS") ?? "") ?? 25_000)
 let benchPath: ObjectPath = "/bench"
 
 func echoService() -> ExportedObject {
@@ -251,7 +254,8 @@ func swiftClient(
     let body: @Sendable () async throws -> Samples = {
         try await measure(calls: calls, warmup: warmup) {
             try await connection.call(
-                destination: dest, path: benchPath, interface: benchInterface, member: "Echo", arguments: [.string("hello")])
+                destination: dest, path: benchPath, interface: benchInterface, member: "Echo", arguments: [.string("hello")],
+                timeout: callTimeout)
         }
     }
     let stats = onConnectionQueue

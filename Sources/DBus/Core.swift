@@ -161,18 +161,29 @@ final class ConnectionCore {
         let flags = dbus_watch_get_flags(watch)
         let state = WatchState(raw: watch)
         let owner = self.owner
-        if flags & CDBUS_WATCH_READABLE != 0 {
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            source.setEventHandler { [weak owner] in
-                owner?.handle { $0.core.handleWatch(id, CDBUS_WATCH_READABLE) }
+        // Each source watches its own dup of libdbus's fd, closed by the source's cancel
+        // handler. libdispatch unregisters a cancelled source asynchronously and needs its
+        // fd open until then, but libdbus closes the fd right after removing the watch: the
+        // next socket then reuses the number and the late unregistration removes the new
+        // source's interest — a reply that never wakes us (seen as Hello timing out when
+        // connections are opened and closed in a loop). A dup also keeps the read and write
+        // sources of one socket from sharing an epoll registration.
+        for (bit, makeSource) in [
+            (CDBUS_WATCH_READABLE, { (fd: Int32, queue: DispatchQueue) -> any DispatchSourceProtocol in
+                DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue) }),
+            (CDBUS_WATCH_WRITABLE, { (fd: Int32, queue: DispatchQueue) -> any DispatchSourceProtocol in
+                DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue) }),
+        ] where flags & bit != 0 {
+            let sourceFD = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            guard sourceFD >= 0 else {
+                cancel(state)
+                return false
             }
-            state.sources.append(source)
-        }
-        if flags & CDBUS_WATCH_WRITABLE != 0 {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            let source = makeSource(sourceFD, queue)
             source.setEventHandler { [weak owner] in
-                owner?.handle { $0.core.handleWatch(id, CDBUS_WATCH_WRITABLE) }
+                owner?.handle { $0.core.handleWatch(id, bit) }
             }
+            source.setCancelHandler { close(sourceFD) }
             state.sources.append(source)
         }
         watches[id] = state

@@ -211,5 +211,20 @@ extension DBusTests {
                 }
             }
         }
+
+        /// Regression: libdbus closes a socket right after removing its watch, and the next
+        /// connection gets the same fd number; a DispatchSource on libdbus's own fd could then
+        /// lose the new socket's interest when the old source's cancellation completed late,
+        /// and Hello timed out (about 1 in 500 connects under load).
+        @Test func connectAndCloseInALoop() async throws {
+            try await withBus { bus in
+                try await withTimeout(60, "800 connects") {
+                    for _ in 0..<800 {
+                        let c = try await DBusConnection.connect(to: .address(bus.address), timeout: .seconds(5))
+                        await c.close()
+                    }
+                }
+            }
+        }
     }
 }
