@@ -22,6 +22,7 @@ let package = Package(
         .library(name: "DBus", targets: ["DBus"]),
         .executable(name: "ancsd", targets: ["ancsd"]),
         .executable(name: "ancs-phone-sim", targets: ["ancs-phone-sim"]),
+        .executable(name: "ancs-gatt-phone", targets: ["ancs-gatt-phone"]),
     ],
     targets: [
         .target(name: "ANCS", swiftSettings: strict),
@@ -47,6 +48,9 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus"], swiftSettings: strict),
+        .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
+        .executableTarget(
+            name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),

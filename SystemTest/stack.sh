@@ -36,6 +36,8 @@ start_controllers() {
     wait_for 20 test -e /sys/class/bluetooth/hci1 || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
     sleep 1
     echo "$helper" > /proc/sys/kernel/modprobe
+    # Everything the controllers carry, for reading after a failure (btmon -r).
+    btmon -w "$logs/hci.btsnoop" > /dev/null 2>&1 &
 }
 
 # bluetoothd with the settings file $1 (default: Debian's /etc/bluetooth/main.conf).

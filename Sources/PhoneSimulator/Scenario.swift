@@ -219,27 +219,39 @@ extension Scenario {
         var lineNumber = 0
         for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
             lineNumber += 1
-            let line = rawLine.trimmingSpaces
-            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix("//") { continue }
-            let value: JSONValue
-            do {
-                value = try JSONValue(parsing: String(line))
-            } catch {
-                throw ScenarioError(line: lineNumber, "not valid JSON: \(error)")
-            }
-            guard let object = value.objectValue else {
-                throw ScenarioError(line: lineNumber, "expected a JSON object, found \(value.typeName)")
-            }
-            var reader = ObjectReader(object: object, line: lineNumber)
+            guard !Self.isBlankOrComment(rawLine) else { continue }
             if let current = settings {
-                steps.append(try reader.step(settings: current))
+                steps.append(try ScenarioStep(parsingLine: String(rawLine), number: lineNumber, settings: current))
             } else {
-                settings = try reader.settings()
+                settings = try ScenarioSettings(parsingLine: String(rawLine), number: lineNumber)
             }
-            try reader.finish()
         }
         guard let settings else { throw ScenarioError(line: 0, "the scenario is empty: the first line must hold the settings") }
         self.init(settings: settings, steps: steps)
+    }
+
+    /// True for the lines a scenario skips: blank ones and `#` or `//` comments.
+    public static func isBlankOrComment(_ line: Substring) -> Bool {
+        let trimmed = line.trimmingSpaces
+        return trimmed.isEmpty || trimmed.hasPrefix("#") || trimmed.hasPrefix("//")
+    }
+}
+
+extension ScenarioSettings {
+    /// Parses a scenario's first line (`number` is its line number, for errors).
+    public init(parsingLine text: String, number: Int = 1) throws(ScenarioError) {
+        var reader = try ObjectReader(line: text, number: number)
+        self = try reader.settings()
+        try reader.finish()
+    }
+}
+
+extension ScenarioStep {
+    /// Parses one step line of a scenario whose first line gave `settings`.
+    public init(parsingLine text: String, number: Int, settings: ScenarioSettings) throws(ScenarioError) {
+        var reader = try ObjectReader(line: text, number: number)
+        self = try reader.step(settings: settings)
+        try reader.finish()
     }
 }
 
@@ -253,6 +265,20 @@ private struct ObjectReader {
     init(object: JSONObject, line: Int) {
         self.object = object
         self.line = line
+    }
+
+    /// A reader for one line of JSON text that must hold an object.
+    init(line text: String, number: Int) throws(ScenarioError) {
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: String(text.trimmingSpaces))
+        } catch {
+            throw ScenarioError(line: number, "not valid JSON: \(error)")
+        }
+        guard let object = value.objectValue else {
+            throw ScenarioError(line: number, "expected a JSON object, found \(value.typeName)")
+        }
+        self.init(object: object, line: number)
     }
 
     func fail(_ message: String) -> ScenarioError { ScenarioError(line: line, message) }

@@ -1,0 +1,130 @@
+import ANCS
+import BlueZ
+public import DBus
+public import JSON
+public import PhoneSimulator
+import Synchronization
+
+/// An iPhone on a real BlueZ stack: the ANCS Notification Provider as a GATT application on one
+/// adapter, acting as an iPhone does towards an accessory. It connects to the accessory (the
+/// central role, as iOS takes), pairs once services are resolved, reconnects whenever the link
+/// is lost and the adapter is powered, re-registers after bluetoothd restarts, replays its
+/// notifications when the Notification Source is subscribed, and answers Control Point writes
+/// through `PhoneModel` with Data Source responses cut to the link's MTU.
+///
+/// Everything it sees and does is reported as JSON Lines through `report` (`{"event": ...}`),
+/// so a test can follow it. Scenario steps (docs/simulator.md) drive its notifications.
+public final class GattPhone: Sendable {
+    /// How the phone is set up.
+    public struct Configuration: Sendable {
+        /// The adapter that plays the phone, such as `hci1`.
+        public var adapter: String
+        /// The accessory's address (the adapter ancsd runs on).
+        public var peer: String
+        public var bus: BusAddress
+        public var settings: ScenarioSettings
+
+        public init(adapter: String, peer: String, bus: BusAddress, settings: ScenarioSettings) {
+            self.adapter = adapter
+            self.peer = peer
+            self.bus = bus
+            self.settings = settings
+        }
+    }
+
+    struct State: Sendable {
+        var model: PhoneModel
+        /// Whether the consumer subscribed to the Notification Source in this connection.
+        var subscribed = false
+        /// The ATT MTU bluetoothd last reported with a Control Point write.
+        var mtu = 23
+        /// The bluetoothd (unique name) our application and agent are registered with.
+        var registeredWith: String?
+        var connected = false
+        var pairAttempted = false
+        var reconnect = true
+        var discovering = false
+    }
+
+    let configuration: Configuration
+    let report: @Sendable (JSONObject) -> Void
+    let state: Mutex<State>
+    let adapterPath: ObjectPath
+    static let agentPath: ObjectPath = "/org/ancsd/phone/agent"
+    /// Values to notify, in order: (characteristic, value).
+    let outbox: AsyncStream<(ANCSCharacteristicRole, [UInt8])>
+    let outboxInput: AsyncStream<(ANCSCharacteristicRole, [UInt8])>.Continuation
+
+    public init(_ configuration: Configuration, report: @escaping @Sendable (JSONObject) -> Void) throws {
+        guard let path = ObjectPath(validating: "/org/bluez/\(configuration.adapter)") else {
+            throw DBusError.invalidArgument("\(configuration.adapter) is not an adapter name")
+        }
+        self.configuration = configuration
+        self.report = report
+        adapterPath = path
+        state = Mutex(State(model: PhoneModel(apps: configuration.settings.apps)))
+        (outbox, outboxInput) = AsyncStream.makeStream()
+    }
+
+    func event(_ name: String, _ fields: JSONObject = [:]) {
+        var object: JSONObject = ["event": .string(name)]
+        for (key, value) in fields { object.append(key, value) }
+        report(object)
+    }
+
+    // MARK: Running
+
+    /// Connects to the bus, exports the application and the agent, then keeps the phone
+    /// registered and connected until the task is cancelled.
+    public func run(steps: AsyncStream<ScenarioStep>) async throws {
+        let connection = try await DBusConnection.connect(to: configuration.bus)
+        let owner = try await BlueZOwner.track(on: connection)
+        try await connection.export(PairingAgent(owner: owner) { [self] request in
+            // The phone's user taps "Pair" on every request.
+            event("agent", ["request": .string("\(request)")])
+            switch request {
+            case .requestPasskey: return .passkey(0)
+            case .requestPinCode: return .pinCode("0000")
+            default: return .accepted
+            }
+        }.object, at: Self.agentPath)
+        try await ANCSApplication.export(on: connection, owner: owner, handlers: ANCSApplicationHandlers(
+            write: { [self] value, options in try controlPointWritten(value, options: options) },
+            notify: { [self] role, enabled in notifyChanged(role, enabled) }))
+        event("ready", ["adapter": .string(configuration.adapter), "peer": .string(configuration.peer)])
+        await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.deliver(on: connection) }
+            group.addTask { await self.maintain(connection, owner: owner) }
+            group.addTask {
+                for await step in steps { await self.perform(step, connection) }
+                self.event("end")
+            }
+            _ = try? await group.next()
+            group.cancelAll()
+        }
+        outboxInput.finish()
+        await owner.stop()
+        await connection.close()
+    }
+
+    /// Sends queued values as `PropertiesChanged` of `Value`, one at a time and in order.
+    ///
+    /// bluetoothd 5.66 gathers the notifications it sends within 10 ms into one Multiple Handle
+    /// Value Notification, and its buffer arithmetic (src/shared/gatt-server.c, fixed in later
+    /// releases) overflows when a value fills the PDU: the earlier values are lost. An iPhone
+    /// sends fragments back to back; on BlueZ the phone leaves 40 ms between values so that
+    /// each one leaves in a PDU of its own.
+    private func deliver(on connection: DBusConnection) async {
+        for await (role, value) in outbox {
+            do {
+                try await connection.setExportedProperty(
+                    path: role.path, interface: ANCSApplication.characteristicInterface, name: "Value", value: .byteArray(value))
+            } catch {
+                event("error", ["message": .string("notify \(role.rawValue): \(error)")])
+            }
+            try? await Task.sleep(for: Self.notificationSpacing)
+        }
+    }
+
+    static let notificationSpacing: Duration = .milliseconds(40)
+}

@@ -1,0 +1,152 @@
+import ANCS
+import BlueZ
+import DBus
+import JSON
+import PhoneSimulator
+
+/// The Notification Provider side: Control Point writes, subscriptions and scenario steps.
+extension GattPhone {
+    /// A Control Point write, on the connection's queue: the answer goes back as the write's
+    /// reply, and a Data Source response follows it through the outbox.
+    func controlPointWritten(_ value: [UInt8], options: [String: DBusValue]) throws {
+        let (outcome, mtu) = state.withLock { s in
+            if let mtu = options["mtu"]?.unwrapped.uint16Value { s.mtu = Int(mtu) }
+            return (s.model.handleControlPoint(value), s.mtu)
+        }
+        var fields: JSONObject = ["request": .string(hex(value)), "mtu": .int(mtu)]
+        switch outcome {
+        case .accepted(let response):
+            guard let response else { return event("control_point", fields) }
+            // Between two BlueZ stacks notifications travel as Multiple Handle Value
+            // Notifications, which carry at most MTU - 5 bytes of a value.
+            let size = max(1, min(mtu - 5, 512))
+            var fragments = 0
+            var start = 0
+            while start < response.count {
+                let end = min(start + size, response.count)
+                outboxInput.yield((.dataSource, Array(response[start..<end])))
+                fragments += 1
+                start = end
+            }
+            fields.append("response_bytes", .int(response.count))
+            fields.append("fragments", .int(fragments))
+            event("control_point", fields)
+        case .rejected(let code):
+            let (name, sent) = Self.dbusError(for: code)
+            fields.append("rejected", .string(code.description))
+            fields.append("att_error_sent", .string(sent))
+            event("control_point", fields)
+            throw DBusError.remote(name: name, message: "ATT \(code.description)")
+        }
+    }
+
+    /// The D-Bus error a GATT application answers with for an ATT error, and the code bluetoothd
+    /// 5.66 puts on the air for it: its `dbus_error_to_att_ecode` knows only a few names and
+    /// sends 0x80 for `Failed`, so ANCS's own codes (0xA0-0xA2) cannot leave a BlueZ application.
+    static func dbusError(for code: ATTErrorCode) -> (name: String, sentCode: String) {
+        switch code {
+        case .writeNotPermitted: ("org.bluez.Error.NotPermitted", "0x03")
+        default: ("org.bluez.Error.Failed", "0x80")
+        }
+    }
+
+    /// StartNotify/StopNotify from bluetoothd. A first subscription to the Notification Source
+    /// in a connection makes the phone send every notification it holds, flagged
+    /// pre-existing, as iOS does.
+    func notifyChanged(_ role: ANCSCharacteristicRole, _ enabled: Bool) {
+        event(enabled ? "subscribed" : "unsubscribed", ["characteristic": .string(role.rawValue)])
+        if enabled && role == .notificationSource { subscriptionSeen() }
+    }
+
+    /// The consumer subscribed to the Notification Source (StartNotify, or seen from its side):
+    /// the first time in a connection, every notification is replayed.
+    func subscriptionSeen() {
+        let replay = state.withLock { s -> [NotificationSourceEvent]? in
+            guard s.connected, !s.subscribed else { return nil }
+            s.subscribed = true
+            return s.model.replay()
+        }
+        guard let replay else { return }
+        for ns in replay { outboxInput.yield((.notificationSource, ns.encoded)) }
+        event("consumer_subscribed", ["replayed": .int(replay.count)])
+    }
+
+    /// Sends a Notification Source event if a client is subscribed; otherwise the phone keeps
+    /// the notification and replays it at the next subscription.
+    private func send(_ ns: NotificationSourceEvent?) {
+        guard let ns else { return }
+        let live = state.withLock { $0.connected && $0.subscribed }
+        if live { outboxInput.yield((.notificationSource, ns.encoded)) }
+        event("notification", [
+            "kind": .string(ns.eventID.description), "uid": .int(Int(ns.notificationUID)), "sent": .bool(live),
+        ])
+    }
+
+    /// Runs one scenario step.
+    func perform(_ step: ScenarioStep, _ connection: DBusConnection) async {
+        if step.after > 0 { try? await Task.sleep(for: .seconds(step.after)) }
+        switch step.action {
+        case .add(let spec):
+            send(state.withLock { $0.model.add(spec) })
+        case .modify(let uid, let change):
+            send(state.withLock { $0.model.modify(key: uid, change) })
+        case .remove(let uid):
+            send(state.withLock { $0.model.remove(key: uid) })
+        case .burst(let count, let startUID, let rate, let category, let app):
+            for i in 0..<count {
+                let spec = NotificationSpec(uid: startUID &+ UInt32(i), category: category, attributes: [
+                    .appIdentifier: app, .title: "Burst \(i + 1)", .message: "Notification \(i + 1) of \(count)",
+                    .date: "20261130T101500",
+                ])
+                send(state.withLock { $0.model.add(spec) })
+                if rate > 0 { try? await Task.sleep(for: .seconds(1 / rate)) }
+            }
+        case .cpError(let code, let count):
+            state.withLock { $0.model.injectedError = (ATTErrorCode(rawValue: code), count) }
+        case .denySharing:
+            state.withLock { $0.model.sharingDenied = true }
+        case .allowSharing:
+            state.withLock { $0.model.sharingDenied = false }
+        case .omit(let attribute):
+            state.withLock { $0.model.omitted = attribute.map { [$0] } ?? [] }
+        case .disconnect:
+            // The phone walks away: it drops the link and stays away until a `connect` step.
+            state.withLock { $0.reconnect = false }
+            await disconnect(connection)
+        case .connect:
+            state.withLock { $0.reconnect = true }
+        case .waitSubscribed(let timeout):
+            let deadline = ContinuousClock.now + .seconds(timeout)
+            while !state.withLock({ $0.connected && $0.subscribed }) {
+                guard ContinuousClock.now < deadline else { return event("error", ["message": .string("line \(step.line): not subscribed after \(timeout) s")]) }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        case .sleep(let seconds):
+            try? await Task.sleep(for: .seconds(seconds))
+        case .end:
+            return
+        case .restartBlueZ, .slow, .midResponseDisconnect, .appear, .pair, .waitState, .releaseAdvertisements, .rogue:
+            event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
+            return
+        }
+        event("step", ["line": .int(step.line)])
+    }
+
+    private func disconnect(_ connection: DBusConnection) async {
+        do {
+            let tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
+            guard let peer = tree.devices.first(where: { $0.adapter == adapterPath && $0.address == configuration.peer }) else { return }
+            try await call(connection, peer.path, BlueZ.deviceInterface, "Disconnect")
+        } catch {
+            event("error", ["message": .string("disconnect: \(error)")])
+        }
+    }
+}
+
+func hex(_ bytes: [UInt8]) -> String {
+    let digits = Array("0123456789abcdef".utf8)
+    var out: [UInt8] = []
+    out.reserveCapacity(bytes.count * 2)
+    for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+    return String(decoding: out, as: UTF8.self)
+}

@@ -1,0 +1,129 @@
+// ancs-gatt-phone: an iPhone's ANCS service on a real BlueZ stack, for the system test.
+import DBus
+import Dispatch
+import GattPhone
+import Glibc
+import JSON
+import PhoneSimulator
+import Synchronization
+
+let usage = """
+    usage: ancs-gatt-phone --adapter hciN --peer ADDRESS [--bus ADDRESS]
+
+    Plays an iPhone on a real bluetoothd: registers the ANCS service as a GATT application on
+    the adapter, connects to the accessory at ADDRESS (where ancsd runs), pairs with it and
+    keeps the link up, answering Control Point writes like iOS. Standard input is a scenario
+    (docs/simulator.md), read as it arrives: the settings line, then steps. What the phone
+    sees and does is written to standard output as JSON Lines ({"event": ...}).
+    See docs/system-test.md.
+
+      --adapter hciN    the adapter that plays the phone
+      --peer ADDRESS    the accessory's Bluetooth address
+      --bus ADDRESS     the bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the system bus)
+      --help            show this help
+
+    Exit status: 0 when standard input ends, 1 on a bus failure, 2 on a bad scenario line
+    or command line.
+
+    """
+
+func fail(_ status: Int32, _ message: String) -> Never {
+    let line = Array(("ancs-gatt-phone: " + message + "\n").utf8)
+    line.withUnsafeBytes { _ = write(2, $0.baseAddress, $0.count) }
+    exit(status)
+}
+
+var adapter: String?
+var peer: String?
+var busAddress: BusAddress = .system
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
+    func value() -> String {
+        guard let v = arguments.popFirst() else { fail(2, "\(argument) needs a value\n\n" + usage) }
+        return v
+    }
+    switch argument {
+    case "--help", "-h":
+        print(usage, terminator: "")
+        exit(0)
+    case "--adapter": adapter = value()
+    case "--peer": peer = value().uppercased()
+    case "--bus": busAddress = .address(value())
+    default: fail(2, "unknown argument \(argument)\n\n" + usage)
+    }
+}
+guard let adapter, let peer else { fail(2, "--adapter and --peer are required\n\n" + usage) }
+
+/// One JSON line per event on standard output, written whole.
+let output = Mutex(())
+let report: @Sendable (JSONObject) -> Void = { object in
+    let line = Array((JSONValue.object(object).serialized + "\n").utf8)
+    output.withLock { _ in
+        var offset = 0
+        while offset < line.count {
+            let n = line[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            offset += n
+        }
+    }
+}
+
+/// Standard input, line by line (reads block). The main thread reads the settings line, then
+/// one reader thread takes over: never two at once.
+final class StandardInputLines: @unchecked Sendable {
+    private var pending: [UInt8] = []
+    private var buffer = [UInt8](repeating: 0, count: 4096)
+    private var atEnd = false
+    private(set) var number = 0
+
+    /// The next line and its 1-based number; nil at the end of input.
+    func next() -> (number: Int, text: String)? {
+        while true {
+            if let newline = pending.firstIndex(of: 0x0A) {
+                defer { pending.removeSubrange(...newline) }
+                number += 1
+                return (number, String(decoding: pending[..<newline], as: UTF8.self))
+            }
+            if atEnd {
+                guard !pending.isEmpty else { return nil }
+                defer { pending = [] }
+                number += 1
+                return (number, String(decoding: pending, as: UTF8.self))
+            }
+            let n = read(0, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { atEnd = true } else { pending += buffer[0..<n] }
+        }
+    }
+}
+
+let input = StandardInputLines()
+var parsedSettings: ScenarioSettings?
+while parsedSettings == nil, let line = input.next() {
+    guard !Scenario.isBlankOrComment(Substring(line.text)) else { continue }
+    do { parsedSettings = try ScenarioSettings(parsingLine: line.text, number: line.number) } catch { fail(2, "scenario \(error)") }
+}
+guard let settings = parsedSettings else { fail(2, "standard input ended before the scenario's settings line") }
+
+let steps = AsyncStream<ScenarioStep> { continuation in
+    DispatchQueue(label: "ancs-gatt-phone.stdin").async {
+        while let line = input.next() {
+            guard !Scenario.isBlankOrComment(Substring(line.text)) else { continue }
+            do {
+                continuation.yield(try ScenarioStep(parsingLine: line.text, number: line.number, settings: settings))
+            } catch {
+                fail(2, "scenario \(error)")
+            }
+        }
+        continuation.finish()
+    }
+}
+
+do {
+    let phone = try GattPhone(.init(adapter: adapter, peer: peer, bus: busAddress, settings: settings), report: report)
+    try await phone.run(steps: steps)
+    exit(0)
+} catch {
+    fail(1, "\(error)")
+}

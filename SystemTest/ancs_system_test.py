@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""The ANCS system test, run inside the VM by SystemTest/guest-ancs (see docs/system-test.md).
+
+Real kernel Bluetooth (two btvirt LE controllers), real bluetoothd, the real ancsd on hci0 and
+an iPhone played by ancs-gatt-phone on hci1 as a BlueZ GATT application. Every check reads
+ancsd's own JSON output; the phone's event stream is used only to know when to act.
+"""
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+BIN = os.environ.get("SYSTEM_TEST_BIN", "/repo/.build/release")
+LOGS = "/out/logs"
+BLUETOOTHD = "/usr/libexec/bluetooth/bluetoothd"
+APPS = {"com.apple.MobileSMS": "Messages", "com.apple.mobilemail": "Mail", "com.apple.mobilecal": "Calendar"}
+LONG_MESSAGE = " ".join(f"Part {i:03d} of a long message that needs many Data Source fragments." for i in range(22))
+START = time.monotonic()
+results = []
+
+
+class Failure(Exception):
+    pass
+
+
+def say(text):
+    print(f"[{time.monotonic() - START:7.2f}] {text}", flush=True)
+
+
+def check(condition, what):
+    if not condition:
+        raise Failure(what)
+
+
+def run(*command, timeout=30, check_status=True):
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if check_status and done.returncode != 0:
+        raise Failure(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+class Lines:
+    """A child process whose standard output is JSON Lines, read on a thread of its own."""
+
+    def __init__(self, name, command, stdin=None, env=None):
+        self.name = name
+        self.log = open(f"{LOGS}/{name}.stderr", "a")
+        self.raw = open(f"{LOGS}/{name}.stdout", "a")
+        self.process = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True)
+        self.lines = []
+        self.cursor = 0
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.raw.write(line)
+            self.raw.flush()
+            try:
+                value = json.loads(line)
+            except ValueError:
+                value = {"unparsed": line}
+            with self.changed:
+                self.lines.append(value)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait(self, predicate, what, timeout=60):
+        """The first line after the cursor that matches; the cursor moves past it."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                for index in range(self.cursor, len(self.lines)):
+                    if predicate(self.lines[index]):
+                        self.cursor = index + 1
+                        return self.lines[index]
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.process.poll() is not None and self.cursor >= len(self.lines)):
+                    tail = "\n    ".join(json.dumps(v) for v in self.lines[-8:])
+                    raise Failure(f"{self.name}: no {what} within {timeout} s; last lines:\n    {tail}")
+                self.changed.wait(min(left, 0.5))
+
+    def all(self, predicate):
+        with self.changed:
+            return [v for v in self.lines if predicate(v)]
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                raise Failure(f"{self.name} did not stop within 10 s of SIGTERM")
+        return self.process.returncode
+
+
+class Phone(Lines):
+    def __init__(self, peer):
+        super().__init__("phone", [f"{BIN}/ancs-gatt-phone", "--adapter", "hci1", "--peer", peer], stdin=subprocess.PIPE)
+        self.do({"scenario": "system-test", "renumber_on_connect": False, "apps": APPS})
+
+    def do(self, step):
+        self.process.stdin.write(json.dumps(step) + "\n")
+        self.process.stdin.flush()
+
+    def event(self, name, timeout=60, **fields):
+        return self.wait(lambda e: e.get("event") == name and all(e.get(k) == v for k, v in fields.items()),
+                         f'phone event "{name}" {fields or ""}', timeout)
+
+
+class Stack:
+    """bluetoothd, restartable with other settings (the ATT MTU it offers)."""
+
+    def __init__(self):
+        self.process = None
+        self.log = open(f"{LOGS}/bluetoothd.log", "a")
+
+    def start(self, mtu=517):
+        conf = f"/etc/bluetooth/system-test-{mtu}.conf"
+        with open("/etc/bluetooth/main.conf") as base, open(conf, "w") as out:
+            out.write(base.read().replace("#ExchangeMTU = 517", f"ExchangeMTU = {mtu}"))
+        self.log.write(f"==== bluetoothd with ExchangeMTU {mtu}\n")
+        self.log.flush()
+        self.process = subprocess.Popen([BLUETOOTHD, "--nodetach", "--debug", "-f", conf], stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 20
+        while "hci1" not in run("busctl", "--system", "tree", "org.bluez", check_status=False):
+            check(time.monotonic() < deadline, "bluetoothd did not show both adapters within 20 s")
+            check(self.process.poll() is None, f"bluetoothd exited with {self.process.returncode}")
+            time.sleep(0.2)
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(10)
+
+    def power(self, adapter, on):
+        run("busctl", "--system", "set-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
+            "Powered", "b", "true" if on else "false")
+
+    def address(self, adapter):
+        out = run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "Address")
+        return out.split('"')[1]
+
+
+def ancsd(name, *arguments):
+    return Lines(name, [f"{BIN}/ancsd", *arguments])
+
+
+def notification(uid, title, message, app="com.apple.MobileSMS", category="social", **extra):
+    step = {"do": "add", "uid": uid, "category": category, "app": app, "title": title, "message": message,
+            "date": "20261130T101500", **extra}
+    return step
+
+
+def expect_added(daemon, uid, title, message, pre_existing=False, timeout=60):
+    event = daemon.wait(lambda e: e.get("type") == "added" and e.get("uid") == uid and e.get("title") == title,
+                        f'"added" for uid {uid} ({title})', timeout)
+    check(event["message"] == message, f"uid {uid}: message differs: {event['message']!r}")
+    check(event["message_size"] == len(message.encode()), f"uid {uid}: message_size {event['message_size']}")
+    check(event["complete"] is True, f"uid {uid}: not complete: {event}")
+    check(event["pre_existing"] is pre_existing, f"uid {uid}: pre_existing is {event['pre_existing']}")
+    return event
+
+
+def step(name):
+    def wrap(body):
+        def timed(*args):
+            begun = time.monotonic()
+            say(f"-- {name}")
+            body(*args)
+            results.append((name, time.monotonic() - begun))
+            say(f"ok {name} ({time.monotonic() - begun:.1f} s)")
+        return timed
+    return wrap
+
+
+@step("pair: ancsd pair --yes on hci0, the phone connects, pairs (LE Secure Connections) and bonds")
+def pair(stack, ctx):
+    pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
+    ctx["phone"] = phone = Phone(ctx["hci0"])
+    phone.event("paired", timeout=120)
+    try:
+        status = pairing.process.wait(60)
+    except subprocess.TimeoutExpired:
+        raise Failure("ancsd pair did not end within 60 s of the phone pairing")
+    check(status == 0, f"ancsd pair exited {status}")
+    requests = phone.all(lambda e: e.get("event") == "agent")
+    check(any("requestConfirmation" in e["request"] for e in requests), f"no passkey comparison on the phone: {requests}")
+    info = run("bluetoothctl", "info", ctx["hci1"])
+    check("Paired: yes" in info and "Trusted: yes" in info, f"hci0 does not hold a trusted bond:\n{info}")
+
+
+@step("run (AcquireNotify): notifications arrive once, with every field, a long message across fragments")
+def first_session(stack, ctx):
+    phone = ctx["phone"]
+    ctx["daemon"] = daemon = ancsd("ancsd-run", "run", "--format", "json", "--adapter", "hci0",
+                                   "--control", "/run/ancsd.control", "--log-level", "debug")
+    daemon.wait(lambda e: e.get("type") == "connected" and e.get("device") == ctx["hci1"], '"connected"')
+    phone.event("consumer_subscribed")
+    phone.do(notification(1, "Grace Hopper", "Found the bug: a moth in relay 70",
+                          flags=["positive_action", "negative_action"], positive_action="Reply", negative_action="Clear"))
+    event = expect_added(daemon, 1, "Grace Hopper", "Found the bug: a moth in relay 70")
+    check(event["app_name"] == "Messages" and event["app_id"] == "com.apple.MobileSMS", f"app: {event}")
+    check(event["category"] == "social" and event["date"] == "2026-11-30T10:15:00", f"category/date: {event}")
+    check(event["positive_action"] == "Reply" and event["negative_action"] == "Clear", f"actions: {event}")
+    check(set(event["flags"]) == {"positive_action", "negative_action"}, f"flags: {event['flags']}")
+    phone.do(notification(2, "Ada Lovelace", LONG_MESSAGE, app="com.apple.mobilemail", category="email", subtitle="Notes"))
+    expect_added(daemon, 2, "Ada Lovelace", LONG_MESSAGE)
+    cp = phone.event("control_point")  # the long message's response
+    while cp.get("response_bytes", 0) < len(LONG_MESSAGE):
+        cp = phone.event("control_point")
+    ctx["fragments"] = {cp["mtu"]: cp["fragments"]}
+    check(cp["fragments"] > 1, f"the long message came in one piece: {cp}")
+    say(f"   MTU {cp['mtu']}: {cp['response_bytes']} bytes in {cp['fragments']} fragments")
+
+
+@step("modify and remove")
+def modify_remove(stack, ctx):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    phone.do({"do": "modify", "uid": 1, "message": "Moth taped into the logbook"})
+    event = daemon.wait(lambda e: e.get("type") == "modified" and e.get("uid") == 1, '"modified" for uid 1')
+    check(event["message"] == "Moth taped into the logbook", f"modified message: {event['message']!r}")
+    phone.do({"do": "remove", "uid": 1})
+    event = daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 1, '"removed" for uid 1')
+    check(event["title"] == "Grace Hopper", f"removed: {event}")
+
+
+@step("an action from the control socket reaches the phone; sharing turned off is reported")
+def actions(stack, ctx):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    phone.do(notification(3, "Calendar", "Standup in 5 minutes", app="com.apple.mobilecal", category="schedule",
+                          flags=["negative_action"], negative_action="Dismiss"))
+    expect_added(daemon, 3, "Calendar", "Standup in 5 minutes")
+    answer = run(f"{BIN}/ancsd", "action", "--control", "/run/ancsd.control", ctx["hci1"], "3", "negative")
+    check("performed" in answer, f"ancsd action: {answer!r}")
+    wanted = "02" + (3).to_bytes(4, "little").hex() + "01"  # PerformNotificationAction(3, negative)
+    phone.wait(lambda e: e.get("event") == "control_point" and e.get("request") == wanted, f"the action write {wanted}")
+
+
+@step("the phone goes out of range (hci1 powered off) and comes back with its bond")
+def power_cycle(stack, ctx):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    stack.power("hci1", False)
+    daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected"')
+    phone.event("link_down")
+    phone.do(notification(4, "Alan Turing", "Can machines think?"))
+    phone.event("notification", uid=4, sent=False)
+    stack.power("hci1", True)
+    daemon.wait(lambda e: e.get("type") == "connected", '"connected" after the power cycle', timeout=90)
+    for uid, title, message in [(2, "Ada Lovelace", LONG_MESSAGE), (3, "Calendar", "Standup in 5 minutes"),
+                                (4, "Alan Turing", "Can machines think?")]:
+        expect_added(daemon, uid, title, message, pre_existing=True)
+    pairings = phone.all(lambda e: e.get("event") == "pairing")
+    check(len(pairings) == 1, f"the phone paired {len(pairings)} times: the bond was not used")
+
+
+def restart_bluetoothd(stack, ctx, mtu):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    stack.stop()
+    daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when bluetoothd stops')
+    stack.start(mtu)
+    phone.event("registered")
+    daemon.wait(lambda e: e.get("type") == "connected", f'"connected" after bluetoothd restarted (MTU {mtu})', timeout=90)
+    phone.event("consumer_subscribed")
+
+
+def long_message_at(ctx, uid, mtu):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    message = f"MTU {mtu}: " + LONG_MESSAGE
+    phone.do(notification(uid, f"Long at {mtu}", message))
+    expect_added(daemon, uid, f"Long at {mtu}", message)
+    cp = phone.event("control_point")
+    while cp.get("response_bytes", 0) < len(message):
+        cp = phone.event("control_point")
+    check(cp["mtu"] == mtu, f"the link's MTU is {cp['mtu']}, not {mtu}")
+    ctx["fragments"][mtu] = cp["fragments"]
+    say(f"   MTU {mtu}: {cp['response_bytes']} bytes in {cp['fragments']} fragments")
+
+
+@step("bluetoothd restarts (ExchangeMTU 185): ancsd recovers by itself; the long message at MTU 185")
+def restart_185(stack, ctx):
+    restart_bluetoothd(stack, ctx, 185)
+    long_message_at(ctx, 5, 185)
+
+
+@step("StartNotify path (--no-acquire-notify) after a bluetoothd restart at ExchangeMTU 48")
+def start_notify(stack, ctx):
+    ctx["daemon"].stop()
+    stack.stop()
+    stack.start(48)
+    ctx["phone"].event("registered")
+    ctx["daemon"] = daemon = ancsd("ancsd-run-startnotify", "run", "--format", "json", "--adapter", "hci0",
+                                   "--no-acquire-notify", "--log-level", "debug")
+    daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=90)
+    ctx["phone"].event("consumer_subscribed")
+    long_message_at(ctx, 6, 48)
+    ctx["phone"].do({"do": "remove", "uid": 6})
+    daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 6, '"removed" for uid 6')
+
+
+@step("every notification was shown exactly once per connection")
+def exactly_once(stack, ctx):
+    for name in ["ancsd-run", "ancsd-run-startnotify"]:
+        seen = {}
+        session = 0
+        with open(f"{LOGS}/{name}.stdout") as out:
+            for line in out:
+                event = json.loads(line)
+                if event["type"] == "connected":
+                    session += 1
+                if event["type"] == "added":
+                    key = (session, event["uid"])
+                    check(key not in seen, f"{name}: uid {event['uid']} added twice in connection {session}")
+                    seen[key] = event
+        say(f"   {name}: {len(seen)} notifications over {session} connections, none twice")
+
+
+def main():
+    os.makedirs(LOGS, exist_ok=True)
+    stack = Stack()
+    ctx = {}
+    failed = None
+    try:
+        stack.start(517)
+        ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
+        say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
+        for body in [pair, first_session, modify_remove, actions, power_cycle, restart_185, start_notify, exactly_once]:
+            body(stack, ctx)
+    except Failure as failure:
+        failed = str(failure)
+    except Exception as error:  # a bug in the test itself must fail it too
+        failed = f"{type(error).__name__}: {error}"
+    for name in ["daemon", "phone"]:
+        if name in ctx:
+            try:
+                ctx[name].stop()
+            except Failure as failure:
+                failed = failed or str(failure)
+    with open("/out/summary.txt", "w") as summary:
+        for name, seconds in results:
+            summary.write(f"ok   {seconds:5.1f} s  {name}\n")
+        if failed:
+            summary.write(f"FAIL {failed}\n")
+        if "fragments" in ctx:
+            summary.write("fragments of the long message by MTU: "
+                          + ", ".join(f"{m}: {f}" for m, f in sorted(ctx["fragments"].items())) + "\n")
+    if failed:
+        say(f"FAIL: {failed}")
+        return 1
+    say(f"PASS: {len(results)} checks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
