@@ -7,7 +7,8 @@ import PackageDescription
 /// - `ANCS`: the pure protocol, standard library only, no I/O.
 /// - `JSON`: a small standard-library-only JSON value, parser and writer.
 /// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
-/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT.
+/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT;
+///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
@@ -28,7 +29,7 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture"], swiftSettings: strict),
+        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
