@@ -5,8 +5,8 @@
 SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
-BUILD_DEPS  := libdbus-1-dev pkg-config
-TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common
+BUILD_DEPS  := libdbus-1-dev libbluetooth-dev pkg-config
+TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz

@@ -7,8 +7,10 @@ import PackageDescription
 /// - `ANCS`: the pure protocol, standard library only, no I/O.
 /// - `JSON`: a small standard-library-only JSON value, parser and writer.
 /// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
-/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT.
+/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT;
+///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
+/// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -29,20 +31,22 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture"], swiftSettings: strict),
+        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
+        // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
+        .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
-            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop"],
+            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop", "CBluetooth"],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
@@ -64,6 +68,7 @@ let package = Package(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "CaptureTests", dependencies: ["ancsd", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "TestSupport"], swiftSettings: strict),
         .testTarget(

@@ -2,26 +2,29 @@
 _ancsd() {
     local cur prev words cword
     _init_completion || return
-    local commands="pair run decode replay list action status doctor desktop"
+    local commands="pair run decode replay capture list action status doctor desktop"
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            pair|run|decode|replay|list|action|status|doctor|desktop) command=${words[i]}; break ;;
+            pair|run|decode|replay|capture|list|action|status|doctor|desktop) command=${words[i]}; break ;;
         esac
     done
     case $prev in
-        --format) COMPREPLY=($(compgen -W "text json" -- "$cur")); return ;;
+        --format)
+            [[ $command == capture ]] && COMPREPLY=($(compgen -W "btsnoop capture" -- "$cur")) || COMPREPLY=($(compgen -W "text json" -- "$cur"))
+            return ;;
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
-        --fifo|--config|--control|--record) _filedir; return ;;
+        --fifo|--config|--control|--record|--output|-o) _filedir; return ;;
         --record) _filedir -d; return ;;
-        --adapter) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
-        --device|--fifo-mode|--bus|--name|--timeout|--handles) return ;;
+        --adapter|--index) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
+        --device|--fifo-mode|--bus|--name|--timeout|--handles|--duration|--count) return ;;
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
         run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
+        capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
         replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --help" -- "$cur")) || _filedir ;;
         list) COMPREPLY=($(compgen -W "--device --json --control --help" -- "$cur")) ;;
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;

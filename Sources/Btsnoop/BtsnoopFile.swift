@@ -153,16 +153,21 @@ public struct BtsnoopReader: Sendable {
     }
 }
 
-/// Writes btsnoop files (for tests and tools): the file header and records, big-endian.
+/// Writes btsnoop files: the file header and records, big-endian (`ancsd capture`, tests).
 public enum BtsnoopWriter {
     public static func fileHeader(_ datalink: BtsnoopDatalink) -> [UInt8] {
         BtsnoopReader.magic + bigEndian(UInt32(1)) + bigEndian(datalink.rawValue)
     }
 
     public static func record(flags: UInt32, timestamp: Int64, data: [UInt8], drops: UInt32 = 0) -> [UInt8] {
-        bigEndian(UInt32(data.count)) + bigEndian(UInt32(data.count)) + bigEndian(flags) + bigEndian(drops)
-            + bigEndian(UInt32(truncatingIfNeeded: UInt64(bitPattern: timestamp) >> 32))
-            + bigEndian(UInt32(truncatingIfNeeded: UInt64(bitPattern: timestamp))) + data
+        record(BtsnoopRecord(number: 0, originalLength: UInt32(data.count), flags: flags, cumulativeDrops: drops, timestamp: timestamp, data: data))
+    }
+
+    /// A record as it is, with its own original length and cumulative drops.
+    public static func record(_ record: BtsnoopRecord) -> [UInt8] {
+        bigEndian(record.originalLength) + bigEndian(UInt32(record.data.count)) + bigEndian(record.flags) + bigEndian(record.cumulativeDrops)
+            + bigEndian(UInt32(truncatingIfNeeded: UInt64(bitPattern: record.timestamp) >> 32))
+            + bigEndian(UInt32(truncatingIfNeeded: UInt64(bitPattern: record.timestamp))) + record.data
     }
 
     private static func bigEndian(_ value: UInt32) -> [UInt8] {

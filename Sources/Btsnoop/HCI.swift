@@ -37,13 +37,13 @@ public enum HCIPacket: Hashable, Sendable {
         case .monitor:
             controller = UInt16(record.flags >> 16)
             body = record.data[...]
-            switch record.flags & 0xFFFF {
-            case 1:  // BTSNOOP_OPCODE_DEL_INDEX
+            switch MonitorOpcode(rawValue: UInt16(record.flags & 0xFFFF)) {
+            case .deleteIndex:
                 self = .controllerRemoved(controller)
                 return
-            case 3: kind = 0x04; direction = .received  // EVENT_PKT
-            case 4: kind = 0x02; direction = .sent  // ACL_TX_PKT
-            case 5: kind = 0x02; direction = .received  // ACL_RX_PKT
+            case .event: kind = 0x04; direction = .received
+            case .aclSent: kind = 0x02; direction = .sent
+            case .aclReceived: kind = 0x02; direction = .received
             default: kind = 0; direction = .sent
             }
         }

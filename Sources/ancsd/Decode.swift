@@ -116,33 +116,28 @@ enum DecodeCommand {
 
     private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles, toCapture: Bool) -> Int32 {
         var snoop = BtsnoopReader()
+        // One of the two, once the file header gave the datalink.
         var extractor: BtsnoopExtractor? = nil
+        var converter: BtsnoopCaptureConverter? = nil
         var decoders = ConnectionDecoders(lineKey: "record")
-        var headerWritten = false
 
-        func writeHeader(start: Int64?) {
-            guard toCapture, !headerWritten, let datalink = snoop.datalink else { return }
-            headerWritten = true
-            var header: JSONObject = ["format": .string(CaptureParser.formatName), "source": "btsnoop"]
-            header.append("file", .string(displayName(path)))
-            header.append("datalink", .string(datalink.name))
-            if let start { header.append("start", .string(iso8601UTC(unixMicroseconds: start &- btsnoopUnixEpoch))) }
-            if handles != ANCSHandles() { header.append("handles", .string(handles.description)) }
-            print(JSONValue.object(header).serialized)
+        func begin() {
+            guard extractor == nil, converter == nil, let datalink = snoop.datalink else { return }
+            if toCapture {
+                let metadata: JSONObject = ["source": "btsnoop", "file": .string(displayName(path))]
+                converter = BtsnoopCaptureConverter(datalink: datalink, handles: handles, metadata: metadata)
+            } else {
+                extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+            }
         }
         func output(_ records: [ExtractedRecord]) {
             for extracted in records {
-                if toCapture {
-                    let extra: JSONObject = extracted.peer.map { ["peer": .string($0)] } ?? [:]
-                    print(CaptureWriter.line(for: extracted.record, connection: extracted.connection.description, extra: extra))
-                } else {
-                    emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber))
-                }
+                emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber))
             }
         }
         func finish() {
-            if let extractor { writeHeader(start: extractor.firstTimestamp) }
-            if var extractor { output(extractor.finish()) }
+            for line in converter?.finish() ?? [] { print(line) }
+            output(extractor?.finish() ?? [])
             if !toCapture { emit(decoders.finish()) }
         }
 
@@ -152,19 +147,12 @@ enum DecodeCommand {
                 let chunk = try reader.nextChunk()
                 if let chunk { snoop.append(chunk) } else { atEnd = true }
                 while let record = try snoop.next(atEnd: atEnd) {
-                    if extractor == nil, let datalink = snoop.datalink {
-                        extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-                    }
-                    writeHeader(start: record.timestamp)
-                    guard var current = extractor else { continue }
-                    extractor = nil  // keep one copy while it changes
-                    defer { extractor = current }
-                    output(try current.process(record))
+                    begin()
+                    for line in try converter?.lines(for: record) ?? [] { print(line) }
+                    output(try extractor?.process(record) ?? [])
                 }
             }
-            if atEnd, extractor == nil, let datalink = snoop.datalink {
-                extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-            }
+            begin()
         } catch {
             finish()
             logError("\(displayName(path)): \(error)")
@@ -173,7 +161,6 @@ enum DecodeCommand {
         finish()
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
-
 
     private static func emit(_ values: [JSONValue]) {
         for value in values { print(value.serialized) }

@@ -20,6 +20,9 @@ Commands:
                     --to-capture, turn a btsnoop file into an ancs-capture/1 file
   replay [FILE|-]   run the session engine against a capture recorded with
                     "run --record" and print what "ancsd run" printed live
+  capture           record the Bluetooth traffic of the kernel's HCI monitor channel
+                    (as btmon does) to a btsnoop file, or its ANCS traffic to an
+                    ancs-capture/1 file (needs root or CAP_NET_RAW)
   list              the notifications the running daemon holds (control socket)
   action DEVICE UID positive|negative
                     answer, decline or clear a notification on the phone
@@ -80,6 +83,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await PairCommand.run(rest, bus: bus)
     case "replay":
         return ReplayCommand.run(rest)
+    case "capture":
+        return CaptureCommand.run(rest)
     case "list":
         return ClientCommands.list(rest)
     case "action":

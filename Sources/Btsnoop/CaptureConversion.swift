@@ -1,0 +1,48 @@
+import ANCSCapture
+public import JSON
+
+/// Turns the records of a btsnoop file into the lines of an `ancs-capture/1` file: the header,
+/// then one line per ANCS record the `BtsnoopExtractor` finds (with `conn`, and `peer` on
+/// `connected` events). What `ancsd decode --to-capture` prints and `ancsd capture --format
+/// capture` writes. Pure.
+public struct BtsnoopCaptureConverter: Sendable {
+    private var extractor: BtsnoopExtractor
+    private let metadata: JSONObject
+    private var headerWritten = false
+
+    /// `metadata` are the header's members after `format` (such as `source`); `datalink`,
+    /// `start` (the first record's time) and `handles` (when given) follow them.
+    public init(datalink: BtsnoopDatalink, handles: ANCSHandles = ANCSHandles(), metadata: JSONObject = [:]) {
+        extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+        self.metadata = metadata
+    }
+
+    /// The lines a record completes, the header first if it was not written yet. Throws on a
+    /// record the extractor finds corrupt; what it held back stays for later lines.
+    public mutating func lines(for record: BtsnoopRecord) throws(BtsnoopError) -> [String] {
+        let extracted = try extractor.process(record)
+        return header(start: record.timestamp) + extracted.map(Self.line)
+    }
+
+    /// The end of the file: the header if no record came, and Control Point writes still
+    /// waiting for an answer.
+    public mutating func finish() -> [String] {
+        header(start: extractor.firstTimestamp) + extractor.finish().map(Self.line)
+    }
+
+    private mutating func header(start: Int64?) -> [String] {
+        guard !headerWritten else { return [] }
+        headerWritten = true
+        var header: JSONObject = ["format": .string(CaptureParser.formatName)]
+        for member in metadata { header.append(member.key, member.value) }
+        header.append("datalink", .string(extractor.datalink.name))
+        if let start { header.append("start", .string(iso8601UTC(unixMicroseconds: start &- btsnoopUnixEpoch))) }
+        if extractor.defaultHandles != ANCSHandles() { header.append("handles", .string(extractor.defaultHandles.description)) }
+        return [JSONValue.object(header).serialized]
+    }
+
+    private static func line(_ extracted: ExtractedRecord) -> String {
+        let extra: JSONObject = extracted.peer.map { ["peer": .string($0)] } ?? [:]
+        return CaptureWriter.line(for: extracted.record, connection: extracted.connection.description, extra: extra)
+    }
+}
