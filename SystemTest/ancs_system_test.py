@@ -103,11 +103,15 @@ class Lines:
 class Phone(Lines):
     def __init__(self, peer):
         super().__init__("phone", [f"{BIN}/ancs-gatt-phone", "--adapter", "hci1", "--peer", peer], stdin=subprocess.PIPE)
+        self.line = 0
         self.do({"scenario": "system-test", "renumber_on_connect": False, "apps": APPS})
 
     def do(self, step):
+        """Sends a scenario line; returns its line number (the phone reports {"event": "step", "line": N})."""
         self.process.stdin.write(json.dumps(step) + "\n")
         self.process.stdin.flush()
+        self.line += 1
+        return self.line
 
     def event(self, name, timeout=60, **fields):
         return self.wait(lambda e: e.get("event") == name and all(e.get(k) == v for k, v in fields.items()),
@@ -230,7 +234,7 @@ def modify_remove(stack, ctx):
     check(event["title"] == "Grace Hopper", f"removed: {event}")
 
 
-@step("an action from the control socket reaches the phone; sharing turned off is reported")
+@step("actions from the control socket reach the phone; a refused action and refused sharing are reported")
 def actions(stack, ctx):
     phone, daemon = ctx["phone"], ctx["daemon"]
     phone.do(notification(3, "Calendar", "Standup in 5 minutes", app="com.apple.mobilecal", category="schedule",
@@ -240,6 +244,26 @@ def actions(stack, ctx):
     check("performed" in answer, f"ancsd action: {answer!r}")
     wanted = "02" + (3).to_bytes(4, "little").hex() + "01"  # PerformNotificationAction(3, negative)
     phone.wait(lambda e: e.get("event") == "control_point" and e.get("request") == wanted, f"the action write {wanted}")
+    # The phone refuses the next write as "unknown notification" (ANCS 0xA2); a BlueZ 5.66
+    # application can only send that as 0x80, which ancsd must report as a failure.
+    phone.event("step", line=phone.do({"do": "cp_error", "code": 0xA2, "count": 1}))
+    refused = run(f"{BIN}/ancsd", "action", "--control", "/run/ancsd.control", ctx["hci1"], "3", "negative",
+                  check_status=False)
+    check("performed" not in refused, f"a refused action was reported as performed: {refused!r}")
+    cp = phone.wait(lambda e: e.get("event") == "control_point" and "rejected" in e, "the refused write")
+    check(cp["att_error_sent"] == "0x80", f"the phone's refusal: {cp}")
+    # "Share System Notifications" off: every Control Point write fails with Write Not Permitted.
+    phone.do({"do": "deny_sharing"})
+    phone.do(notification(7, "Hidden", "Sharing is off"))
+    event = daemon.wait(lambda e: e.get("type") == "added" and e.get("uid") == 7, '"added" for uid 7 without attributes')
+    check(event["complete"] is False and event["title"] is None, f"uid 7 while sharing is off: {event}")
+    with open(f"{LOGS}/ancsd-run.stderr") as log:
+        check("Share System Notifications" in log.read(), "ancsd did not tell how to allow notification sharing")
+    status = json.loads(run(f"{BIN}/ancsd", "status", "--json", "--control", "/run/ancsd.control"))
+    check(status["devices"][0]["sharing_allowed"] is False, f"status while sharing is off: {status['devices']}")
+    phone.do({"do": "allow_sharing"})
+    phone.do({"do": "remove", "uid": 7})
+    daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 7, '"removed" for uid 7')
 
 
 @step("the phone goes out of range (hci1 powered off) and comes back with its bond")
@@ -303,6 +327,29 @@ def start_notify(stack, ctx):
     daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 6, '"removed" for uid 6')
 
 
+@step("ancsd capture recorded the real exchange; ancsd decode reads it back")
+def capture(stack, ctx):
+    for name in ["capture-btsnoop", "capture-ancs"]:
+        status = ctx[name].stop()
+        check(status == 0, f"{name} exited {status}")
+    decoded = [json.loads(line) for line in run(f"{BIN}/ancsd", "decode", f"{LOGS}/ancs.btsnoop").splitlines()]
+    check(decoded, "ancsd decode found no ANCS traffic in the btsnoop capture")
+    with open(f"{LOGS}/decoded.jsonl", "w") as out:
+        out.writelines(json.dumps(record) + "\n" for record in decoded)
+    text = json.dumps(decoded)
+    for needle in ["Grace Hopper", "Part 021 of a long message", "Standup in 5 minutes", "MTU 48: Part 000"]:
+        check(needle in text, f"the decoded capture lacks {needle!r}")
+    live = ancsd_lines("ancs.capture")
+    check(any("Grace Hopper" in json.dumps(line) for line in live), "the ancs-capture/1 recording lacks uid 1")
+    say(f"   btsnoop: {os.path.getsize(LOGS + '/ancs.btsnoop')} bytes, {len(decoded)} ANCS records decoded; "
+        f"ancs-capture/1 recorded live: {len(live)} lines")
+
+
+def ancsd_lines(name):
+    decoded = run(f"{BIN}/ancsd", "decode", f"{LOGS}/{name}")
+    return [json.loads(line) for line in decoded.splitlines()]
+
+
 @step("every notification was shown exactly once per connection")
 def exactly_once(stack, ctx):
     for name in ["ancsd-run", "ancsd-run-startnotify"]:
@@ -326,16 +373,22 @@ def main():
     ctx = {}
     failed = None
     try:
+        # The kernel's HCI monitor, recorded by ancsd itself: all of it as btsnoop, and the ANCS
+        # exchange of hci0's first connection live as ancs-capture/1.
+        ctx["capture-btsnoop"] = Lines("capture-btsnoop", [f"{BIN}/ancsd", "capture", "--output", f"{LOGS}/ancs.btsnoop"])
+        ctx["capture-ancs"] = Lines("capture-ancs", [f"{BIN}/ancsd", "capture", "--format", "capture", "--index", "hci0",
+                                                     "--output", f"{LOGS}/ancs.capture"])
         stack.start(517)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [pair, first_session, modify_remove, actions, power_cycle, restart_185, start_notify, exactly_once]:
+        for body in [pair, first_session, modify_remove, actions, power_cycle, restart_185, start_notify, capture,
+                     exactly_once]:
             body(stack, ctx)
     except Failure as failure:
         failed = str(failure)
     except Exception as error:  # a bug in the test itself must fail it too
         failed = f"{type(error).__name__}: {error}"
-    for name in ["daemon", "phone"]:
+    for name in ["daemon", "phone", "capture-btsnoop", "capture-ancs"]:
         if name in ctx:
             try:
                 ctx[name].stop()
