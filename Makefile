@@ -8,6 +8,8 @@ STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev pkg-config
 TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
+SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
+	dbus-daemon dbus-bin systemd python3
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
 # ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
@@ -23,7 +25,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all build release release-static demo test check-install bench fuzz deps install uninstall clean
+.PHONY: all build release release-static demo test system-test check-install bench fuzz deps install uninstall clean
 
 all: build
 
@@ -73,6 +75,14 @@ test:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build --no-parallel
+
+## system-test: ancsd against the real kernel Bluetooth stack and bluetoothd, in a QEMU VM with
+## two virtual LE controllers and an iPhone played by ancs-gatt-phone (docs/system-test.md).
+system-test:
+	@scripts/install-deps $(SYSTEM_TEST_DEPS)
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-gatt-phone
+	SystemTest/run
 
 ## check-install: make install / uninstall into a scratch DESTDIR, checked (scripts/check-install).
 check-install:

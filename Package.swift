@@ -59,6 +59,9 @@ let package = Package(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(
+            name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "TestSupport", "ancs-gatt-phone"],
+            swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],

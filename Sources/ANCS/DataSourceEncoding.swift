@@ -101,7 +101,12 @@ public enum DataSourceEncoder {
     /// Splits a response into GATT notification values of at most `mtu - 3` bytes (the ATT
     /// notification header takes 3). An MTU below 23, the ATT minimum, is treated as 23.
     public static func fragments(of response: [UInt8], mtu: Int) -> [[UInt8]] {
-        let size = max(mtu, 23) - 3
+        fragments(of: response, valueSize: max(mtu, 23) - 3)
+    }
+
+    /// Splits a response into values of at most `valueSize` bytes (at least 1).
+    public static func fragments(of response: [UInt8], valueSize: Int) -> [[UInt8]] {
+        let size = max(valueSize, 1)
         var out: [[UInt8]] = []
         out.reserveCapacity(response.count / size + 1)
         var start = 0

@@ -17,19 +17,10 @@ extension GattPhone {
         switch outcome {
         case .accepted(let response):
             guard let response else { return event("control_point", fields) }
-            // Between two BlueZ stacks notifications travel as Multiple Handle Value
-            // Notifications, which carry at most MTU - 5 bytes of a value.
-            let size = max(1, min(mtu - 5, 512))
-            var fragments = 0
-            var start = 0
-            while start < response.count {
-                let end = min(start + size, response.count)
-                outboxInput.yield((.dataSource, Array(response[start..<end])))
-                fragments += 1
-                start = end
-            }
+            let fragments = DataSourceEncoder.fragments(of: response, valueSize: Self.valueSize(mtu: mtu))
+            for fragment in fragments { outboxInput.yield((.dataSource, fragment)) }
             fields.append("response_bytes", .int(response.count))
-            fields.append("fragments", .int(fragments))
+            fields.append("fragments", .int(fragments.count))
             event("control_point", fields)
         case .rejected(let code):
             let (name, sent) = Self.dbusError(for: code)
@@ -39,6 +30,11 @@ extension GattPhone {
             throw DBusError.remote(name: name, message: "ATT \(code.description)")
         }
     }
+
+    /// The most a notification can carry: between two BlueZ stacks notifications travel as
+    /// Multiple Handle Value Notifications, which hold MTU - 5 bytes of a value, and no
+    /// attribute value exceeds 512 bytes.
+    static func valueSize(mtu: Int) -> Int { max(1, min(mtu - 5, 512)) }
 
     /// The D-Bus error a GATT application answers with for an ATT error, and the code bluetoothd
     /// 5.66 puts on the air for it: its `dbus_error_to_att_ecode` knows only a few names and
