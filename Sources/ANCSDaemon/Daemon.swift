@@ -320,6 +320,8 @@ public actor Daemon {
                 link.readers.append(reader)
                 link.delivery[characteristic] = .acquired(mtu: mtu)
                 return
+            } catch is CancellationError {
+                throw CancellationError()  // the link is going away: nothing to fall back to
             } catch {
                 logger.debug("\(link.device.address): AcquireNotify on \(characteristic) failed (\(error)); using StartNotify")
             }
