@@ -24,6 +24,13 @@ public struct BtsnoopCaptureConverter: Sendable {
         return header(start: record.timestamp) + extracted.map(Self.line)
     }
 
+    /// The warnings since the last call (malformed L2CAP signaling or K-frames): the
+    /// conversion went on past them.
+    public mutating func takeWarnings() -> [BtsnoopError] { extractor.takeWarnings() }
+
+    /// How many warnings the file gave so far.
+    public var warningCount: Int { extractor.warningCount }
+
     /// The end of the file: the header if no record came, and Control Point writes still
     /// waiting for an answer.
     public mutating func finish() -> [String] {

@@ -72,18 +72,21 @@ public struct ExtractedRecord: Hashable, Sendable {
 /// Turns the records of a btsnoop file into ANCS capture records, per connection. Pure.
 ///
 /// HCI ACL packets in both directions are reassembled into L2CAP frames (per controller,
-/// connection handle and direction); ATT PDUs on channel 0x0004 are read. The ANCS handles come
+/// connection handle and direction); ATT PDUs are read on channel 0x0004 and on Enhanced ATT
+/// bearers (LE credit-based channels with SPSM 0x0027, set up by the LE signaling on channel
+/// 0x0005, their SDUs reassembled from K-frames; see `EATTChannels`). The ANCS handles come
 /// from the capture's own GATT discovery (Read By Group Type responses naming the ANCS service,
 /// Read By Type responses with characteristic declarations, Find Information responses), or from
 /// `defaultHandles`. Handle Value Notifications (and Indications) and Multiple Handle Value
 /// Notifications on the Notification Source and Data Source become `ns`/`ds` records; Write
 /// Requests (and prepared writes) to the Control Point become `cp` records once the phone's
-/// answer is seen, with the ATT error of an Error Response. Records of that connection seen
-/// while a write waits for its answer are held back and follow the `cp` record, so the order
-/// stays request-then-response. LE Connection Complete and Disconnection Complete events give
-/// `connected`/`disconnected` records; handles found on a connection are kept for the next
-/// connection to the same peer (BlueZ caches the GATT database of bonded devices and does not
-/// discover again).
+/// answer is seen on the same bearer, with the ATT error of an Error Response. Records of that
+/// connection seen while a write waits for its answer are held back and follow the `cp` record,
+/// so the order stays request-then-response (`HeldRecords`). Malformed L2CAP signaling and
+/// K-frames do not stop the file: they are warnings (`takeWarnings()`). LE Connection Complete
+/// and Disconnection Complete events give `connected`/`disconnected` records; handles found on
+/// a connection are kept for the next connection to the same peer (BlueZ caches the GATT
+/// database of bonded devices and does not discover again).
 public struct BtsnoopExtractor: Sendable {
     public let datalink: BtsnoopDatalink
     public let defaultHandles: ANCSHandles
@@ -92,27 +95,26 @@ public struct BtsnoopExtractor: Sendable {
     /// Every connection that produced a record, in order of appearance.
     public private(set) var connections: [ConnectionKey] = []
 
-    private struct PendingWrite: Sendable {
-        var recordNumber: Int
-        var time: Double
-        var bytes: [UInt8]
-        var direction: HCIDirection
-        var held: [ExtractedRecord] = []
-    }
-
     private struct Connection: Sendable {
         var peer: String?
         var discovered = ANCSHandles()
         /// The side that is the GATT server (the phone), once discovery told.
         var server: HCIDirection?
         var reassemblers: [HCIDirection: L2CAPReassembler] = [:]
-        var pendingWrite: PendingWrite?
-        var prepared: (direction: HCIDirection, bytes: [UInt8])?
+        var channels = EATTChannels()
+        var held = HeldRecords()
+        /// Prepared writes to the Control Point, per ATT bearer.
+        var prepared: [UInt16: (direction: HCIDirection, bytes: [UInt8])] = [:]
     }
 
     private var states: [ConnectionKey: Connection] = [:]
     /// Handles and server side learnt per controller and peer address.
     private var known: [String: (handles: ANCSHandles, server: HCIDirection?)] = [:]
+    private var pendingWarnings: [BtsnoopError] = []
+    /// How many warnings the file gave so far.
+    public private(set) var warningCount = 0
+    /// The most warnings kept until `takeWarnings()`; more are only counted.
+    private static let maxPendingWarnings = 100
 
     public init(datalink: BtsnoopDatalink, defaultHandles: ANCSHandles = ANCSHandles()) {
         self.datalink = datalink
@@ -131,8 +133,8 @@ public struct BtsnoopExtractor: Sendable {
             var state = states[key] ?? Connection()
             let frame = state.reassemblers[direction, default: L2CAPReassembler()].feed(boundary: boundary, payload: payload)
             states[key] = state
-            if let frame, frame.cid == 0x0004 {
-                try handleATT(frame.payload, key: key, direction: direction, time: time, record: record.number, into: &out)
+            if let frame {
+                try handleL2CAP(frame, key: key, direction: direction, time: time, record: record.number, into: &out)
             }
         case .event(let controller, let code, let parameters):
             switch LinkEvent(code: code, parameters: parameters) {
@@ -165,8 +167,15 @@ public struct BtsnoopExtractor: Sendable {
     /// The end of the file: Control Point writes still waiting for an answer are given without one.
     public mutating func finish() -> [ExtractedRecord] {
         var out: [ExtractedRecord] = []
-        for key in states.keys.sorted() { flushPendingWrite(key, attError: nil, into: &out) }
+        for key in states.keys.sorted() { out += states[key]?.held.answerAll() ?? [] }
         return out
+    }
+
+    /// The warnings since the last call: malformed L2CAP signaling or K-frames, each naming its
+    /// record and connection. Extraction went on past them.
+    public mutating func takeWarnings() -> [BtsnoopError] {
+        defer { pendingWarnings = [] }
+        return pendingWarnings
     }
 
     /// The handles in use on a connection (discovered over the defaults).
@@ -181,7 +190,7 @@ public struct BtsnoopExtractor: Sendable {
             if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
             return
         }
-        flushPendingWrite(key, attError: nil, into: &out)
+        out += states[key]?.held.answerAll() ?? []
         if let peer = state.peer, state.discovered != ANCSHandles() {
             known["\(key.controller)/\(peer)"] = (state.discovered, state.server)
         }
@@ -192,27 +201,59 @@ public struct BtsnoopExtractor: Sendable {
     private mutating func emit(_ record: CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]) {
         if !connections.contains(key) { connections.append(key) }
         let extracted = ExtractedRecord(recordNumber: number, connection: key, record: record, peer: peer)
-        if states[key]?.pendingWrite != nil {
-            states[key]?.pendingWrite?.held.append(extracted)
-        } else {
-            out.append(extracted)
-        }
+        out += states[key]?.held.add(extracted) ?? [extracted]
     }
 
-    private mutating func flushPendingWrite(_ key: ConnectionKey, attError: UInt8?, into out: inout [ExtractedRecord]) {
-        guard let pending = states[key]?.pendingWrite else { return }
-        states[key]?.pendingWrite = nil
+    /// A Control Point write of `bytes` on `bearer`, held until its answer.
+    private mutating func holdWrite(
+        _ bytes: [UInt8], bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
+    ) {
         if !connections.contains(key) { connections.append(key) }
-        out.append(ExtractedRecord(
-            recordNumber: pending.recordNumber, connection: key,
-            record: .value(time: pending.time, characteristic: .cp, bytes: pending.bytes, attError: attError), peer: nil))
-        out += pending.held
+        let cp = ExtractedRecord(recordNumber: record, connection: key, record: .value(time: time, characteristic: .cp, bytes: bytes, attError: nil), peer: nil)
+        out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, record: cp)) ?? []
+    }
+
+    private mutating func warn(_ reason: String, key: ConnectionKey, record: Int) {
+        warningCount += 1
+        guard pendingWarnings.count < Self.maxPendingWarnings else { return }
+        pendingWarnings.append(BtsnoopError(record: record, reason: "\(key): \(reason)"))
+    }
+
+    // MARK: L2CAP
+
+    /// An L2CAP frame: ATT on 0x0004, LE signaling on 0x0005, K-frames on EATT channels.
+    private mutating func handleL2CAP(
+        _ frame: (cid: UInt16, payload: [UInt8]), key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
+    ) throws(BtsnoopError) {
+        switch frame.cid {
+        case 0x0004:
+            try handleATT(frame.payload, bearer: 0x0004, key: key, direction: direction, time: time, record: record, into: &out)
+        case 0x0005:
+            guard let outcome = states[key]?.channels.signal(frame.payload, direction: direction) else { return }
+            for bearer in outcome.closed {
+                out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
+                states[key]?.prepared[bearer] = nil
+            }
+            if let warning = outcome.warning { warn("L2CAP signaling: \(warning)", key: key, record: record) }
+        default:
+            guard let (bearer, outcome) = states[key]?.channels.kFrame(frame.payload, cid: frame.cid, direction: direction) else { return }
+            switch outcome {
+            case .sdu(let pdu):
+                try handleATT(pdu, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            case .incomplete:
+                break
+            case .dropped(let why):
+                warn("EATT channel \(hex4(frame.cid)) (\(direction)): SDU dropped: \(why)", key: key, record: record)
+            }
+        }
     }
 
     // MARK: ATT
 
+    /// An ATT PDU on `bearer` (0x0004, or the EATT channel's CID on the host's side).
     private mutating func handleATT(
-        _ pdu: [UInt8], key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
+        _ pdu: [UInt8], bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
     ) throws(BtsnoopError) {
         guard let opcode = pdu.first else { return }
         func fail(_ what: String) -> BtsnoopError {
@@ -272,34 +313,32 @@ public struct BtsnoopExtractor: Sendable {
         case 0x12, 0x52:  // Write Request / Write Command: handle, value
             guard pdu.count >= 3 else { throw fail("a write without its handle") }
             guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            flushPendingWrite(key, attError: nil, into: &out)
-            states[key]?.pendingWrite = PendingWrite(recordNumber: record, time: time, bytes: Array(pdu[3...]), direction: direction)
-            if opcode == 0x52 { flushPendingWrite(key, attError: nil, into: &out) }  // no answer comes
+            holdWrite(Array(pdu[3...]), bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            if opcode == 0x52 { out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? [] }  // no answer comes
         case 0x16:  // Prepare Write Request: handle, offset, part
             guard pdu.count >= 5 else { throw fail("a Prepare Write Request without its handle and offset") }
             guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            var bytes = states[key]?.prepared?.bytes ?? []
+            var bytes = states[key]?.prepared[bearer]?.bytes ?? []
             if u16(3) == 0 { bytes = [] }
             bytes += pdu[5...]
-            states[key]?.prepared = (direction, bytes)
+            states[key]?.prepared[bearer] = (direction, bytes)
         case 0x18:  // Execute Write Request: flags
             guard pdu.count >= 2 else { throw fail("an Execute Write Request without its flags") }
-            guard let prepared = states[key]?.prepared, prepared.direction == direction else { return }
-            states[key]?.prepared = nil
+            guard let prepared = states[key]?.prepared[bearer], prepared.direction == direction else { return }
+            states[key]?.prepared[bearer] = nil
             guard pdu[1] == 1 else { return }
-            flushPendingWrite(key, attError: nil, into: &out)
-            states[key]?.pendingWrite = PendingWrite(recordNumber: record, time: time, bytes: prepared.bytes, direction: direction)
+            holdWrite(prepared.bytes, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
         case 0x13, 0x19:  // Write Response / Execute Write Response
-            guard states[key]?.pendingWrite?.direction == direction.opposite else { return }
-            flushPendingWrite(key, attError: nil, into: &out)
+            guard states[key]?.held.waiting(on: bearer)?.direction == direction.opposite else { return }
+            out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
         case 0x01:  // Error Response: request opcode, handle, error code
             guard pdu.count >= 5 else { throw fail("an Error Response shorter than 5 bytes") }
             let request = pdu[1]
-            if request == 0x16 { states[key]?.prepared = nil }
-            guard [0x12, 0x16, 0x18].contains(request), states[key]?.pendingWrite?.direction == direction.opposite,
+            if request == 0x16 { states[key]?.prepared[bearer] = nil }
+            guard [0x12, 0x16, 0x18].contains(request), states[key]?.held.waiting(on: bearer)?.direction == direction.opposite,
                   request != 0x12 || u16(2) == handles.controlPoint
             else { return }
-            flushPendingWrite(key, attError: pdu[4], into: &out)
+            out += states[key]?.held.answer(bearer: bearer, attError: pdu[4]) ?? []
         default:
             break
         }

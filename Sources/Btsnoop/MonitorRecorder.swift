@@ -53,6 +53,10 @@ public struct MonitorRecorder: Sendable {
         return out
     }
 
+    /// The warnings of the ANCS extraction since the last call (`capture` format: malformed
+    /// L2CAP signaling or K-frames); the capture went on past them.
+    public mutating func takeWarnings() -> [BtsnoopError] { converter?.takeWarnings() ?? [] }
+
     /// A datagram that was not a frame: counted, and told by the cumulative drops of the
     /// btsnoop records that follow.
     public mutating func reject() {

@@ -43,7 +43,8 @@ enum CaptureCommand {
 
     A line on standard error says where the capture goes, and one what it recorded. Datagrams
     that are not monitor frames are left out with a warning and counted in the btsnoop
-    records' cumulative drops.
+    records' cumulative drops. With --format capture, corrupt HCI packets and malformed L2CAP
+    signaling or EATT K-frames give a warning naming the frame, and the capture goes on.
 
     Exit status:
       0  stopped by SIGINT, SIGTERM, --duration or --count; the file is complete

@@ -132,6 +132,7 @@ struct CaptureSession {
         } catch {
             warn("\(error) (\(frame.opcode) on hci\(frame.index)); left out of the ANCS capture, which goes on")
         }
+        for warning in recorder.takeWarnings() { warn("\(warning); the ANCS capture goes on") }
     }
 
     private mutating func warn(_ message: String) {

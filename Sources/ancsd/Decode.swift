@@ -12,9 +12,10 @@ enum DecodeCommand {
     ancs-capture/1 file (JSON Lines, see docs/capture-format.md) or a btsnoop file (as written
     by "btmon -w" or Android's HCI snoop log: datalinks 2001 BlueZ monitor and 1002 H4),
     recognised by its first bytes. From a btsnoop file the ATT traffic of every LE connection
-    is read (ACL fragments reassembled, channel 0x0004), the ANCS handles are found from the
-    capture's own GATT discovery, and each connection is decoded on its own: every object
-    then carries "conn":"hci0/0x0040" (controller and connection handle).
+    is read (ACL fragments reassembled; channel 0x0004 and Enhanced ATT bearers, the LE
+    credit-based channels with SPSM 0x0027 opened in the capture), the ANCS handles are found
+    from the capture's own GATT discovery, and each connection is decoded on its own: every
+    object then carries "conn":"hci0/0x0040" (controller and connection handle).
 
       ns records      the decoded Notification Source event
                       {"char":"ns","event":"added","event_id":0,"uid":67,"flags":["silent"],...}
@@ -28,6 +29,9 @@ enum DecodeCommand {
       events          {"event":"connected"} / {"event":"disconnected"}
       protocol errors {"char":"ds","error":"uid_mismatch","detail":"...","line":7,"offset":1}
                       ("record":N instead of "line" for btsnoop files); decoding goes on.
+      warnings        malformed L2CAP signaling or EATT K-frames in a btsnoop file, on
+                      standard error: "warning: record 812: hci0/0x0040: ..."; what they
+                      break is dropped and decoding goes on.
 
     Options:
       --handles ns=H,cp=H,ds=H  the ANCS value handles (hex with 0x, or decimal), for a btsnoop
@@ -42,7 +46,8 @@ enum DecodeCommand {
 
     Exit status:
       0  every record decoded
-      1  the bytes held protocol errors (each printed as an error object)
+      1  the bytes held protocol errors (each printed as an error object) or gave
+         warnings
       2  the file is not a valid capture (bad JSON, bad hex, unknown char: the message
          names the line; a truncated or corrupt btsnoop file or an unknown datalink: the
          message names the record; what was decoded before it stays printed) or cannot be
@@ -120,6 +125,7 @@ enum DecodeCommand {
         var extractor: BtsnoopExtractor? = nil
         var converter: BtsnoopCaptureConverter? = nil
         var decoders = ConnectionDecoders(lineKey: "record")
+        var warnings = 0
 
         func begin() {
             guard extractor == nil, converter == nil, let datalink = snoop.datalink else { return }
@@ -129,6 +135,12 @@ enum DecodeCommand {
             } else {
                 extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
             }
+        }
+        func warn() {
+            for warning in (converter?.takeWarnings() ?? []) + (extractor?.takeWarnings() ?? []) {
+                logError("\(displayName(path)): warning: \(warning)")
+            }
+            warnings = converter?.warningCount ?? extractor?.warningCount ?? 0
         }
         func output(_ records: [ExtractedRecord]) {
             for extracted in records {
@@ -150,16 +162,18 @@ enum DecodeCommand {
                     begin()
                     for line in try converter?.lines(for: record) ?? [] { print(line) }
                     output(try extractor?.process(record) ?? [])
+                    warn()
                 }
             }
             begin()
         } catch {
+            warn()
             finish()
             logError("\(displayName(path)): \(error)")
             return 2
         }
         finish()
-        return decoders.protocolErrorCount > 0 ? 1 : 0
+        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
     }
 
     private static func emit(_ values: [JSONValue]) {

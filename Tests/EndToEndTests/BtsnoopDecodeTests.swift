@@ -28,6 +28,25 @@ private func twoPhones(_ datalink: BtsnoopDatalink = .monitor, discovery: Bool =
     return b
 }
 
+/// One phone whose ATT traffic, after discovery on channel 0x0004, goes over two EATT
+/// channels that the phone opened (0x17/0x18; the host receives on 0x0040 and 0x0041, the phone
+/// on 0x0060 and 0x0061): an NS value in a Multiple Handle Value Notification, a write answered,
+/// the Data Source response in several K-frames, then a write refused with ATT 0xA2.
+private func eattPhone() -> SnoopBuilder {
+    var b = SnoopBuilder(.monitor)
+    b.connect(handle: 0x40)
+    b.discovery(handle: 0x40, ns: ns, cp: cp, ds: ds)
+    b.signal(code: 0x17, identifier: 7, le(0x0027) + le(247) + le(64) + le(5) + le(0x60) + le(0x61), handle: 0x40, from: .phone)
+    b.signal(code: 0x18, identifier: 7, le(517) + le(64) + le(5) + le(0) + le(0x40) + le(0x41), handle: 0x40, from: .host)
+    b.sdu([0x23] + le(ns) + le(8) + added, cid: 0x40, handle: 0x40, from: .phone)
+    b.sdu([0x12] + le(cp) + request, cid: 0x61, handle: 0x40, from: .host)
+    b.sdu([0x13], cid: 0x41, handle: 0x40, from: .phone)
+    b.sdu([0x1B] + le(ds) + response, cid: 0x40, mps: 20, handle: 0x40, from: .phone)
+    b.sdu([0x12] + le(cp) + [0x02, 0x07, 0x00, 0x00, 0x00, 0x01], cid: 0x60, handle: 0x40, from: .host)
+    b.sdu([0x01, 0x12] + le(cp) + [0xA2], cid: 0x40, handle: 0x40, from: .phone)
+    return b
+}
+
 private func file(_ bytes: [UInt8]) throws -> URL {
     let url = FileManager.default.temporaryDirectory.appendingPathComponent("ancsd-test-\(UUID().uuidString).btsnoop")
     try Data(bytes).write(to: url)
@@ -88,6 +107,49 @@ private func objects(_ result: AncsdProcess.Result) throws -> [JSONValue] { try 
         defer { try? FileManager.default.removeItem(at: notSnoop) }
         let misuse = try AncsdProcess.run(["decode", "--to-capture", notSnoop.path])
         #expect(misuse.status == 2 && misuse.stderr.contains("--to-capture applies only to btsnoop files"))
+    }
+
+    @Test func eattTrafficDecodesAndBecomesACapture() throws {
+        var b = eattPhone()
+        b.disconnect(handle: 0x40)
+        let url = try file(b.bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        let result = try AncsdProcess.run(["decode", url.path])
+        #expect(result.status == 0 && result.stderr.isEmpty, "\(result.stderr)")
+        let out = try objects(result)
+        #expect(out.map { $0["char"]?.stringValue ?? $0["event"]?.stringValue ?? "?" } == ["connected", "ns", "cp", "ds", "cp", "disconnected"])
+        #expect(out[3]["complete"] == true && out[3]["attributes"]?.arrayValue?.first?["value"]?.stringValue == String(decoding: title, as: UTF8.self))
+        #expect(out[4]["command"] == "perform_notification_action" && out[4]["att_error"] == 162)
+
+        let capture = try AncsdProcess.run(["decode", "--to-capture", url.path])
+        #expect(capture.status == 0, "\(capture.stderr)")
+        let lines = try objects(capture)
+        #expect(lines.compactMap { $0["char"]?.stringValue } == ["ns", "cp", "ds", "cp"])
+        #expect(lines.last { $0["char"] == "cp" }?["att_error"] == 162)
+        let fixture = try temporaryFile(capture.stdout)
+        defer { try? FileManager.default.removeItem(at: fixture) }
+        #expect(try AncsdProcess.run(["decode", fixture.path]).stdout == result.stdout)
+    }
+
+    /// A broken K-frame is a warning naming its record; the rest of the file is decoded, and
+    /// the exit status says something was wrong.
+    @Test func eattWarningsDoNotStopTheDecodeOrTheCapture() throws {
+        var b = eattPhone()
+        let broken = b.recordCount + 1
+        b.l2cap(le(600) + [0x1B], cid: 0x40, handle: 0x40, from: .phone)
+        b.signal(code: 0x18, identifier: 8, [0x00], handle: 0x40, from: .host)
+        b.sdu([0x1B] + le(ns) + added, cid: 0x41, handle: 0x40, from: .phone)
+        let url = try file(b.bytes)
+        defer { try? FileManager.default.removeItem(at: url) }
+        for arguments in [["decode", url.path], ["decode", "--to-capture", url.path]] {
+            let result = try AncsdProcess.run(arguments)
+            #expect(result.status == 1)
+            let warnings = result.stderr.split(separator: "\n")
+            #expect(warnings.count == 2, "\(result.stderr)")
+            #expect(warnings.first == "ancsd: \(url.path): warning: record \(broken): hci0/0x0040: EATT channel 0x0040 (received): SDU dropped: its length 600 exceeds the channel's MTU 517")
+            #expect(warnings.last?.hasPrefix("ancsd: \(url.path): warning: record \(broken + 1): hci0/0x0040: L2CAP signaling: corrupt: a Credit Based Connection Response (0x18)") == true)
+            #expect(try objects(result).filter { $0["char"] == "ns" }.count == 2, "the NS value after the warnings is there")
+        }
     }
 
     @Test func readsStandardInput() throws {

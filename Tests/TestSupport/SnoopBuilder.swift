@@ -66,13 +66,37 @@ public struct SnoopBuilder: Sendable {
 
     /// An ATT PDU on channel 4, fragmented into ACL packets of at most `aclPayloadLimit` bytes.
     public mutating func att(_ pdu: [UInt8], controller: UInt16 = 0, handle: UInt16, from side: Side) {
-        let frame = [UInt8(pdu.count & 0xFF), UInt8(pdu.count >> 8), 0x04, 0x00] + pdu
+        l2cap(pdu, cid: 0x0004, controller: controller, handle: handle, from: side)
+    }
+
+    /// An L2CAP basic frame on `cid`, fragmented into ACL packets of at most `aclPayloadLimit` bytes.
+    public mutating func l2cap(_ payload: [UInt8], cid: UInt16, controller: UInt16 = 0, handle: UInt16, from side: Side) {
+        let frame = le(UInt16(payload.count)) + le(cid) + payload
         var offset = 0
         while offset < frame.count {
             let end = min(frame.count, offset + aclPayloadLimit)
             acl(controller: controller, handle: handle, from: side, boundary: offset == 0 ? 0x02 : 0x01, payload: Array(frame[offset..<end]))
             offset = end
         }
+    }
+
+    // MARK: LE credit-based channels (EATT)
+
+    /// An LE signaling command on channel 0x0005: code, identifier, length, data.
+    public mutating func signal(code: UInt8, identifier: UInt8, _ data: [UInt8], controller: UInt16 = 0, handle: UInt16, from side: Side) {
+        l2cap([code, identifier] + le(UInt16(data.count)) + data, cid: 0x0005, controller: controller, handle: handle, from: side)
+    }
+
+    /// An SDU on an LE credit-based channel: K-frames on `cid` of at most `mps` payload bytes,
+    /// the first starting with the 2-byte SDU length.
+    public mutating func sdu(_ sdu: [UInt8], cid: UInt16, mps: Int = 23, controller: UInt16 = 0, handle: UInt16, from side: Side) {
+        let bytes = le(UInt16(sdu.count)) + sdu
+        var offset = 0
+        repeat {
+            let end = min(bytes.count, offset + mps)
+            l2cap(Array(bytes[offset..<end]), cid: cid, controller: controller, handle: handle, from: side)
+            offset = end
+        } while offset < bytes.count
     }
 
     // MARK: ANCS traffic
