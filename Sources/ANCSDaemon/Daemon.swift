@@ -332,8 +332,27 @@ public actor Daemon {
 
     private func routeValue(_ value: [UInt8], from path: ObjectPath) {
         for link in links.values where link.receivesSignals(for: path) {
-            let input: PhoneLink.Input = path == link.characteristics.dataSource ? .dataSource(value) : .notificationSource(value)
-            receive(input, on: link)
+            let isDataSource = path == link.characteristics.dataSource
+            let copies = link.copyFilter.copies
+            let admitted = isDataSource
+                ? link.copyFilter.admitDataSource(value)
+                : link.copyFilter.admitNotificationSource(value, now: link.now)
+            if link.copyFilter.copies != copies { reportCopies(on: link) }
+            guard admitted else { continue }
+            receive(isDataSource ? .dataSource(value) : .notificationSource(value), on: link)
+        }
+    }
+
+    private func reportCopies(on link: PhoneLink) {
+        let copies = link.copyFilter.copies
+        if copies > 1 {
+            logger.warning("""
+                \(link.device.address): bluetoothd delivers every notification \(copies) times: another program has \
+                notifications of the phone's ANCS characteristics turned on (bluetoothctl's "notify on", another ANCS \
+                client); ancsd drops the copies, but closing that program is safer
+                """)
+        } else {
+            logger.info("\(link.device.address): bluetoothd delivers every notification once again")
         }
     }
 

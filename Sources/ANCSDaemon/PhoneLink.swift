@@ -34,6 +34,8 @@ final class PhoneLink {
     var state = State.subscribing
     var delivery: [ObjectPath: Delivery] = [:]
     var readers: [NotificationReader] = []
+    /// Drops the copies bluetoothd makes of signalled values when other clients subscribed too.
+    var copyFilter = SignalCopyFilter()
     var tasks: [Task<Void, Never>] = []
     /// The Control Point write in flight (the session keeps at most one).
     var write: Task<Void, Never>?

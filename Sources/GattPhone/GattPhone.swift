@@ -43,6 +43,10 @@ public final class GattPhone: Sendable {
         var connected = false
         var pairAttempted = false
         var reconnect = true
+        /// No connection attempt before this: a phone does not reconnect within milliseconds of
+        /// bluetoothd starting, its radio coming on or an attempt failing, and bluetoothd needs
+        /// the time to load its bonds.
+        var connectNotBefore = ContinuousClock.now
         var discovering = false
     }
 

@@ -34,12 +34,13 @@ extension GattPhone {
         }
         if state.withLock({ $0.registeredWith }) != bluez {
             try await register(connection)
-            state.withLock { $0.registeredWith = bluez; $0.discovering = false }
+            state.withLock { $0.registeredWith = bluez; $0.discovering = false; $0.connectNotBefore = .now + Self.settle }
             event("registered", ["bluetoothd": .string(bluez)])
         }
         let tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
         guard tree.property(adapterPath, BlueZ.adapterInterface, "Powered")?.boolValue == true else {
             linkChanged(connected: false)
+            state.withLock { $0.connectNotBefore = .now + Self.settle }
             status("adapter_off", [:])
             return
         }
@@ -62,10 +63,12 @@ extension GattPhone {
         linkChanged(connected: peer.connected)
         if !peer.connected {
             guard state.withLock({ $0.reconnect }) else { return status("staying_away", [:]) }
+            guard ContinuousClock.now >= state.withLock({ $0.connectNotBefore }) else { return }
             status("connecting", [:])
             do {
                 try await call(connection, peer.path, BlueZ.deviceInterface, "Connect", timeout: .seconds(20))
             } catch {
+                state.withLock { $0.connectNotBefore = .now + Self.settle }
                 status("connect_failed", ["message": .string("\(error)")])
             }
             return
@@ -108,6 +111,9 @@ extension GattPhone {
         }
         return on("Notifying") || on("NotifyAcquired")
     }
+
+    /// The pause before connecting after bluetoothd or the radio came up, or an attempt failed.
+    static let settle: Duration = .seconds(2)
 
     /// RegisterAgent (the phone's own, used for the pairings it starts) and RegisterApplication.
     private func register(_ connection: DBusConnection) async throws {
