@@ -298,6 +298,13 @@ def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
     stack.stop()
     if not phone_away:
         daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when bluetoothd stops')
+    if eatt:
+        # EATT is set up only after a discovery that reads the server's features: forget the
+        # GATT caches of the earlier phases, as after a BlueZ upgrade.
+        for adapter in os.listdir("/var/lib/bluetooth"):
+            cache = f"/var/lib/bluetooth/{adapter}/cache"
+            for name in os.listdir(cache) if os.path.isdir(cache) else []:
+                os.remove(f"{cache}/{name}")
     stack.start(mtu, eatt=eatt)
     phone.event("registered")
     if phone_away:
@@ -364,18 +371,24 @@ def notifying(path):
 def fallback(stack, ctx):
     phone = ctx["phone"]
     ns, ds = consumer_characteristics(ctx)
-    # bluetoothctl subscribes first and stays (a StartNotify session lives as long as its client).
+    # The link stays up while the previous ancsd goes; bluetoothctl subscribes and stays (a
+    # StartNotify session lives as long as its client); then a new ancsd comes.
+    ctx["daemon"].stop()
+    deadline = time.monotonic() + 10
+    while notifying(ns) or notifying(ds):
+        check(time.monotonic() < deadline, "bluetoothd kept the stopped ancsd's notification sessions")
+        time.sleep(0.2)
     other = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl.log", "w"),
                              stderr=subprocess.STDOUT, text=True)
     ctx["bluetoothctl"] = other
-    other.stdin.write(f"menu gatt\nselect-attribute {ds}\nnotify on\nselect-attribute {ns}\nnotify on\n")
-    other.stdin.flush()
-    deadline = time.monotonic() + 30
-    while not (notifying(ns) and notifying(ds)):
-        check(time.monotonic() < deadline, "bluetoothctl did not subscribe within 30 s")
-        time.sleep(0.2)
-    # The link stays up: the previous ancsd goes, bluetoothctl's subscription stays, a new ancsd comes.
-    ctx["daemon"].stop()
+    other.stdin.write("menu gatt\n")
+    for path in [ds, ns]:
+        other.stdin.write(f"select-attribute {path}\nnotify on\n")
+        other.stdin.flush()
+        deadline = time.monotonic() + 30
+        while not notifying(path):
+            check(time.monotonic() < deadline, f"bluetoothctl did not subscribe to {path} within 30 s")
+            time.sleep(0.2)
     ctx["daemon"] = daemon = ancsd("ancsd-run-fallback", "run", "--format", "json", "--adapter", "hci0",
                                    "--log-level", "debug")
     daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=60)
@@ -416,10 +429,29 @@ def capture(stack, ctx):
     for needle in ["Grace Hopper", "Part 021 of a long message", "Standup in 5 minutes", "MTU 48: Part 000",
                    "MTU 517: Part 000", "Over EATT"]:
         check(needle in text, f"the decoded capture lacks {needle!r}")
+    eatt = eatt_frames(f"{LOGS}/ancs.btsnoop")
+    check(eatt > 0, "the capture shows no EATT traffic: the last phase did not run over EATT")
     live = ancsd_lines("ancs.capture")
     check(any("Grace Hopper" in json.dumps(line) for line in live), "the ancs-capture/1 recording lacks uid 1")
-    say(f"   btsnoop: {os.path.getsize(LOGS + '/ancs.btsnoop')} bytes, {len(decoded)} ANCS records decoded; "
+    say(f"   btsnoop: {os.path.getsize(LOGS + '/ancs.btsnoop')} bytes ({eatt} EATT frames), {len(decoded)} ANCS records decoded; "
         f"ancs-capture/1 recorded live: {len(live)} lines")
+
+
+def eatt_frames(path):
+    """L2CAP frames on LE dynamic channels (0x0040-0x007F: EATT here) in a BlueZ monitor btsnoop file."""
+    count = 0
+    with open(path, "rb") as f:
+        data = f.read()
+    offset = 16  # "btsnoop\0", version, datalink
+    while offset + 24 <= len(data):
+        included = int.from_bytes(data[offset + 4:offset + 8], "big")
+        opcode = int.from_bytes(data[offset + 8:offset + 12], "big") & 0xFFFF
+        packet = data[offset + 24:offset + 24 + included]
+        offset += 24 + included
+        if opcode in (4, 5) and len(packet) >= 8 and (packet[1] >> 4) & 0x3 in (0, 2):  # ACL, first fragment
+            cid = int.from_bytes(packet[6:8], "little")
+            count += 0x0040 <= cid <= 0x007F
+    return count
 
 
 def ancsd_lines(name):

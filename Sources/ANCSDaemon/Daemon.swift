@@ -382,6 +382,7 @@ public actor Daemon {
         for action in actions {
             switch action {
             case .writeControlPoint(let bytes):
+                link.copyFilter.expectResponse(to: bytes)
                 write(bytes, on: link)
             case .emit(let event):
                 eventsEmitted += 1

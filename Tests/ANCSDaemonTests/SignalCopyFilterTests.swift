@@ -5,42 +5,72 @@ import Testing
 @Suite struct SignalCopyFilterTests {
     let added: [UInt8] = [0, 0, 4, 1, 7, 0, 0, 0]
     let modified: [UInt8] = [1, 0, 4, 1, 7, 0, 0, 0]
+    let request: [UInt8] = [0, 7, 0, 0, 0, 1, 20, 0, 3, 20, 0]
+    /// A response in fragments, two of them identical (a message of one repeated character).
+    let fragments: [[UInt8]] = [
+        [0, 7, 0, 0, 0, 1, 20, 0] + Array(repeating: 0x61, count: 12), Array(repeating: 0x61, count: 20),
+        Array(repeating: 0x61, count: 20), [0x61, 0x61],
+    ]
 
-    /// Feeds NS and DS values as bluetoothd would with `copies` StartNotify clients.
-    func deliver(_ values: [(ns: Bool, value: [UInt8])], copies: Int, filter: inout SignalCopyFilter, at start: Duration = .zero) -> [[UInt8]] {
+    enum Value { case ns([UInt8]), ds([UInt8]), written([UInt8]) }
+
+    /// Feeds values as bluetoothd would with `nsCopies` / `dsCopies` StartNotify clients.
+    func deliver(_ values: [Value], nsCopies: Int, dsCopies: Int, filter: inout SignalCopyFilter, from start: Duration = .zero) -> [[UInt8]] {
         var passed: [[UInt8]] = []
         var now = start
-        for (ns, value) in values {
-            for _ in 0..<copies {
-                now += .microseconds(40)
-                let admitted = ns ? filter.admitNotificationSource(value, now: now) : filter.admitDataSource(value)
-                if admitted { passed.append(value) }
+        for value in values {
+            switch value {
+            case .written(let bytes):
+                filter.expectResponse(to: bytes)
+            case .ns(let bytes):
+                for _ in 0..<nsCopies {
+                    now += .microseconds(40)
+                    if filter.admitNotificationSource(bytes, now: now) { passed.append(bytes) }
+                }
+            case .ds(let bytes):
+                for _ in 0..<dsCopies where filter.admitDataSource(bytes) { passed.append(bytes) }
             }
             now += .milliseconds(60)
         }
         return passed
     }
 
-    @Test(arguments: [1, 2, 3])
-    func everyValueOnceWhateverTheCopies(copies: Int) {
+    func session() -> [Value] { [.ns(added), .written(request)] + fragments.map { .ds($0) } + [.ns(modified)] }
+
+    @Test(arguments: [(1, 1), (2, 2), (3, 3), (1, 2), (2, 1), (1, 3)])
+    func everyValueOnceWhateverTheCopies(nsCopies: Int, dsCopies: Int) {
         var filter = SignalCopyFilter()
-        // A response whose fragments repeat (a message of one repeated character) stays whole.
-        let response: [(ns: Bool, value: [UInt8])] = [
-            (true, added), (false, [0, 7, 0, 0, 0, 1, 20, 0]), (false, Array(repeating: 0x61, count: 20)),
-            (false, Array(repeating: 0x61, count: 20)), (false, [0x61, 0x61]), (true, modified),
-        ]
-        #expect(deliver(response, copies: copies, filter: &filter) == response.map(\.value))
-        #expect(filter.copies == copies)
+        #expect(deliver(session(), nsCopies: nsCopies, dsCopies: dsCopies, filter: &filter) == [added] + fragments + [modified])
+        #expect(filter.sourceCopies == nsCopies)
+        #expect(filter.dataCopies == dsCopies)
+        #expect(filter.copies == max(nsCopies, dsCopies))
     }
 
-    @Test func theCountFollowsClientsComingAndGoing() {
+    @Test func theCountsFollowClientsComingAndGoing() {
         var filter = SignalCopyFilter()
-        _ = deliver([(true, added)], copies: 2, filter: &filter)
-        #expect(filter.copies == 2)
-        // The other client leaves: the next event comes once, and the count drops with it.
-        #expect(deliver([(true, modified), (true, added)], copies: 1, filter: &filter, at: .seconds(1)) == [modified, added])
+        _ = deliver(session(), nsCopies: 2, dsCopies: 2, filter: &filter)
+        // The other client leaves: the next values come once, and the counts drop with them.
+        #expect(deliver(session(), nsCopies: 1, dsCopies: 1, filter: &filter, from: .seconds(1)) == [added] + fragments + [modified])
         #expect(filter.copies == 1)
-        #expect(deliver([(false, [1, 2]), (false, [1, 2])], copies: 1, filter: &filter, at: .seconds(2)) == [[1, 2], [1, 2]])
+        // It comes back, on the Data Source only.
+        #expect(deliver(session(), nsCopies: 1, dsCopies: 2, filter: &filter, from: .seconds(2)) == [added] + fragments + [modified])
+        #expect(filter.dataCopies == 2 && filter.sourceCopies == 1)
+    }
+
+    @Test func leftoverCopiesOfTheLastResponseDoNotStartTheNextOne() {
+        var filter = SignalCopyFilter()
+        _ = deliver([.ns(added), .written(request)] + fragments.dropLast().map { .ds($0) }, nsCopies: 2, dsCopies: 2, filter: &filter)
+        // The last fragment completes the response and the session writes its next request
+        // before the fragment's copy has been read.
+        let last = filter.admitDataSource([0x61, 0x61])
+        filter.expectResponse(to: [0, 8, 0, 0, 0, 1, 20, 0])
+        let verdicts = [
+            filter.admitDataSource([0x61, 0x61]), filter.admitDataSource([0, 8, 0, 0, 0, 1, 0, 0]),
+            filter.admitDataSource([0, 8, 0, 0, 0, 1, 0, 0]),
+        ]
+        #expect(last)
+        #expect(verdicts == [false, true, false])
+        #expect(filter.dataCopies == 2)
     }
 
     @Test func aRepeatedEventLaterIsNotACopy() {
@@ -51,5 +81,13 @@ import Testing
         #expect(filter.copies == 1)
         let data = [filter.admitDataSource([9]), filter.admitDataSource([9])]
         #expect(data == [true, true])
+    }
+
+    @Test func responsesBeginWithTheRequestsCommandAndSubject() {
+        #expect(SignalCopyFilter.responseStart(of: request) == [0, 7, 0, 0, 0])
+        #expect(SignalCopyFilter.responseStart(of: [1] + Array("com.apple.MobileSMS".utf8) + [0, 0]) == [1] + Array("com.apple.MobileSMS".utf8) + [0])
+        #expect(SignalCopyFilter.responseStart(of: [2, 7, 0, 0, 0, 1]) == nil)
+        #expect(SignalCopyFilter.responseStart(of: [0, 7]) == nil)
+        #expect(SignalCopyFilter.responseStart(of: [1, 0x61]) == nil)
     }
 }
