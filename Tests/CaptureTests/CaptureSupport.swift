@@ -111,17 +111,3 @@ final class ReadAll: @unchecked Sendable {
     }
 }
 
-/// Runs a tool; its status and output.
-func runTool(_ tool: String, _ arguments: [String]) throws -> (status: Int32, text: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    let out = Pipe()
-    process.standardOutput = out
-    process.standardError = out
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return (process.terminationStatus, text)
-}

@@ -212,17 +212,8 @@ private func objects(_ result: AncsdProcess.Result) throws -> [JSONValue] { try 
         let bytes = twoPhones(datalink, findInformation: true).bytes
         let url = try file(bytes)
         defer { try? FileManager.default.removeItem(at: url) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/btmon")
-        process.arguments = ["-r", url.path, "--no-pager"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = out
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let (status, text) = try runTool("/usr/bin/btmon", ["-r", url.path, "--no-pager"])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("ATT: Handle Value Notification (0x1b)"))
         #expect(text.contains("ATT: Write Request (0x12)") && text.contains("ATT: Write Response (0x13)"))
         #expect(text.contains("ACL Data TX: Handle 64") && text.contains("ACL Data RX: Handle 64"))

@@ -120,3 +120,18 @@ public var builtProductsDirectory: URL {
 
 /// The repository's root.
 public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// Runs a tool to its end, standard input empty; its exit status and its output (both streams).
+public func runTool(_ tool: String, _ arguments: [String]) throws -> (status: Int32, text: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: tool)
+    process.arguments = arguments
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = out
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, text)
+}
