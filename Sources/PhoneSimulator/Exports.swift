@@ -264,8 +264,9 @@ extension PhoneSimulator {
             ExportedProperty("Flags", value: .stringArray(characteristic.flags)),
         ]
         if characteristic.notifies {
-            properties.append(ExportedProperty("Notifying", value: .bool(false)))
-            properties.append(ExportedProperty("NotifyAcquired", value: .bool(false)))
+            let subscription = state.withLock { $0.devices[device].subscription(characteristic) }
+            properties.append(ExportedProperty("Notifying", value: .bool(!subscription.clients.isEmpty)))
+            properties.append(ExportedProperty("NotifyAcquired", value: .bool(subscription.acquired != nil)))
         }
         return ExportedObject(ExportedInterface(
             BlueZ.gattCharacteristic1,
@@ -365,7 +366,7 @@ extension PhoneSimulator {
 
     /// The phone sees notifications enabled: on the Notification Source it replays every
     /// notification it holds, as iOS does at the start of a session. Call under the lock.
-    private func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
+    func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
         guard characteristic == .notificationSource else { return }
         let outbox = outbox(device, .notificationSource)
         for event in d.model.replay() { outbox.send(.value(event.encoded, session: d.session)) }

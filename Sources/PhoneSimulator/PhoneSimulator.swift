@@ -46,7 +46,11 @@ public final class PhoneSimulator: Sendable {
         self.busAddress = bus
         self.timeline = timeline
         self.log = log
-        state = Mutex(SimState(devices: settings.devices.map { DeviceState(settings: $0, apps: settings.apps) }))
+        state = Mutex(SimState(devices: settings.devices.map { device in
+            var d = DeviceState(settings: device, apps: settings.apps)
+            if d.connected { _ = d.addOtherPrograms(settings.otherNotifyClients) }
+            return d
+        }))
         outboxes = settings.devices.map { _ in [Outbox(), Outbox()] }
     }
 
@@ -191,13 +195,14 @@ public final class PhoneSimulator: Sendable {
     private func deliver(
         _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
     ) -> Delivery {
-        enum Target { case none, socket(NotifySocket), signal(ObjectPath) }
+        enum Target { case none, socket(NotifySocket), signal(ObjectPath, copies: Int) }
         let target = state.withLock { s -> Target in
             let d = s.devices[device]
             guard s.connection === c, d.connected, d.session == session else { return .none }
             let sub = d.subscription(characteristic)
             if let socket = sub.acquired { return .socket(socket) }
-            return sub.clients.isEmpty ? .none : .signal(d.paths.characteristic(characteristic))
+            // bluetoothd 5.66 emits one PropertiesChanged per StartNotify client (notify_cb).
+            return sub.clients.isEmpty ? .none : .signal(d.paths.characteristic(characteristic), copies: sub.clients.count)
         }
         switch target {
         case .none:
@@ -208,9 +213,11 @@ public final class PhoneSimulator: Sendable {
             case .wouldBlock: return .wouldBlock
             case .closed: return .dropped
             }
-        case .signal(let path):
+        case .signal(let path, let copies):
             do {
-                try c.setExportedProperty(path: path, interface: BlueZ.gattCharacteristic1, name: "Value", value: .byteArray(bytes))
+                for _ in 0..<copies {
+                    try c.setExportedProperty(path: path, interface: BlueZ.gattCharacteristic1, name: "Value", value: .byteArray(bytes))
+                }
             } catch {
                 return .dropped
             }
@@ -258,8 +265,13 @@ public final class PhoneSimulator: Sendable {
             s.devices[device].connected = true
             s.devices[device].newSession(renumber: settings.renumberOnConnect)
             let path = s.devices[device].paths.device
-            return [PropertyChange(path, BlueZ.device1, "Connected", .bool(true)),
-                    PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(true))]
+            var changes = [PropertyChange(path, BlueZ.device1, "Connected", .bool(true)),
+                           PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(true))]
+            // Other programs subscribe again at once: the phone replays its notifications then.
+            let others = s.devices[device].addOtherPrograms(settings.otherNotifyClients)
+            if !others.isEmpty { activated(&s.devices[device], .notificationSource, device) }
+            changes += others
+            return changes
         }
         if !changes.isEmpty { log("\(settings.devices[device].name): connected (new ANCS session)") }
         apply(changes, c)

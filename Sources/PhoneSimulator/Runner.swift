@@ -103,11 +103,11 @@ extension PhoneSimulator {
         }
     }
 
-    /// True when phone `device` is connected and a client has notifications of its
-    /// Notification Source enabled.
+    /// True when phone `device` is connected and a client (not one of the simulated other
+    /// programs) has notifications of its Notification Source enabled.
     public func isSubscribed(_ device: Int = 0) -> Bool {
         state.withLock { s in
-            s.connection != nil && s.devices[device].connected && s.devices[device].notificationSource.isActive
+            s.connection != nil && s.devices[device].connected && s.devices[device].notificationSource.hasOwnClient
         }
     }
 

@@ -46,6 +46,10 @@ public struct ScenarioSettings: Hashable, Sendable {
     public var acquireNotify: Bool
     /// Whether a reconnect (and a bluetoothd restart) gives existing notifications new UIDs.
     public var renumberOnConnect: Bool
+    /// Other programs holding StartNotify sessions on each phone's Notification Source and Data
+    /// Source while it is connected (bluetoothctl's "notify on"): AcquireNotify answers
+    /// InProgress, and every value is signalled once per session, as bluetoothd 5.66 does.
+    public var otherNotifyClients = 0
     public var adapterAddress: String
     public var adapterName: String
     public var devices: [DeviceSettings]
@@ -338,6 +342,7 @@ private struct ObjectReader {
         if let mtu = try integer("mtu", min: 23, max: 517) { s.mtu = mtu }
         if let a = try bool("acquire_notify") { s.acquireNotify = a }
         if let r = try bool("renumber_on_connect") { s.renumberOnConnect = r }
+        if let n = try integer("other_notify_clients", min: 0, max: 8) { s.otherNotifyClients = n }
         if let a = try string("adapter_address") { s.adapterAddress = try address(a, key: "adapter_address") }
         if let n = try string("adapter_name") { s.adapterName = n }
         if let v = try bool("adapter_pairable") { s.adapterPairable = v }

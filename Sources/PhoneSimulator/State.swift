@@ -54,6 +54,12 @@ struct Subscription {
 
     /// True when notifications are enabled on the phone (its CCCD is written).
     var isActive: Bool { !clients.isEmpty || acquired != nil }
+
+    /// The names of the sessions that `other_notify_clients` gives other programs.
+    static let otherProgram = ":other-program-"
+
+    /// True when a client other than the simulated other programs is subscribed.
+    var hasOwnClient: Bool { acquired != nil || clients.contains { !$0.hasPrefix(Self.otherProgram) } }
 }
 
 /// Object paths of one phone.
@@ -150,6 +156,21 @@ struct DeviceState {
             }
         }
         midResponseDisconnect = false
+        return changes
+    }
+
+    /// Gives `count` other programs StartNotify sessions on the Notification Source and Data
+    /// Source, as bluetoothctl's "notify on" would; returns the property changes.
+    mutating func addOtherPrograms(_ count: Int) -> [PropertyChange] {
+        guard count > 0 else { return [] }
+        var changes: [PropertyChange] = []
+        for c in [ANCSCharacteristic.notificationSource, .dataSource] {
+            let path = paths.characteristic(c)
+            modifySubscription(c) { sub in
+                if sub.clients.isEmpty { changes.append(PropertyChange(path, BlueZ.gattCharacteristic1, "Notifying", .bool(true))) }
+                for i in 1...count { sub.clients.insert(Subscription.otherProgram + String(i)) }
+            }
+        }
         return changes
     }
 

@@ -76,6 +76,32 @@ private let grace = "AA:BB:CC:DD:EE:02"
         #expect(run.ancsd.standardError.contains("bluetoothd is back"))
     }
 
+    /// Another program (bluetoothctl's "notify on") holds StartNotify sessions: AcquireNotify is
+    /// refused, ancsd falls back to signals, and bluetoothd 5.66 signals every value twice.
+    @Test func copiesFromAnotherSubscriberAreDropped() throws {
+        let long = String(repeating: "All work and no play makes Jack a dull boy. ", count: 14)
+        let run = try DaemonRun(text: """
+            {"scenario":"copies","mtu":48,"other_notify_clients":1,"apps":{"com.apple.MobileSMS":"Messages"},"devices":[{"address":"\(ada)","name":"Ada's iPhone"}]}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Jack","message":"\(long)"}
+            {"after":0.3,"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"Wendy","message":"Jack?"}
+            {"after":0.3,"do":"modify","uid":1,"message":"\(long)!"}
+            {"after":0.3,"do":"remove","uid":2}
+            {"after":0.5,"do":"end"}
+            """)
+        let events = try run.finish()
+        let added = events.of("added")
+        #expect(added.compactMap { $0["uid"]?.intValue } == [1, 2])
+        #expect(added.allSatisfy { $0["complete"] == true })
+        #expect(added.first?["message"]?.stringValue == long)
+        #expect(events.of("modified").compactMap { $0["message"]?.stringValue } == [long + "!"])
+        #expect(events.of("removed").compactMap { $0["uid"]?.intValue } == [2])
+        let stderr = run.ancsd.standardError
+        #expect(stderr.contains("org.bluez.Error.InProgress") && stderr.contains("using StartNotify"), "\(stderr)")
+        #expect(stderr.contains("delivers every notification 2 times"), "\(stderr)")
+        #expect(!stderr.contains("Data Source error"), "\(stderr)")
+    }
+
     @Test func controlPointErrors() throws {
         let run = try DaemonRun(scenario: "cp-errors")
         let events = try run.finish()
