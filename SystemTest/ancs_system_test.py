@@ -238,6 +238,19 @@ def modify_remove(stack, ctx):
     check(event["title"] == "Grace Hopper", f"removed: {event}")
 
 
+@step("ancsd list, status and doctor describe the real stack")
+def clients(stack, ctx):
+    listed = run(f"{BIN}/ancsd", "list", "--control", "/run/ancsd.control")
+    check("Ada Lovelace" in listed and ctx["hci1"] in listed, f"ancsd list:\n{listed}")
+    status = run(f"{BIN}/ancsd", "status", "--control", "/run/ancsd.control")
+    check("connected: yes" in status and "notification sharing: allowed" in status, f"ancsd status:\n{status}")
+    doctor = subprocess.run([f"{BIN}/ancsd", "doctor", "--control", "/run/ancsd.control"], capture_output=True, text=True,
+                            timeout=60)
+    with open(f"{LOGS}/doctor.txt", "w") as out:
+        out.write(doctor.stdout + doctor.stderr)
+    check(doctor.returncode == 0, f"ancsd doctor exited {doctor.returncode}:\n{doctor.stdout}{doctor.stderr}")
+
+
 @step("actions from the control socket reach the phone; a refused action and refused sharing are reported")
 def actions(stack, ctx):
     phone, daemon = ctx["phone"], ctx["daemon"]
@@ -490,7 +503,7 @@ def main():
         stack.start(517)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [pair, first_session, modify_remove, actions, power_cycle, restart_185, start_notify, fallback,
+        for body in [pair, first_session, modify_remove, clients, actions, power_cycle, restart_185, start_notify, fallback,
                      eatt, capture, exactly_once]:
             body(stack, ctx)
     except Failure as failure:

@@ -39,6 +39,29 @@ extension PhoneSimulator {
         return .ended
     }
 
+    /// Applies the leading steps that only give the phones notifications (`add`, `modify`,
+    /// `remove` with no delay) before the simulated bluetoothd is on the bus, and returns the
+    /// rest. A scenario's opening notifications are then what the phone holds from the start:
+    /// a client can never subscribe before them, so they always come as pre-existing replays.
+    /// Call before `start()`.
+    public func preload(_ steps: [ScenarioStep]) -> [ScenarioStep] {
+        var rest = steps[...]
+        while let step = rest.first, step.after == 0, settings.devices.indices.contains(step.device) {
+            let applied = state.withLock { s -> Bool in
+                switch step.action {
+                case .add(let spec): _ = s.devices[step.device].model.add(spec)
+                case .modify(let key, let change): _ = s.devices[step.device].model.modify(key: key, change)
+                case .remove(let key): _ = s.devices[step.device].model.remove(key: key)
+                default: return false
+                }
+                return true
+            }
+            guard applied else { break }
+            rest = rest.dropFirst()
+        }
+        return Array(rest)
+    }
+
     /// Performs one action on phone `device` (an index into `settings.devices`).
     public func execute(_ action: ScenarioAction, device: Int = 0) async throws {
         guard settings.devices.indices.contains(device) else { throw SimulatorError.bus("there is no device \(device)") }

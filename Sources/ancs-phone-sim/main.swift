@@ -78,12 +78,13 @@ if let timelinePath {
 
 let simulator = PhoneSimulator(settings: scenario.settings, bus: busAddress, timeline: timeline)
 standardErrorLog("scenario \"\(scenario.settings.name)\": \(scenario.steps.count) steps")
+let steps = simulator.preload(scenario.steps)
 do {
     try await simulator.start()
 } catch {
     fail(1, "\(error)")
 }
-let outcome = await simulator.run(scenario.steps)
+let outcome = await simulator.run(steps)
 await simulator.stop()
 timeline?.close()
 switch outcome {
