@@ -27,6 +27,26 @@ class Failure(Exception):
     pass
 
 
+kernel_crash = []  # the first line of a kernel BUG or Oops, once the guest's kernel has crashed
+
+
+def watch_kernel():
+    """Follows the kernel log: a crashed kernel Bluetooth stack cannot recover, so every wait
+    ends at once with the kernel's words instead of running into its timeout."""
+    try:
+        with open("/dev/kmsg", "rb", buffering=0) as kmsg:
+            while True:
+                try:
+                    record = kmsg.read(8192).decode(errors="replace")
+                except OSError:  # EPIPE: records were overwritten while we slept
+                    continue
+                text = record.split(";", 1)[-1].strip()
+                if not kernel_crash and any(w in text for w in ("kernel BUG at", "Oops:", "general protection fault")):
+                    kernel_crash.append(text)
+    except OSError as error:
+        say(f"cannot follow the kernel log: {error}")
+
+
 def say(text):
     print(f"[{time.monotonic() - START:7.2f}] {text}", flush=True)
 
@@ -79,6 +99,8 @@ class Lines:
                     if predicate(self.lines[index]):
                         self.cursor = index + 1
                         return self.lines[index]
+                if kernel_crash:
+                    raise Failure(f"the guest kernel crashed while waiting for {what}: {kernel_crash[0]}")
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.process.poll() is not None and self.cursor >= len(self.lines)):
                     tail = "\n    ".join(json.dumps(v) for v in self.lines[-8:])
@@ -126,9 +148,12 @@ class Stack:
         self.log = open(f"{LOGS}/bluetoothd.log", "a")
 
     def start(self, mtu=517, eatt=False):
-        """bluetoothd offering ATT MTU `mtu`. Without `eatt` ATT stays on the fixed channel
-        (Channels = 1): with EATT, stopping bluetoothd made the guest's Linux 6.1 hit a BUG in
-        hci_chan_del (list corruption on L2CAP socket release) in two runs out of seven."""
+        """bluetoothd offering ATT MTU `mtu`, with EATT (Channels = 3) or without (Channels = 1).
+
+        Each restart is followed by a reconnect with the bond, and now and then that reconnect
+        crashes the guest's Linux 6.1 (list corruption in hci_chan_del as bluetoothd closes an
+        L2CAP socket while a failed re-encryption tears the link down): the test keeps restarts
+        few, and SystemTest/run boots the VM again when the kernel crashed."""
         conf = f"/etc/bluetooth/system-test-{mtu}-{'eatt' if eatt else 'att'}.conf"
         with open("/etc/bluetooth/main.conf") as base, open(conf, "w") as out:
             text = base.read().replace("#ExchangeMTU = 517", f"ExchangeMTU = {mtu}")
@@ -203,7 +228,7 @@ def pair(stack, ctx):
     check("Paired: yes" in info and "Trusted: yes" in info, f"hci0 does not hold a trusted bond:\n{info}")
 
 
-@step("run (AcquireNotify): notifications arrive once, with every field, a long message across fragments")
+@step("run (AcquireNotify) at ExchangeMTU 48: notifications arrive once, with every field, a long message in 36 fragments")
 def first_session(stack, ctx):
     phone = ctx["phone"]
     ctx["daemon"] = daemon = ancsd("ancsd-run", "run", "--format", "json", "--adapter", "hci0",
@@ -222,6 +247,7 @@ def first_session(stack, ctx):
     cp = phone.event("control_point")  # the long message's response
     while cp.get("response_bytes", 0) < len(LONG_MESSAGE):
         cp = phone.event("control_point")
+    check(cp["mtu"] == 48, f"the link's MTU is {cp['mtu']}, not 48")
     ctx["fragments"] = {cp["mtu"]: cp["fragments"]}
     check(cp["fragments"] > 1, f"the long message came in one piece: {cp}")
     say(f"   MTU {cp['mtu']}: {cp['response_bytes']} bytes in {cp['fragments']} fragments")
@@ -339,25 +365,22 @@ def long_message_at(ctx, uid, mtu):
     say(f"   MTU {mtu}: {cp['response_bytes']} bytes in {cp['fragments']} fragments")
 
 
-@step("bluetoothd restarts (ExchangeMTU 185), then again with the phone connected: ancsd recovers by itself")
+@step("bluetoothd restarts (ExchangeMTU 185) with the phone connected: ancsd recovers by itself")
 def restart_185(stack, ctx):
-    restart_bluetoothd(stack, ctx, 185, phone_away=True)
-    long_message_at(ctx, 5, 185)
     restart_bluetoothd(stack, ctx, 185, phone_away=False)
-    expect_added(ctx["daemon"], 5, "Long at 185", "MTU 185: " + LONG_MESSAGE, pre_existing=True)
+    expect_added(ctx["daemon"], 4, "Alan Turing", "Can machines think?", pre_existing=True)
+    long_message_at(ctx, 5, 185)
 
 
-@step("StartNotify path (--no-acquire-notify) after a bluetoothd restart at ExchangeMTU 48")
+@step("StartNotify path: a new ancsd with --no-acquire-notify takes over the live link")
 def start_notify(stack, ctx):
     ctx["daemon"].stop()
-    stack.stop()
-    stack.start(48)
-    ctx["phone"].event("registered")
     ctx["daemon"] = daemon = ancsd("ancsd-run-startnotify", "run", "--format", "json", "--adapter", "hci0",
                                    "--no-acquire-notify", "--log-level", "debug")
-    daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=90)
-    ctx["phone"].event("consumer_subscribed")
-    long_message_at(ctx, 6, 48)
+    daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=60)
+    with open(f"{LOGS}/ancsd-run-startnotify.stderr") as log:
+        check("StartNotify)" in log.read(), "ancsd --no-acquire-notify did not subscribe with StartNotify")
+    long_message_at(ctx, 6, 185)
     ctx["phone"].do({"do": "remove", "uid": 6})
     daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 6, '"removed" for uid 6')
 
@@ -439,7 +462,7 @@ def capture(stack, ctx):
     with open(f"{LOGS}/decoded.jsonl", "w") as out:
         out.writelines(json.dumps(record) + "\n" for record in decoded)
     text = json.dumps(decoded)
-    for needle in ["Grace Hopper", "Part 021 of a long message", "Standup in 5 minutes", "MTU 48: Part 000",
+    for needle in ["Grace Hopper", "Part 021 of a long message", "Standup in 5 minutes", "MTU 185: Part 000",
                    "MTU 517: Part 000", "Over EATT"]:
         check(needle in text, f"the decoded capture lacks {needle!r}")
     eatt = eatt_frames(f"{LOGS}/ancs.btsnoop")
@@ -491,6 +514,7 @@ def exactly_once(stack, ctx):
 
 def main():
     os.makedirs(LOGS, exist_ok=True)
+    threading.Thread(target=watch_kernel, daemon=True).start()
     stack = Stack()
     ctx = {}
     failed = None
@@ -500,7 +524,9 @@ def main():
         ctx["capture-btsnoop"] = Lines("capture-btsnoop", [f"{BIN}/ancsd", "capture", "--output", f"{LOGS}/ancs.btsnoop"])
         ctx["capture-ancs"] = Lines("capture-ancs", [f"{BIN}/ancsd", "capture", "--format", "capture", "--index", "hci0",
                                                      "--output", f"{LOGS}/ancs.capture"])
-        stack.start(517)
+        # Three MTUs with two restarts: every reconnect after a restart risks the guest kernel BUG
+        # described in Stack.start, so the first phase runs at 48, the restart at 185, EATT at 517.
+        stack.start(48)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
         for body in [pair, first_session, modify_remove, clients, actions, power_cycle, restart_185, start_notify, fallback,
