@@ -56,6 +56,14 @@ def check(condition, what):
         raise Failure(what)
 
 
+def poll_until(condition, seconds, failure):
+    """Checks `condition` every 0.2 s until it holds; fails with `failure` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        check(time.monotonic() < deadline, failure)
+        time.sleep(0.2)
+
+
 def run(*command, timeout=30, check_status=True):
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if check_status and done.returncode != 0:
@@ -161,11 +169,10 @@ class Stack:
         self.log.write(f"==== bluetoothd with ExchangeMTU {mtu}, {'EATT' if eatt else 'no EATT'}\n")
         self.log.flush()
         self.process = subprocess.Popen([BLUETOOTHD, "--nodetach", "--debug", "-f", conf], stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + 20
-        while "hci1" not in run("busctl", "--system", "tree", "org.bluez", check_status=False):
-            check(time.monotonic() < deadline, "bluetoothd did not show both adapters within 20 s")
+        def both_adapters():
             check(self.process.poll() is None, f"bluetoothd exited with {self.process.returncode}")
-            time.sleep(0.2)
+            return "hci1" in run("busctl", "--system", "tree", "org.bluez", check_status=False)
+        poll_until(both_adapters, 20, "bluetoothd did not show both adapters within 20 s")
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -410,10 +417,7 @@ def fallback(stack, ctx):
     # The link stays up while the previous ancsd goes; bluetoothctl subscribes and stays (a
     # StartNotify session lives as long as its client); then a new ancsd comes.
     ctx["daemon"].stop()
-    deadline = time.monotonic() + 10
-    while notifying(ns) or notifying(ds):
-        check(time.monotonic() < deadline, "bluetoothd kept the stopped ancsd's notification sessions")
-        time.sleep(0.2)
+    poll_until(lambda: not (notifying(ns) or notifying(ds)), 10, "bluetoothd kept the stopped ancsd's notification sessions")
     other = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl.log", "w"),
                              stderr=subprocess.STDOUT, text=True)
     ctx["bluetoothctl"] = other
@@ -421,10 +425,7 @@ def fallback(stack, ctx):
     for path in [ds, ns]:
         other.stdin.write(f"select-attribute {path}\nnotify on\n")
         other.stdin.flush()
-        deadline = time.monotonic() + 30
-        while not notifying(path):
-            check(time.monotonic() < deadline, f"bluetoothctl did not subscribe to {path} within 30 s")
-            time.sleep(0.2)
+        poll_until(lambda: notifying(path), 30, f"bluetoothctl did not subscribe to {path} within 30 s")
     ctx["daemon"] = daemon = ancsd("ancsd-run-fallback", "run", "--format", "json", "--adapter", "hci0",
                                    "--log-level", "debug")
     daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=60)

@@ -44,8 +44,7 @@ extension GattPhone {
             status("adapter_off", [:])
             return
         }
-        let peer = tree.devices.first { $0.adapter == adapterPath && $0.address == configuration.peer }
-        guard let peer else {
+        guard let peer = accessory(in: tree) else {
             // A first meeting: the accessory is found by scanning for its advertisement.
             if !state.withLock({ $0.discovering }) {
                 try await call(connection, adapterPath, BlueZ.adapterInterface, "SetDiscoveryFilter",
@@ -88,6 +87,11 @@ extension GattPhone {
         }
         status(peer.paired ? "connected_bonded" : "connected", [:])
         if consumerSubscribed(tree) { subscriptionSeen() }
+    }
+
+    /// The accessory as the phone's adapter knows it, once bluetoothd has seen it.
+    func accessory(in tree: BlueZObjectTree) -> BlueZDevice? {
+        tree.devices.first { $0.adapter == adapterPath && $0.address == configuration.peer }
     }
 
     /// Whether the accessory's bluetoothd holds a subscription to our Notification Source.

@@ -90,10 +90,7 @@ extension GattPhone {
             send(state.withLock { $0.model.remove(key: uid) })
         case .burst(let count, let startUID, let rate, let category, let app):
             for i in 0..<count {
-                let spec = NotificationSpec(uid: startUID &+ UInt32(i), category: category, attributes: [
-                    .appIdentifier: app, .title: "Burst \(i + 1)", .message: "Notification \(i + 1) of \(count)",
-                    .date: "20261130T101500",
-                ])
+                let spec = NotificationSpec.burst(index: i, count: count, startUID: startUID, category: category, app: app)
                 send(state.withLock { $0.model.add(spec) })
                 if rate > 0 { try? await Task.sleep(for: .seconds(1 / rate)) }
             }
@@ -131,7 +128,7 @@ extension GattPhone {
     private func disconnect(_ connection: DBusConnection) async {
         do {
             let tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
-            guard let peer = tree.devices.first(where: { $0.adapter == adapterPath && $0.address == configuration.peer }) else { return }
+            guard let peer = accessory(in: tree) else { return }
             try await call(connection, peer.path, BlueZ.deviceInterface, "Disconnect")
         } catch {
             event("error", ["message": .string("disconnect: \(error)")])
