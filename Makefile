@@ -25,7 +25,8 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all build release release-static demo test system-test check-install bench fuzz deps install uninstall clean
+.PHONY: all build release release-static deb demo test system-test check-install bench fuzz deps install uninstall clean
+DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
 
 all: build
 
@@ -55,6 +56,12 @@ install: release-static
 	test -e $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf || install -Dm644 systemd/ancsd.conf $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf
 	install -Dm644 docs/ancsd.8 $(DESTDIR)$(MANDIR)/man8/ancsd.8
 	install -Dm644 completions/ancsd.bash $(DESTDIR)$(BASHCOMPDIR)/ancsd
+
+## deb: the Debian package, built by dpkg-buildpackage from debian/ under .build/deb
+## (scripts/build-deb); lintian must report no error. The last line printed is the .deb's path.
+deb:
+	@scripts/install-deps $(DEB_DEPS)
+	@scripts/build-deb
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \

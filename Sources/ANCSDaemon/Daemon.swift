@@ -19,6 +19,8 @@ public actor Daemon {
     private let logger: Logger
     private let notifier: SystemdNotifier
     private var statusPending = false
+    /// The status line systemd has, to send only changes.
+    private var sentStatus: String?
     private var connection: DBusConnection?
     var tree = BlueZObjectTree()
     var links: [ObjectPath: PhoneLink] = [:]
@@ -30,6 +32,11 @@ public actor Daemon {
     /// The control socket, once `attach(control:)` gave it.
     private var control: ControlServer?
     private var ignoredDevices: Set<ObjectPath> = []
+    /// The advertisement and agent that let paired phones come back (nil with `--no-advertise`).
+    private var presence: Presence?
+    /// True while a paired iPhone is known (bonded, BlueZ has seen ANCS on it, allowed by the
+    /// options): only then does `presence` register anything.
+    private var pairedPhoneKnown = false
     private var onReady: (@Sendable () -> Void)?
     private let executor: DaemonExecutor
 
@@ -39,7 +46,7 @@ public actor Daemon {
     public private(set) var eventsEmitted = 0
 
     /// The version `ancsd --version` and `status` report.
-    public static let version = "0.1.0"
+    public static let version = ancsdVersion
 
     public init(
         options: DaemonOptions, output: OutputRouter, logger: Logger, notifier: SystemdNotifier = SystemdNotifier(),
@@ -59,7 +66,11 @@ public actor Daemon {
         let notifications = phones.reduce(0) { $0 + $1.session.notifications.count }
         let phoneText = phones.count == 1 ? "1 phone connected" : "\(phones.count) phones connected"
         let notificationText = notifications == 1 ? "1 notification" : "\(notifications) notifications"
-        return phones.isEmpty && tree.adapters.isEmpty && connection != nil ? "waiting for bluetoothd" : "\(phoneText), \(notificationText)"
+        guard phones.isEmpty else { return "\(phoneText), \(notificationText)" }
+        if !bluetoothdPresent { return "waiting for bluetoothd" }
+        if tree.adapters.isEmpty { return "waiting for a Bluetooth adapter" }
+        if !pairedPhoneKnown { return "waiting for a paired iPhone (ancsd pair)" }
+        return "waiting for the phone, 0 notifications"
     }
 
     /// Serves requests from `control` (docs/control.md).
@@ -124,7 +135,10 @@ public actor Daemon {
 
     private func sendStatus() {
         statusPending = false
-        notifier.status(statusLine)
+        let line = statusLine
+        guard line != sentStatus else { return }
+        sentStatus = line
+        notifier.status(line)
     }
 
     /// The phones with a running session, by address.
@@ -144,7 +158,7 @@ public actor Daemon {
     private func serve() async throws {
         // The connection shares the daemon's queue: a Control Point write and its reply cost no
         // thread switch inside ancsd.
-        let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue)
+        let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue, activatesServices: false)
         self.connection = connection
         logger.debug("connected to the bus as \(connection.uniqueName)")
         defer { Task(executorPreference: executor) { await connection.close() } }
@@ -153,6 +167,7 @@ public actor Daemon {
         let bluezSignals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
         let ownerChanges = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
         await refresh()
+        sentStatus = statusLine
         notifier.ready(status: statusLine)
         onReady?()
         onReady = nil
@@ -163,11 +178,14 @@ public actor Daemon {
             group.addTask { await connection.waitUntilDisconnected() }
             if options.advertise {  // pairing support: see Presence.swift
                 let presence = Presence(connection: connection, adapter: options.adapter, logger: logger)
+                self.presence = presence
+                updatePresence()
                 group.addTask { await presence.run() }
             }
             await group.next()  // the bus went away, or we were cancelled
             group.cancelAll()
         }
+        presence = nil
         await shutdown(reason: Task.isCancelled ? "ancsd stopped" : "the bus went away")
         if !Task.isCancelled { throw DBusError.disconnected }
     }
@@ -199,6 +217,8 @@ public actor Daemon {
             for path in Array(links.keys) { stopLink(at: path, reason: "bluetoothd stopped") }
             tree.clear()
             ignoredDevices = []
+            updatePresence()
+            scheduleStatus()
         }
         if change.newOwner != nil {
             logger.info("bluetoothd is back")
@@ -233,8 +253,21 @@ public actor Daemon {
         }
     }
 
+    /// Tells `presence` whether a paired iPhone is known. Each task reads the latest answer when
+    /// it runs, so tasks that run out of order still leave the last one in force.
+    private func updatePresence() {
+        pairedPhoneKnown = tree.devices.contains {
+            $0.isBonded && ($0.offersANCS || tree.ancsCharacteristics(of: $0.path) != nil)
+                && options.allows(address: $0.address, adapterName: $0.adapterName)
+        }
+        guard let presence else { return }
+        Task { await presence.setWanted(self.pairedPhoneKnown) }
+    }
+
     /// Starts sessions for the phones that should have one, stops those that should not.
     private func reconcile() {
+        updatePresence()
+        scheduleStatus()
         for (path, link) in links {
             guard let device = tree.device(at: path), device.connected, eligible(device) != nil,
                   tree.ancsCharacteristics(of: path) == link.characteristics

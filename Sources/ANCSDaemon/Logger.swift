@@ -60,12 +60,16 @@ public final class Logger: Sendable {
     }
 
     /// True if standard error is the stream that `JOURNAL_STREAM` names (device:inode).
-    public static func stderrIsJournal() -> Bool {
+    public static func stderrIsJournal() -> Bool { isJournal(STDERR_FILENO) }
+
+    /// True if `fd` is the journal's stream that systemd names in `JOURNAL_STREAM` (device:inode;
+    /// systemd sets it when standard output or standard error goes to journald).
+    public static func isJournal(_ fd: Int32) -> Bool {
         guard let value = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
         let parts = value.split(separator: ":")
         guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
         var info = stat()
-        guard fstat(STDERR_FILENO, &info) == 0 else { return false }
+        guard fstat(fd, &info) == 0 else { return false }
         return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
     }
 }

@@ -8,8 +8,11 @@ public import DBus
 /// a connectable (not discoverable) LE advertisement that solicits ANCS, and a pairing agent
 /// that refuses every request — `ancsd run` never pairs; `ancsd pair` opens a window for that.
 ///
-/// Both are registered again when bluetoothd calls `Release` and when bluetoothd restarts.
-/// Both objects answer only the current owner of `org.bluez`.
+/// Both are registered only while a paired iPhone is known (a bonded device on which BlueZ has
+/// seen ANCS, `setWanted`): on a machine with no phone yet, ancsd changes nothing (the desktop's
+/// own pairing agent stays the default one, nothing is advertised). Both are registered again
+/// when bluetoothd calls `Release` and when bluetoothd restarts. Both objects answer only the
+/// current owner of `org.bluez`.
 actor Presence {
     static let agentPath: ObjectPath = "/org/ancsd/run/agent"
     static let advertisementPath: ObjectPath = "/org/ancsd/run/advertisement0"
@@ -26,6 +29,9 @@ actor Presence {
     private var retry: Task<Void, Never>?
     private var failures = 0
     private var saidNoAdapter = false
+    /// True while a paired iPhone is known: only then is anything registered.
+    private var wanted = false
+    private var saidNotWanted = false
 
     init(connection: DBusConnection, adapter: String?, logger: Logger) {
         self.connection = connection
@@ -78,6 +84,20 @@ actor Presence {
         }
     }
 
+    /// Whether a paired iPhone is known, so that the advertisement and agent are wanted.
+    func setWanted(_ wanted: Bool) async {
+        guard wanted != self.wanted else { return }
+        self.wanted = wanted
+        if wanted {
+            saidNotWanted = false
+            await register()
+        } else {
+            logger.info("no paired iPhone: no advertisement and no pairing agent until one is paired ('ancsd pair')")
+            saidNotWanted = true
+            await withdraw()
+        }
+    }
+
     /// Registers whatever is not registered. Calls while one is running make it run once more.
     func register() async {
         guard !registering else {
@@ -94,6 +114,13 @@ actor Presence {
 
     private func registerOnce() async {
         guard let owner else { return }
+        guard wanted else {
+            if !saidNotWanted {
+                saidNotWanted = true
+                logger.info("no paired iPhone yet: no advertisement and no pairing agent until one is paired ('ancsd pair')")
+            }
+            return
+        }
         if owner.current == nil {
             guard let running = try? await connection.nameOwner(BlueZ.service), !running.isEmpty else { return }
         }
@@ -151,8 +178,7 @@ actor Presence {
                   interfaces[BlueZ.advertisingManagerInterface] != nil
             else { continue }
             if let adapterName, path.rawValue.split(separator: "/").last.map(String.init) != adapterName { continue }
-            let alias = adapter["Alias"]?.unwrapped.stringValue ?? ""
-            return (path, alias.isEmpty ? hostName() : alias)
+            return (path, recognisableName(alias: adapter["Alias"]?.unwrapped.stringValue))
         }
         return nil
     }
@@ -182,6 +208,14 @@ actor Presence {
     }
 
     private func unregister() async {
+        await withdraw()
+        await connection.unexport(Self.advertisementPath)
+        await connection.unexport(Self.agentPath)
+        await owner?.stop()
+    }
+
+    /// Unregisters the advertisement and the agent from bluetoothd; the objects stay exported.
+    private func withdraw() async {
         retry?.cancel()
         if let adapter = advertisedOn {
             advertisedOn = nil
@@ -201,9 +235,6 @@ actor Presence {
                 logger.debug("UnregisterAgent: \(error)")
             }
         }
-        await connection.unexport(Self.advertisementPath)
-        await connection.unexport(Self.agentPath)
-        await owner?.stop()
     }
 }
 
@@ -211,6 +242,18 @@ actor Presence {
 public func deviceLabel(_ path: ObjectPath) -> String {
     guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
     return last.dropFirst(4).split(separator: "_").joined(separator: ":")
+}
+
+/// The name a user recognises the machine by: the adapter's alias, unless it is empty or
+/// bluetoothd's own placeholder ("BlueZ 5.66", what a bluetoothd without a configured name or a
+/// host name service calls the adapter, for instance after a restart); then the host name.
+public func recognisableName(alias: String?) -> String {
+    guard let alias, !alias.isEmpty else { return hostName() }
+    let words = alias.split(separator: " ")
+    if words.first == "BlueZ", words.count <= 2, words.dropFirst().allSatisfy({ $0.allSatisfy { $0.isNumber || $0 == "." } }) {
+        return hostName()
+    }
+    return alias
 }
 
 /// The machine's host name, or "ancsd".

@@ -15,6 +15,9 @@ public struct BlueZDevice: Hashable, Sendable {
     public var trusted: Bool
     public var connected: Bool
     public var servicesResolved: Bool
+    /// True if the device's `UUIDs` include the ANCS service: BlueZ has seen ANCS on it, and it
+    /// keeps a bonded device's services while the device is away, so this is a paired iPhone.
+    public var offersANCS = false
 
     /// True if the device is bonded: `Bonded` where BlueZ has it, else `Paired`.
     public var isBonded: Bool { bonded ?? paired }
@@ -83,7 +86,8 @@ public struct BlueZObjectTree: Sendable {
             name: (properties["Alias"] ?? properties["Name"])?.unwrapped.stringValue,
             adapter: properties["Adapter"]?.unwrapped.objectPathValue,
             paired: flag("Paired"), bonded: properties["Bonded"]?.unwrapped.boolValue, trusted: flag("Trusted"),
-            connected: flag("Connected"), servicesResolved: flag("ServicesResolved"))
+            connected: flag("Connected"), servicesResolved: flag("ServicesResolved"),
+            offersANCS: (properties["UUIDs"]?.unwrapped.stringArray ?? []).contains { BluetoothUUID($0) == ANCSUUID.service })
     }
 
     /// Every device, sorted by path.

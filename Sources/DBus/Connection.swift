@@ -97,6 +97,8 @@ public actor DBusConnection {
     let core: ConnectionCore
     private let nameBox = Mutex<String>("")
     private let callIDs = Atomic<UInt64>(1 << 32)
+    /// Whether method calls may make the bus start (D-Bus-activate) their destination.
+    public nonisolated let activatesServices: Bool
 
     /// This actor runs on its connection's serial queue. Another actor may return this from
     /// its own `unownedExecutor` to share the queue (and so the connection's isolation
@@ -119,8 +121,9 @@ public actor DBusConnection {
     /// The default method-call timeout (libdbus's default).
     public static let defaultTimeout: Duration = .seconds(25)
 
-    private init(raw: OpaquePointer, executor: QueueExecutor) {
+    private init(raw: OpaquePointer, executor: QueueExecutor, activatesServices: Bool) {
         self.executor = executor
+        self.activatesServices = activatesServices
         self.core = ConnectionCore(raw: raw, queue: executor.queue)
     }
 
@@ -130,9 +133,15 @@ public actor DBusConnection {
     /// The connection runs on `queue`, a serial queue, if given (else on a private one): a
     /// client whose own actor runs on the same queue calls it and gets its replies without
     /// a thread switch either way.
+    ///
+    /// With `activatesServices` false, every method call is sent with NO_AUTO_START: calling a
+    /// service that is not running fails at once (`NameHasNoOwner`) instead of making the bus
+    /// start it (a daemon must not start bluetoothd by calling it, nor wait for an activation
+    /// that systemd skips).
     /// - Throws: `DBusError.connectionFailed`, `.timeout` or `.disconnected`.
     public static func connect(
-        to address: BusAddress, timeout: Duration = .seconds(25), queue: DispatchQueue? = nil
+        to address: BusAddress, timeout: Duration = .seconds(25), queue: DispatchQueue? = nil,
+        activatesServices: Bool = true
     ) async throws -> DBusConnection {
         let resolved = try address.resolve()
         var error = CDBus.DBusError()
@@ -144,7 +153,9 @@ public actor DBusConnection {
         }
         // A private connection that is dropped open aborts the process: close on every path.
         dbus_connection_set_exit_on_disconnect(raw, 0)
-        let connection = DBusConnection(raw: raw, executor: QueueExecutor(queue: queue ?? DispatchQueue(label: "dbus.connection")))
+        let connection = DBusConnection(
+            raw: raw, executor: QueueExecutor(queue: queue ?? DispatchQueue(label: "dbus.connection")),
+            activatesServices: activatesServices)
         try await connection.start(timeout: timeout)
         return connection
     }
@@ -262,7 +273,8 @@ public actor DBusConnection {
     ) async throws -> Message {
         let ms = try Self.milliseconds(timeout)
         let message = try OwnedMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: member, arguments: arguments)
+            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            autoStart: activatesServices)
         try Task.checkCancellation()
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         return try await withTaskCancellationHandler {
@@ -296,7 +308,7 @@ public actor DBusConnection {
     ) async throws {
         let message = try OwnedMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments,
-            noReply: true)
+            noReply: true, autoStart: activatesServices)
         try await send(message)
     }
 

@@ -1,3 +1,4 @@
+import ANCSDaemon
 #if canImport(Glibc)
 import Glibc
 #endif

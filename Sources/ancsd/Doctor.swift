@@ -76,7 +76,7 @@ enum DoctorCommand {
     private static func bluetoothChecks(_ bus: BusAddress) async -> [Check] {
         let connection: DBusConnection
         do {
-            connection = try await DBusConnection.connect(to: bus, timeout: .seconds(5))
+            connection = try await DBusConnection.connect(to: bus, timeout: .seconds(5), activatesServices: false)
         } catch {
             return [Check(ok: false, what: "the system D-Bus bus answers", fix: "start dbus (systemctl start dbus); ancsd talks to bluetoothd over it (\(error))")]
         }

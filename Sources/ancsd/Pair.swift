@@ -191,7 +191,7 @@ actor PairingWindow {
 
     private func open() async {
         do {
-            let connection = try await DBusConnection.connect(to: options.bus)
+            let connection = try await DBusConnection.connect(to: options.bus, activatesServices: false)
             self.connection = connection
             let owner = try await BlueZOwner.track(on: connection)
             self.owner = owner
@@ -206,8 +206,7 @@ actor PairingWindow {
             self.adapter = adapter
             let adapterName = adapter.rawValue.split(separator: "/").last.map(String.init) ?? adapter.rawValue
             bondedBefore = Set(tree.devices.filter { $0.adapter == adapter && $0.isBonded }.map(\.path))
-            let alias = tree.property(adapter, BlueZ.adapterInterface, "Alias")?.stringValue ?? ""
-            let name = options.name ?? (alias.isEmpty ? hostName() : alias)
+            let name = options.name ?? recognisableName(alias: tree.property(adapter, BlueZ.adapterInterface, "Alias")?.stringValue)
             guard outcome == nil else { return }
 
             if options.yes {
@@ -490,7 +489,8 @@ actor PairingWindow {
         guard let error = error as? DBusError else { return "\(error)" }
         switch error {
         case .connectionFailed(let message): return "cannot connect to the D-Bus bus (\(message)); is dbus running?"
-        case .remote(let name, _) where name == DBusError.Names.serviceUnknown: return "bluetoothd is not running"
+        case .remote(let name, _) where name == DBusError.Names.serviceUnknown || name == DBusError.Names.nameHasNoOwner:
+            return "bluetoothd is not running"
         default: return "\(error)"
         }
     }

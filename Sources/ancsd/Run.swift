@@ -215,9 +215,17 @@ enum RunCommand {
     }
 
     /// The outputs the settings ask for: standard output, and the FIFO if one is named.
+    ///
+    /// Standard output is left out when it is the journal (a systemd unit's default): events carry
+    /// the phone's titles and messages, which anyone who may read the system log would read there.
     static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger) throws(FIFOError) -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
-        var sinks = [stdout]
+        var sinks: [LineSink] = []
+        if Logger.isJournal(STDOUT_FILENO) {
+            logger.info("standard output is the journal: events are not written there (their content is private); read them from the FIFO or the control socket")
+        } else {
+            sinks.append(stdout)
+        }
         if let path = settings.fifoPath {
             let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
             sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, logger: logger))

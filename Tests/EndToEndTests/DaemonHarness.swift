@@ -11,7 +11,7 @@ final class DaemonRun {
 
     /// Starts ancsd (JSON output, debug logs) and then the simulator with `scenario` — a file in
     /// `scenarios/`, or the text of one.
-    init(scenario name: String? = nil, text: String? = nil, ancsdArguments: [String] = []) throws {
+    init(scenario name: String? = nil, text: String? = nil, ancsdArguments: [String] = [], environment: [String: String] = [:]) throws {
         bus = try PrivateBus()
         if let text {
             scenario = URL(fileURLWithPath: bus.directory).appendingPathComponent("scenario.jsonl")
@@ -21,7 +21,8 @@ final class DaemonRun {
         }
         ancsd = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["--bus", bus.address, "run", "--format", "json", "--log-level", "debug"] + ancsdArguments)
+            ["--bus", bus.address, "run", "--format", "json", "--log-level", "debug"] + ancsdArguments,
+            environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, new in new })
         try ancsd.waitForStandardError(containing: "bluetoothd is not running")
         phone = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancs-phone-sim"),

@@ -227,3 +227,36 @@ final class PseudoTerminal {
         #expect(bad.status == 2 && bad.stderr.contains("advertise must be yes or no"))
     }
 }
+
+/// The package starts `ancsd run` on machines with no phone yet: until one is paired it must
+/// change nothing (no advertisement, no pairing agent that would replace the desktop's), and once
+/// `ancsd pair` has paired one, the running daemon takes it over by itself.
+@Suite(.serialized) struct WaitingForAPhoneTests {
+    @Test func registersNothingUntilAPhoneIsPairedThenServesIt() throws {
+        let scenario = """
+            {"scenario":"waiting","adapter_pairable":false,"adapter_discoverable":false,"devices":[{"address":"\(ada)","name":"Ada's iPhone","present":false}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"after":1,"do":"wait_state","agents":0,"advertisements":0,"timeout":0.1}
+            {"do":"appear"}
+            {"after":0.5,"do":"wait_state","agents":0,"advertisements":0,"timeout":0.1}
+            {"do":"wait_state","discoverable_advertisements":1,"agents":1,"pairable":true,"timeout":30}
+            {"after":0.2,"do":"pair","passkey":482913,"expect":"paired"}
+            {"do":"wait_state","advertisements":1,"discoverable_advertisements":0,"agents":1,"default_agent":true,"timeout":30}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Hello","message":"First"}
+            {"after":1,"do":"end"}
+            """
+        let notify = try DatagramListener(directory: NSTemporaryDirectory())
+        let run = try DaemonRun(text: scenario, environment: ["NOTIFY_SOCKET": notify.path])
+        let ready = try notify.receive(until: "STATUS=waiting for a paired iPhone (ancsd pair)", timeout: .seconds(20))
+        #expect(!ready.isEmpty)
+        try run.ancsd.waitForStandardError(containing: "no paired iPhone yet: no advertisement and no pairing agent")
+        try run.phone.waitForStandardError(containing: "appeared")
+        Thread.sleep(forTimeInterval: 1)
+        let pair = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", run.bus.address, "pair", "--yes"])
+        #expect(try pair.wait(timeout: .seconds(60)) == 0, "\(pair.standardError)")
+        let events = try run.finish()
+        #expect(events.titles("added") == ["Hello"])
+        #expect(run.ancsd.standardError.contains("registered pairing agent /org/ancsd/run/agent"))
+        _ = try notify.receive(until: "STATUS=1 phone connected, 1 notification", timeout: .seconds(5))
+    }
+}

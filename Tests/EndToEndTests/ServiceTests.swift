@@ -52,6 +52,62 @@ import TestSupport
         #expect(ancsd.lines.last?.text.contains(#""type":"disconnected""#) == true, "a clean stop says goodbye")
     }
 
+    /// Started at boot before any adapter exists, ancsd must not make the bus activate bluetoothd
+    /// (systemd would skip it for want of an adapter and the call would wait 25 s): READY at once.
+    @Test func readyAtOnceWithoutActivatingBluetoothd() throws {
+        let services = NSTemporaryDirectory() + "ancsd-services-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: services) }
+        let mark = services + "/bluetoothd-activated"
+        try "[D-BUS Service]\nName=org.bluez\nExec=/bin/sh -c 'touch \(mark); sleep 60'\n"
+            .write(toFile: services + "/org.bluez.service", atomically: true, encoding: .utf8)
+        let bus = try PrivateBus(serviceDirectory: services)
+        let notify = try DatagramListener(directory: bus.directory)
+        let started = ContinuousClock.now
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run"],
+            environment: environment(["NOTIFY_SOCKET": notify.path]))
+        let ready = try notify.receive(until: "READY=1", timeout: .seconds(20))
+        #expect(ContinuousClock.now - started < .seconds(3), "READY after \(ContinuousClock.now - started)")
+        #expect(ready.last?.contains("STATUS=waiting for bluetoothd") == true, "\(ready)")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(!FileManager.default.fileExists(atPath: mark), "ancsd made the bus start bluetoothd")
+        #expect(try ancsd.stop() == 0)
+    }
+
+    /// Under a systemd unit standard output is the journal: events (the phone's titles and
+    /// messages) must not go there, only to the FIFO and the control socket.
+    @Test func noEventsIntoTheJournal() throws {
+        let bus = try PrivateBus()
+        let fifo = bus.directory + "/events"
+        let scenario = bus.directory + "/phone.jsonl"
+        try """
+            {"scenario":"journal","devices":[{"address":"AA:BB:CC:DD:EE:01","name":"Ada's iPhone"}],"apps":{"a":"App"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"a","title":"Private title","message":"Private message"}
+            {"after":1,"do":"end"}
+            """.write(toFile: scenario, atomically: true, encoding: .utf8)
+        // JOURNAL_STREAM names the shell's standard output, as systemd names the journal's stream.
+        let ancsdPath = builtProductsDirectory.appendingPathComponent("ancsd").path
+        let ancsd = try ChildProcess(
+            URL(fileURLWithPath: "/bin/sh"),
+            ["-c", "JOURNAL_STREAM=$(stat -L -c %d:%i /proc/$$/fd/1) exec \"$0\" \"$@\"", ancsdPath,
+             "--bus", bus.address, "run", "--format", "json", "--fifo", fifo])
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running")
+        let reader = open(fifo, O_RDONLY | O_NONBLOCK)
+        #expect(reader >= 0)
+        defer { close(reader) }
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", scenario])
+        #expect(try phone.wait(timeout: .seconds(60)) == 0)
+        var data = [UInt8](repeating: 0, count: 1 << 16)
+        let count = read(reader, &data, data.count)
+        #expect(String(decoding: data.prefix(max(count, 0)), as: UTF8.self).contains("Private message"), "the FIFO has the events")
+        #expect(try ancsd.stop() == 0)
+        #expect(ancsd.lines.isEmpty, "nothing on the journal's stream: \(ancsd.lines.map(\.text))")
+        #expect(ancsd.standardError.contains("standard output is the journal: events are not written there"))
+        #expect(!ancsd.standardError.contains("Private"))
+    }
+
     @Test func aBadConfigurationStopsBeforeReady() throws {
         let bus = try PrivateBus()
         let notify = try DatagramListener(directory: bus.directory)

@@ -22,6 +22,7 @@ public final class PrivateBus: Sendable {
           <type>session</type>
           <listen>unix:path=SOCKET</listen>
           <auth>EXTERNAL</auth>
+          SERVICEDIR
           <policy context="default">
             <allow send_destination="*" eavesdrop="true"/>
             <allow eavesdrop="true"/>
@@ -30,12 +31,14 @@ public final class PrivateBus: Sendable {
         </busconfig>
         """
 
-    public init() throws {
+    /// `serviceDirectory`: a directory of D-Bus `.service` files the bus may activate.
+    public init(serviceDirectory: String? = nil) throws {
         var template = Array((NSTemporaryDirectory() + "ancsd-bus-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
         directory = String(cString: made)
         let configPath = directory + "/bus.conf"
         try Self.config.replacingOccurrences(of: "SOCKET", with: directory + "/bus")
+            .replacingOccurrences(of: "SERVICEDIR", with: serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? "")
             .write(toFile: configPath, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
