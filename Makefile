@@ -9,7 +9,9 @@ BUILD_DEPS  := libdbus-1-dev libbluetooth-dev pkg-config
 TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
-	dbus-daemon dbus-bin systemd python3
+	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
+# The Debian releases whose clean roots get the package and boot it with systemd.
+BOOT_SUITES ?= bookworm trixie
 FUZZ_SECONDS ?= 60
 FUZZ_DIR    := .build/fuzz
 # ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
@@ -25,7 +27,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all build release release-static deb demo test system-test check-install bench fuzz deps install uninstall clean
+.PHONY: all build release release-static deb check-deb demo test system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
 
 all: build
@@ -63,6 +65,11 @@ deb:
 	@scripts/install-deps $(DEB_DEPS)
 	@scripts/build-deb
 
+## check-deb: the package into a clean bookworm minbase root with apt: runs without Swift,
+## ancsd --version, decode and doctor work, remove and purge leave nothing (SystemTest/root-checks).
+check-deb: deb
+	SystemTest/make-root bookworm "$$(ls .build/deb/ancsd_*_$$(dpkg --print-architecture).deb)" .build/check-deb --checks-only
+
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \
 		$(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service \
@@ -85,11 +92,17 @@ test:
 
 ## system-test: ancsd against the real kernel Bluetooth stack and bluetoothd, in a QEMU VM with
 ## two virtual LE controllers and an iPhone played by ancs-gatt-phone (docs/system-test.md).
+## Then the package: built by make deb, installed with apt into clean roots of BOOT_SUITES,
+## checked, and booted with systemd to play the README's admin story (SystemTest/boot-scenario).
 system-test:
 	@scripts/install-deps $(SYSTEM_TEST_DEPS)
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-gatt-phone
 	SystemTest/run
+	@mkdir -p .build/system-test
+	scripts/build-deb > .build/system-test/deb.out || { cat .build/system-test/deb.out; exit 1; }
+	@cat .build/system-test/deb.out
+	SystemTest/boot-scenario "$$(tail -n 1 .build/system-test/deb.out)" $(BOOT_SUITES)
 
 ## check-install: make install / uninstall into a scratch DESTDIR, checked (scripts/check-install).
 check-install:

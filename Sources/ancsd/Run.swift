@@ -253,7 +253,6 @@ enum RunCommand {
 
         func reload(daemon: Daemon, stdout: LineSink, logger: Logger, notifier: SystemdNotifier) async {
             notifier.reloading()
-            defer { notifier.status("reloaded") }
             let fresh: RunSettings
             do {
                 fresh = try RunCommand.load(commandLine)

@@ -41,6 +41,8 @@ import TestSupport
         ancsd.signal(SIGHUP)
         let reload = try notify.receive(until: "READY=1", timeout: .seconds(10))
         #expect(reload.contains { $0.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") })
+        #expect(reload.last?.hasSuffix("STATUS=1 phone connected, 1 notification") == true, "\(reload)")
+        #expect(notify.receive(timeout: .milliseconds(300)).map { !$0.hasPrefix("STATUS=") } ?? true, "the status line stays")
         try ancsd.waitForStandardError(containing: "reloaded the configuration")
         #expect(!ancsd.lines.contains { $0.text.contains("disconnected") }, "the phone stays connected")
         let debugBefore = ancsd.standardError.components(separatedBy: "debug:").count
