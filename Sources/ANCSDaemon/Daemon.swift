@@ -419,19 +419,15 @@ public actor Daemon {
     /// shown (`seen_before`).
     private func show(_ event: NotificationEvent, on link: PhoneLink) {
         let n = event.notification, address = link.device.address
-        let fingerprint = event.kind == .removed ? nil : NotificationFingerprint(n)
-        let known = fingerprint.map { seen.contains($0, device: address) } ?? false
-        let admitted = link.gate.admit(event, known: known)
+        let admitted = link.gate.admit(event, device: address, store: seen)
         if link.gate.seenBefore.count > options.session.maxKnownNotifications + 1024 {
             link.gate.retain(only: Set(link.session.notifications.map(\.uid)))
         }
         guard let (shown, seenBefore) = admitted else {
-            if let fingerprint, known { seen.record(fingerprint, device: address) }  // still on the phone: keep it recent
             if event.kind != .removed { link.heldBack += 1 }
             logger.debug("\(address): \(event.kind.rawValue) \(n.uid) held back (replayed, --replays \(link.gate.policy.rawValue))")
             return
         }
-        if let fingerprint { seen.record(fingerprint, device: address) }
         eventsEmitted += 1
         link.notificationCount += 1
         logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")

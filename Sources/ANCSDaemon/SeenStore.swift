@@ -64,6 +64,18 @@ public struct NotificationFingerprint: Hashable, Sendable {
     }
 }
 
+extension ReplayGate {
+    /// Looks the event's content up among what `device` showed, decides under the policy, and
+    /// remembers what is shown (and keeps what is held back but still on the phone recent).
+    public mutating func admit(_ event: NotificationEvent, device: String, store: SeenStore) -> (event: NotificationEvent, seenBefore: Bool)? {
+        let fingerprint = event.kind == .removed ? nil : NotificationFingerprint(event.notification)
+        let known = fingerprint.map { store.contains($0, device: device) } ?? false
+        let admitted = admit(event, known: known)
+        if let fingerprint, admitted != nil || known { store.record(fingerprint, device: device) }
+        return admitted
+    }
+}
+
 /// One phone's bounded set of fingerprints, most recently seen kept; no I/O.
 public struct SeenSet: Sendable {
     public let capacity: Int

@@ -184,7 +184,7 @@ final class PseudoTerminal {
 /// What `ancsd run` keeps registered for phones to come back.
 @Suite(.serialized) struct PresenceTests {
     @Test func advertisementAndAgentStayRegistered() throws {
-        let run = try DaemonRun(scenario: "run-presence")
+        let run = try DaemonRun(scenario: "run-presence", ancsdArguments: ["--replays", "all"])
         let events = try run.finish()
         let sessions = events.sessions(of: ada)
         #expect(sessions.count == 2)
