@@ -218,6 +218,12 @@ actor PairingWindow {
                 logger.warning("standard input is not a terminal: the passkey cannot be confirmed, so pairing requests will be refused (give --yes to accept them)")
             }
 
+            // Remember the adapter's settings before anything changes them: bluetoothd 5.66
+            // turns the adapter's Pairable on by itself as soon as any default agent is
+            // registered (and off when the last one goes), unless AlwaysPairable is set.
+            let saved = try await AdapterVisibility.read(adapter, on: connection)
+            self.saved = saved
+
             let agent = PairingAgent(owner: owner) { [weak self] request in
                 guard let self else { throw AgentError.rejected }
                 return try await self.answer(request)
@@ -232,11 +238,10 @@ actor PairingWindow {
             try await manager.requestDefault(Self.agentPath)
             guard outcome == nil else { return }
 
-            // Remember the adapter's settings first; the timeout makes bluetoothd close the
-            // window by itself if ancsd is killed before it can. Only Pairable changes: the
-            // advertisement's own flags make us discoverable (see AdapterVisibility).
-            let saved = try await AdapterVisibility.read(adapter, on: connection)
-            self.saved = saved
+            // The timeout makes bluetoothd close the window by itself if ancsd is killed before
+            // it can. Only Pairable changes: the advertisement's own flags make us discoverable
+            // (see AdapterVisibility). The agent is unregistered before the settings are put
+            // back, so what bluetoothd does when it goes is overwritten with what was found.
             let margin = UInt32(options.timeout + 30)
             try await AdapterVisibility(pairable: true, pairableTimeout: margin).apply(adapter, on: connection)
             guard outcome == nil else { return }
