@@ -28,7 +28,7 @@ _ancsd() {
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
-        replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --replays --state-dir --help" -- "$cur")) || _filedir ;;
+        replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --replays --state-dir --only-app --ignore-app --ignore-category --help" -- "$cur")) || _filedir ;;
         list) COMPREPLY=($(compgen -W "--device --json --control --help" -- "$cur")) ;;
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;

@@ -9,7 +9,8 @@ import JSON
 enum ReplayCommand {
     static let help = """
     Usage: ancsd replay [--format json|text] [--device ADDR] [--replays all|unseen|none]
-                        [--state-dir DIR] [FILE|-]
+                        [--state-dir DIR] [--only-app P] [--ignore-app P] [--ignore-category C]
+                        [FILE|-]
 
     Runs ancsd's ANCS session engine against a recorded capture (ancs-capture/1, as written by
     "ancsd run --record" or "ancsd decode --to-capture") and prints the events that
@@ -32,6 +33,9 @@ enum ReplayCommand {
       --state-dir DIR      what the phone showed before, as "ancsd run --state-dir" keeps it
                            (read and updated): replay a phone's recordings in order with one
                            DIR to reproduce a run's seen_before marks across its sessions
+      --only-app PATTERN, --ignore-app PATTERN, --ignore-category NAME
+                           the filters "ancsd run" had (a recording does not hold them):
+                           with app filters its requests differ
       -h, --help           show this help
 
     Warnings on standard error name the line where the session and the capture disagree: a
@@ -52,6 +56,7 @@ enum ReplayCommand {
         var device: String? = nil
         var replays = ReplayPolicy.unseen
         var stateDirectory: String? = nil
+        var filters = RunSettings()
         do {
             while let argument = scanner.next() {
                 switch argument {
@@ -70,6 +75,9 @@ enum ReplayCommand {
                     replays = parsed
                 case .option("--state-dir", let inline):
                     stateDirectory = try scanner.value(of: "--state-dir", inline: inline)
+                case .option(let name, let inline) where ["--only-app", "--ignore-app", "--ignore-category"].contains(name):
+                    let value = try scanner.value(of: name, inline: inline)
+                    do { try filters.set(String(name.dropFirst(2)), value) } catch { throw UsageError("--\(error.description)") }
                 case .option(let name, _):
                     throw UsageError("unknown option \(name)")
                 case .positional(let value):
@@ -81,7 +89,9 @@ enum ReplayCommand {
             return usageFailure(error, command: "replay")
         }
         let file = path ?? "-"
-        var replayer = Replayer(format: format, device: device, replays: replays, seen: SeenStore(directory: stateDirectory))
+        var replayer = Replayer(
+            format: format, device: device, replays: replays, seen: SeenStore(directory: stateDirectory),
+            filter: filters.options.session.filter)
         var lineNumber = 0
         do {
             try LineReader(path: file).forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
@@ -103,7 +113,8 @@ struct Replayer {
     var device: String
     var deviceFixed: Bool
     var name: String?
-    var session = ANCSSession()
+    let configuration: SessionConfiguration
+    var session: ANCSSession
     /// What reaches the output, as in `ancsd run` (`--replays`, `seen_before`).
     var gate: ReplayGate
     let seen: SeenStore
@@ -115,7 +126,11 @@ struct Replayer {
     var answer: (at: Duration, result: WriteResult)?
     var mismatches = 0
 
-    init(format: OutputFormat, device: String?, replays: ReplayPolicy, seen: SeenStore) {
+    init(format: OutputFormat, device: String?, replays: ReplayPolicy, seen: SeenStore, filter: NotificationFilter) {
+        var configuration = SessionConfiguration()
+        configuration.filter = filter
+        self.configuration = configuration
+        session = ANCSSession(configuration: configuration)
         self.format = format
         gate = ReplayGate(policy: replays)
         self.seen = seen
@@ -142,7 +157,7 @@ struct Replayer {
                 let reason = entry.object["reason"]?.stringValue ?? "disconnected"
                 print(EventFormatter.line(.disconnected(device: device, reason: reason), format: format))
             }
-            session = ANCSSession()
+            session = ANCSSession(configuration: configuration)
             gate = ReplayGate(policy: gate.policy)
             outstanding = []
             answer = nil

@@ -141,4 +141,38 @@ private let reconnects = [
         let events = try DaemonRun(text: scenario, ancsdArguments: ["--only-app", "com.apple.*", "--ignore-app", "com.apple.mobilemail"]).finish()
         #expect(events.titles("added") == ["Grace"])
     }
+
+    /// SIGHUP applies changed filters; systemd's $STATE_DIRECTORY is where the fingerprints go.
+    @Test func aReloadAppliesNewFilters() throws {
+        let bus = try PrivateBus()
+        let config = bus.directory + "/ancsd.conf"
+        let state = bus.directory + "/state"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+        try "format = json\nlog-level = debug\nignore-category = email\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let scenario = bus.directory + "/phone.jsonl"
+        try [
+            header, #"{"do":"wait_subscribed","timeout":30}"#,
+            add(1, "Invoice", "Due today", app: "com.apple.mobilemail", category: "email"), add(2, "Grace", "Tea?"),
+            #"{"after":4,"do":"add","uid":3,"category":"email","app":"com.apple.mobilemail","title":"Receipt","message":"Paid"}"#,
+            add(4, "Ada", "Scones?"),
+            #"{"after":1,"do":"end"}"#,
+        ].joined(separator: "\n").write(toFile: scenario, atomically: true, encoding: .utf8)
+        var environment = ProcessInfo.processInfo.environment
+        environment["STATE_DIRECTORY"] = state
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--config", config],
+            environment: environment)
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running")
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", scenario])
+        try ancsd.waitForLine { $0.contains(#""title":"Grace""#) }
+        try "format = json\nlog-level = debug\nignore-category = social\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try ancsd.waitForStandardError(containing: "reloaded the configuration")
+        #expect(try phone.wait(timeout: .seconds(30)) == 0)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try ancsd.stop() == 0)
+        let titles = ancsd.lines.compactMap { try? JSONValue(parsing: $0.text) }.titles("added")
+        #expect(titles == ["Grace", "Receipt"], "email dropped before the reload, social after: \(titles)")
+        #expect(FileManager.default.fileExists(atPath: state + "/AA_BB_CC_DD_EE_01.seen"), "fingerprints in $STATE_DIRECTORY")
+    }
 }
