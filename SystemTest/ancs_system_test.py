@@ -223,6 +223,20 @@ def adapter_settings(adapter):
     return settings
 
 
+def settled_settings(adapter):
+    """The settings once they stop changing. Every default agent registered with this one
+    bluetoothd (bluetoothctl's, the phone's) turns every adapter's Pairable on, and the last one
+    leaving turns it off: "as found" is measured after the other programs are in place."""
+    current = adapter_settings(adapter)
+    for _ in range(20):
+        time.sleep(0.5)
+        again = adapter_settings(adapter)
+        if again == current:
+            return current
+        current = again
+    raise Failure(f"{adapter}'s settings keep changing: {current}")
+
+
 def check_settings_kept(adapter, before):
     after = adapter_settings(adapter)
     changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
@@ -333,32 +347,39 @@ def step(name):
 def advertising_dual(stack, ctx):
     poll_until(lambda: "hci3" in run("busctl", "--system", "tree", "org.bluez", check_status=False), 20,
                "bluetoothd did not show the dual-mode adapters hci2 and hci3")
-    before = adapter_settings("hci2")
+    # Connectable on, as on a desktop that pages bonded BR/EDR devices: ancsd pair used to turn
+    # it off by putting Discoverable back (bluetoothd 5.66 does that with Set Connectable off).
+    run("btmgmt", "--index", "2", "connectable", "on", timeout=30)
     scanner = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl-scan.log", "w"),
                                stderr=subprocess.STDOUT, text=True)
     scanner.stdin.write(f"select {stack.address('hci3')}\nscan le\n")
     scanner.stdin.flush()
+    poll_until(lambda: run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci3", "org.bluez.Adapter1",
+                           "Discovering").strip() == "b true", 20, "bluetoothctl did not start scanning on hci3")
+    before = settled_settings("hci2")
+    check("connectable" in before["kernel"].split(), f"hci2 is not connectable before the window: {before}")
     # Nobody pairs: the window times out (exit status 3) and puts everything back.
     pairing = ancsd("ancsd-pair-dual", "pair", "--adapter", "hci2", "--timeout", "10", "--name", "ancsd on a dual-mode controller")
     try:
         status = pairing.process.wait(60)
     except subprocess.TimeoutExpired:
         raise Failure("ancsd pair on hci2 did not end within 60 s")
-    scanner.stdin.write("scan off\nquit\n")
-    scanner.stdin.close()
-    scanner.wait(10)
     check(status == 3, f"ancsd pair on hci2 exited {status}, not 3 (no phone within the timeout)")
     pairing.wait(lambda e: 'advertising as "ancsd on a dual-mode controll"' in e.get("unparsed", ""),
                  "the name cut to 29 bytes", timeout=10)
     after = check_settings_kept("hci2", before)
+    scanner.stdin.write("scan off\nquit\n")
+    scanner.stdin.close()
+    scanner.wait(10)
     say(f"   hci2 (dual-mode) before and after: {after}")
 
 
 @step("pair: ancsd pair --yes on hci0, the phone connects, pairs (LE Secure Connections) and bonds")
 def pair(stack, ctx):
-    before = adapter_settings("hci0")
-    pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
     ctx["phone"] = phone = Phone(ctx["hci0"])
+    phone.event("registered")
+    before = settled_settings("hci0")
+    pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
     phone.event("paired", timeout=120)
     try:
         status = pairing.process.wait(60)
