@@ -197,14 +197,138 @@ def notification(uid, title, message, app="com.apple.MobileSMS", category="socia
     return step
 
 
-def expect_added(daemon, uid, title, message, pre_existing=False, timeout=60):
+def expect_added(daemon, uid, title, message, pre_existing=False, timeout=60, seen_before=False):
     event = daemon.wait(lambda e: e.get("type") == "added" and e.get("uid") == uid and e.get("title") == title,
                         f'"added" for uid {uid} ({title})', timeout)
     check(event["message"] == message, f"uid {uid}: message differs: {event['message']!r}")
     check(event["message_size"] == len(message.encode()), f"uid {uid}: message_size {event['message_size']}")
     check(event["complete"] is True, f"uid {uid}: not complete: {event}")
     check(event["pre_existing"] is pre_existing, f"uid {uid}: pre_existing is {event['pre_existing']}")
+    check(event["seen_before"] is seen_before, f"uid {uid}: seen_before is {event['seen_before']}")
     return event
+
+
+# The adapter settings `ancsd pair` must leave as it found them: bluetoothd's Adapter1 properties
+# and the kernel's own settings (btmgmt: "powered connectable bondable le …").
+ADAPTER_PROPERTIES = ["Powered", "Discoverable", "DiscoverableTimeout", "Pairable", "PairableTimeout", "Alias"]
+
+
+def adapter_settings(adapter):
+    settings = {}
+    for name in ADAPTER_PROPERTIES:
+        settings[name] = run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
+                             name).strip()
+    info = run("btmgmt", "--index", adapter[3:], "info", timeout=30)
+    settings["kernel"] = next((line.split(":", 1)[1].strip() for line in info.splitlines() if "current settings" in line), "?")
+    return settings
+
+
+def settled_settings(adapter):
+    """The settings once they stop changing. Every default agent registered with this one
+    bluetoothd (bluetoothctl's, the phone's) turns every adapter's Pairable on, and the last one
+    leaving turns it off: "as found" is measured after the other programs are in place."""
+    current = adapter_settings(adapter)
+    for _ in range(20):
+        time.sleep(0.5)
+        again = adapter_settings(adapter)
+        if again == current:
+            return current
+        current = again
+    raise Failure(f"{adapter}'s settings keep changing: {current}")
+
+
+def check_settings_kept(adapter, before):
+    after = adapter_settings(adapter)
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    check(not changed, f"ancsd pair changed {adapter}'s settings (before, after): {changed}")
+    return after
+
+
+# What a controller was told to advertise and what another one received, from the kernel's HCI
+# monitor (ancsd capture's btsnoop file, datalink 2001: the record's flags carry the controller
+# index and the packet type).
+ANCS_SOLICITATION = bytes.fromhex("7905F431B5CE4E99A40F4B1E122D00D0")[::-1]
+AD_NAMES = {0x01: "flags", 0x08: "short name", 0x09: "name", 0x15: "solicit128", 0x19: "appearance"}
+
+
+def monitor_records(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    offset = 16
+    while offset + 24 <= len(data):
+        included = int.from_bytes(data[offset + 4:offset + 8], "big")
+        flags = int.from_bytes(data[offset + 8:offset + 12], "big")
+        yield flags >> 16, flags & 0xFFFF, data[offset + 24:offset + 24 + included]
+        offset += 24 + included
+
+
+def ad_structures(data):
+    out, i = [], 0
+    while i < len(data) and data[i]:
+        out.append((data[i + 1], bytes(data[i + 2:i + 1 + data[i]])))
+        i += 1 + data[i]
+    return out
+
+
+def ad_field(data, *types):
+    return next((value for kind, value in ad_structures(data) if kind in types), None)
+
+
+def describe_ad(data):
+    parts = []
+    for kind, value in ad_structures(data):
+        name = AD_NAMES.get(kind, f"0x{kind:02x}")
+        if kind in (0x08, 0x09):
+            parts.append(f'{name} "{value.decode(errors="replace")}"')
+        elif kind == 0x15 and value == ANCS_SOLICITATION:
+            parts.append("solicit ANCS")
+        else:
+            parts.append(f"{name} {value.hex()}")
+    return f"{len(data)} bytes: " + ", ".join(parts)
+
+
+def advertising(path):
+    """Per controller index: the advertising and scan response data it was told to send (LE Set
+    Advertising Data / Scan Response Data and their extended forms) and the advertising reports
+    it received (legacy and extended)."""
+    found = {}
+    for index, kind, packet in monitor_records(path):
+        entry = found.setdefault(index, {"adv": [], "scan_rsp": [], "reports": []})
+        if kind == 2 and len(packet) >= 3:  # a command
+            opcode, params = int.from_bytes(packet[0:2], "little"), packet[3:]
+            if opcode in (0x2008, 0x2009) and params:
+                entry["adv" if opcode == 0x2008 else "scan_rsp"].append(params[1:1 + params[0]])
+            elif opcode in (0x2037, 0x2038) and len(params) >= 4:
+                entry["adv" if opcode == 0x2037 else "scan_rsp"].append(params[4:4 + params[3]])
+        elif kind == 3 and len(packet) >= 4 and packet[0] == 0x3E:  # an LE meta event
+            subevent, body = packet[2], packet[3:]
+            if subevent == 0x02 and len(body) >= 10 and body[0] == 1:  # LE Advertising Report
+                entry["reports"].append(("scan_rsp" if body[1] == 0x04 else "adv", body[10:10 + body[9]]))
+            elif subevent == 0x0D and len(body) >= 25 and body[0] == 1:  # LE Extended Advertising Report
+                event_type = int.from_bytes(body[1:3], "little")
+                entry["reports"].append(("scan_rsp" if event_type & 0x08 else "adv", body[25:25 + body[24]]))
+    return found
+
+
+def check_pair_advertisement(found, advertiser, scanner, name, label):
+    """The pair window's PDUs as sent by `advertiser` and received by `scanner`; returns their descriptions."""
+    sent = found.get(advertiser, {"adv": [], "scan_rsp": []})
+    ours = [d for d in sent["adv"] if ad_field(d, 0x15) == ANCS_SOLICITATION]
+    window = [d for d in ours if (ad_field(d, 0x01) or b"\0")[0] & 0x02]
+    check(window, f"{label}: hci{advertiser} was never told to advertise LE General Discoverable with the ANCS solicitation: "
+                  f"{[describe_ad(d) for d in sent['adv']]}")
+    primary = window[-1]
+    check(len(primary) <= 31, f"{label}: primary PDU of {len(primary)} bytes")
+    check(ad_field(primary, 0x01) == b"\x06", f"{label}: flags {ad_field(primary, 0x01)!r}, not 0x06 (LE General Discoverable, "
+                                              f"BR/EDR not supported): {describe_ad(primary)}")
+    response = [d for d in sent["scan_rsp"] if (ad_field(d, 0x08, 0x09) or b"").decode(errors="replace") == name]
+    check(response, f"{label}: no scan response with the name {name!r}: {[describe_ad(d) for d in sent['scan_rsp']]}")
+    received = found.get(scanner, {"reports": []})["reports"]
+    check(any(k == "adv" and d == primary for k, d in received),
+          f"{label}: hci{scanner} never received the primary PDU ({len(received)} reports)")
+    check(any(k == "scan_rsp" and d == response[-1] for k, d in received),
+          f"{label}: hci{scanner} never received the scan response with the name")
+    return describe_ad(primary), describe_ad(response[-1])
 
 
 def step(name):
@@ -219,10 +343,43 @@ def step(name):
     return wrap
 
 
+@step("advertising on a dual-mode controller: ancsd pair on hci2 while hci3 scans; hci2's settings untouched")
+def advertising_dual(stack, ctx):
+    poll_until(lambda: "hci3" in run("busctl", "--system", "tree", "org.bluez", check_status=False), 20,
+               "bluetoothd did not show the dual-mode adapters hci2 and hci3")
+    # Connectable on, as on a desktop that pages bonded BR/EDR devices: ancsd pair used to turn
+    # it off by putting Discoverable back (bluetoothd 5.66 does that with Set Connectable off).
+    run("btmgmt", "--index", "2", "connectable", "on", timeout=30)
+    scanner = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl-scan.log", "w"),
+                               stderr=subprocess.STDOUT, text=True)
+    scanner.stdin.write(f"select {stack.address('hci3')}\nscan le\n")
+    scanner.stdin.flush()
+    poll_until(lambda: run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci3", "org.bluez.Adapter1",
+                           "Discovering").strip() == "b true", 20, "bluetoothctl did not start scanning on hci3")
+    before = settled_settings("hci2")
+    check("connectable" in before["kernel"].split(), f"hci2 is not connectable before the window: {before}")
+    # Nobody pairs: the window times out (exit status 3) and puts everything back.
+    pairing = ancsd("ancsd-pair-dual", "pair", "--adapter", "hci2", "--timeout", "10", "--name", "ancsd on a dual-mode controller")
+    try:
+        status = pairing.process.wait(60)
+    except subprocess.TimeoutExpired:
+        raise Failure("ancsd pair on hci2 did not end within 60 s")
+    check(status == 3, f"ancsd pair on hci2 exited {status}, not 3 (no phone within the timeout)")
+    pairing.wait(lambda e: 'advertising as "ancsd on a dual-mode controll"' in e.get("unparsed", ""),
+                 "the name cut to 29 bytes", timeout=10)
+    after = check_settings_kept("hci2", before)
+    scanner.stdin.write("scan off\nquit\n")
+    scanner.stdin.close()
+    scanner.wait(10)
+    say(f"   hci2 (dual-mode) before and after: {after}")
+
+
 @step("pair: ancsd pair --yes on hci0, the phone connects, pairs (LE Secure Connections) and bonds")
 def pair(stack, ctx):
-    pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
     ctx["phone"] = phone = Phone(ctx["hci0"])
+    phone.event("registered")
+    before = settled_settings("hci0")
+    pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
     phone.event("paired", timeout=120)
     try:
         status = pairing.process.wait(60)
@@ -233,12 +390,14 @@ def pair(stack, ctx):
     check(any("requestConfirmation" in e["request"] for e in requests), f"no passkey comparison on the phone: {requests}")
     info = run("bluetoothctl", "info", ctx["hci1"])
     check("Paired: yes" in info and "Trusted: yes" in info, f"hci0 does not hold a trusted bond:\n{info}")
+    after = check_settings_kept("hci0", before)
+    say(f"   hci0 (LE-only) before and after: {after}")
 
 
 @step("run (AcquireNotify) at ExchangeMTU 48: notifications arrive once, with every field, a long message in 36 fragments")
 def first_session(stack, ctx):
     phone = ctx["phone"]
-    ctx["daemon"] = daemon = ancsd("ancsd-run", "run", "--format", "json", "--adapter", "hci0",
+    ctx["daemon"] = daemon = ancsd("ancsd-run", "run", "--format", "json", "--adapter", "hci0", "--replays", "all",
                                    "--control", "/run/ancsd.control", "--log-level", "debug")
     daemon.wait(lambda e: e.get("type") == "connected" and e.get("device") == ctx["hci1"], '"connected"')
     phone.event("consumer_subscribed")
@@ -326,9 +485,11 @@ def power_cycle(stack, ctx):
     phone.event("notification", uid=4, sent=False)
     stack.power("hci1", True)
     daemon.wait(lambda e: e.get("type") == "connected", '"connected" after the power cycle', timeout=90)
-    for uid, title, message in [(2, "Ada Lovelace", LONG_MESSAGE), (3, "Calendar", "Standup in 5 minutes"),
-                                (4, "Alan Turing", "Can machines think?")]:
-        expect_added(daemon, uid, title, message, pre_existing=True)
+    # --replays all: the ones shown before are marked seen_before, the one that arrived while
+    # the phone was away is not.
+    for uid, title, message, seen in [(2, "Ada Lovelace", LONG_MESSAGE, True), (3, "Calendar", "Standup in 5 minutes", True),
+                                      (4, "Alan Turing", "Can machines think?", False)]:
+        expect_added(daemon, uid, title, message, pre_existing=True, seen_before=seen)
     pairings = phone.all(lambda e: e.get("event") == "pairing")
     check(len(pairings) == 1, f"the phone paired {len(pairings)} times: the bond was not used")
 
@@ -375,7 +536,7 @@ def long_message_at(ctx, uid, mtu):
 @step("bluetoothd restarts (ExchangeMTU 185) with the phone connected: ancsd recovers by itself")
 def restart_185(stack, ctx):
     restart_bluetoothd(stack, ctx, 185, phone_away=False)
-    expect_added(ctx["daemon"], 4, "Alan Turing", "Can machines think?", pre_existing=True)
+    expect_added(ctx["daemon"], 4, "Alan Turing", "Can machines think?", pre_existing=True, seen_before=True)
     long_message_at(ctx, 5, 185)
 
 
@@ -474,6 +635,24 @@ def capture(stack, ctx):
         f"ancs-capture/1 recorded live: {len(live)} lines")
 
 
+@step("advertising PDUs: what hci0 and hci2 were told to advertise, and what hci1 and hci3 received")
+def advertising_pdus(stack, ctx):
+    found = advertising(f"{LOGS}/ancs.btsnoop")
+    lines = []
+    for label, advertiser, scanner, name in [("LE-only", 0, 1, "ancsd-system-test"),
+                                             ("dual-mode", 2, 3, "ancsd on a dual-mode controll")]:
+        primary, response = check_pair_advertisement(found, advertiser, scanner, name, label)
+        lines.append(f"{label} pair window: primary {primary}; scan response {response}")
+    # ancsd run's advertisement on hci0: the solicitation, and no discoverable flag.
+    run_ads = [d for d in found.get(0, {"adv": []})["adv"]
+               if ad_field(d, 0x15) == ANCS_SOLICITATION and not (ad_field(d, 0x01) or b"\0")[0] & 0x03]
+    check(run_ads, "ancsd run's advertisement (the solicitation, not discoverable) was never set on hci0")
+    lines.append(f"LE-only ancsd run: primary {describe_ad(run_ads[-1])}")
+    ctx["advertising"] = lines
+    for line in lines:
+        say(f"   {line}")
+
+
 def eatt_frames(path):
     """L2CAP frames on LE dynamic channels (0x0040-0x007F: EATT here) in a BlueZ monitor btsnoop file."""
     count = 0
@@ -530,8 +709,8 @@ def main():
         stack.start(48)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [pair, first_session, modify_remove, clients, actions, power_cycle, restart_185, start_notify, fallback,
-                     eatt, capture, exactly_once]:
+        for body in [advertising_dual, pair, first_session, modify_remove, clients, actions, power_cycle, restart_185,
+                     start_notify, fallback, eatt, capture, advertising_pdus, exactly_once]:
             body(stack, ctx)
     except Failure as failure:
         failed = str(failure)
@@ -550,6 +729,8 @@ def main():
             summary.write(f"ok   {seconds:5.1f} s  {name}\n")
         if failed:
             summary.write(f"FAIL {failed}\n")
+        for line in ctx.get("advertising", []):
+            summary.write(f"advertising: {line}\n")
         if "fragments" in ctx:
             summary.write("fragments of the long message by MTU: "
                           + ", ".join(f"{m}: {f}" for m, f in sorted(ctx["fragments"].items())) + "\n")

@@ -24,7 +24,9 @@ start_bus() {
     wait_for 10 test -S /run/dbus/system_bus_socket
 }
 
-# Two LE controllers on one virtual radio: hci0 (this machine) and hci1 (the phone).
+# Two LE controllers on one virtual radio: hci0 (this machine) and hci1 (the phone); then two
+# dual-mode (BR/EDR and LE, Bluetooth 5.2) controllers on a second radio: hci2 (this machine)
+# and hci3 (a scanner), for the advertising check on a dual-mode controller.
 start_controllers() {
     modprobe -a bluetooth hci_vhci algif_hash algif_skcipher cmac ecb ecdh_generic
     # Under TCG an on-demand module load during controller setup times the HCI reset out.
@@ -34,6 +36,10 @@ start_controllers() {
     btvirt -L -l2 > "$logs/btvirt.log" 2>&1 &
     btvirt_pid=$!
     wait_for 20 test -e /sys/class/bluetooth/hci1 || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
+    sleep 1
+    btvirt -l2 > "$logs/btvirt-dual.log" 2>&1 &
+    btvirt_dual_pid=$!
+    wait_for 20 test -e /sys/class/bluetooth/hci3 || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
     sleep 1
     echo "$helper" > /proc/sys/kernel/modprobe
     # Everything the controllers carry, for reading after a failure (btmon -r).

@@ -15,17 +15,20 @@ _ancsd() {
             return ;;
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
         --fifo|--config|--control|--record|--output|-o) _filedir; return ;;
-        --record) _filedir -d; return ;;
+        --record|--state-dir) _filedir -d; return ;;
+        --replays) COMPREPLY=($(compgen -W "all unseen none" -- "$cur")); return ;;
+        --ignore-category) COMPREPLY=($(compgen -W "other incoming_call missed_call voicemail social schedule email news health_and_fitness business_and_finance location entertainment reserved" -- "$cur")); return ;;
+        --only-app|--ignore-app) return ;;
         --adapter|--index) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
         --device|--fifo-mode|--bus|--name|--timeout|--handles|--duration|--count) return ;;
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
-        replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --help" -- "$cur")) || _filedir ;;
+        replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --replays --state-dir --only-app --ignore-app --ignore-category --help" -- "$cur")) || _filedir ;;
         list) COMPREPLY=($(compgen -W "--device --json --control --help" -- "$cur")) ;;
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;

@@ -39,6 +39,8 @@ public actor Daemon {
     private var pairedPhoneKnown = false
     private var onReady: (@Sendable () -> Void)?
     private let executor: DaemonExecutor
+    /// What each phone has shown, for `seen_before` and `--replays`.
+    let seen: SeenStore
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -58,6 +60,7 @@ public actor Daemon {
         self.logger = logger
         self.notifier = notifier
         self.onReady = onReady
+        seen = SeenStore(directory: options.stateDirectory, logger: logger)
     }
 
     /// A line for `systemctl status`: "2 phones connected, 14 notifications".
@@ -114,9 +117,15 @@ public actor Daemon {
     /// Applies new settings without dropping the phones it may keep (SIGHUP).
     public func update(options newOptions: DaemonOptions, output newOutput: OutputRouter?) {
         if newOptions.bus != options.bus { logger.warning("a new bus address takes effect only after a restart") }
+        if newOptions.stateDirectory != options.stateDirectory { logger.warning("a new state directory takes effect only after a restart") }
         var kept = newOptions
         kept.bus = options.bus
+        kept.stateDirectory = options.stateDirectory
         options = kept
+        for link in links.values {
+            link.session.updateFilter(kept.session.filter)
+            link.gate.policy = kept.replays
+        }
         if let newOutput { output = newOutput }
         ignoredDevices = []
         reconcile()
@@ -301,7 +310,8 @@ public actor Daemon {
 
     private func startLink(_ device: BlueZDevice, _ characteristics: ANCSCharacteristics) {
         nextLinkID += 1
-        let link = PhoneLink(id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session)
+        let link = PhoneLink(
+            id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session, replays: options.replays)
         links[device.path] = link
         link.recorder = SessionRecorder.start(device: device, options: options.recording, logger: logger)
         let id = link.id, path = device.path
@@ -418,15 +428,11 @@ public actor Daemon {
                 link.copyFilter.expectResponse(to: bytes)
                 write(bytes, on: link)
             case .emit(let event):
-                eventsEmitted += 1
-                link.notificationCount += 1
                 let n = event.notification
-                logger.debug("\(link.device.address): \(event.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")")
-                output.emit(.notification(event, device: link.device.address))
-                scheduleStatus()
                 for waiter in link.eventWaiters.removeValue(forKey: n.uid) ?? [] {
                     waiter.resume(returning: event.kind == .removed ? nil : n)
                 }
+                show(event, on: link)
             case .actionCompleted(let uid, let action, let outcome):
                 logger.info("\(link.device.address): \(action) action on \(uid): \(outcome)")
                 let key = PhoneLink.ActionKey(uid: uid, action: action.rawValue)
@@ -440,6 +446,26 @@ public actor Daemon {
             }
         }
         armTimer(for: link)
+    }
+
+    /// Prints a session's event unless the replay policy holds it back, and remembers what was
+    /// shown (`seen_before`).
+    private func show(_ event: NotificationEvent, on link: PhoneLink) {
+        let n = event.notification, address = link.device.address
+        let admitted = link.gate.admit(event, device: address, store: seen)
+        if link.gate.seenBefore.count > options.session.maxKnownNotifications + 1024 {
+            link.gate.retain(only: Set(link.session.notifications.map(\.uid)))
+        }
+        guard let (shown, seenBefore) = admitted else {
+            if event.kind != .removed { link.heldBack += 1 }
+            logger.debug("\(address): \(event.kind.rawValue) \(n.uid) held back (replayed, --replays \(link.gate.policy.rawValue))")
+            return
+        }
+        eventsEmitted += 1
+        link.notificationCount += 1
+        logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")
+        output.emit(.notification(shown, device: address, seenBefore: seenBefore))
+        scheduleStatus()
     }
 
     private func write(_ bytes: [UInt8], on link: PhoneLink) {

@@ -53,6 +53,11 @@ extension Daemon: ControlHandler {
             device.append("notifications", .int(link.session.notifications.count))
             device.append("events", .int(link.notificationCount))
             device.append("sharing_allowed", JSONValue(link.session.notificationSharingAllowed))
+            device.append("filtered", .int(link.session.filteredCount))
+            device.append("held_back", .int(link.heldBack))
+            var matches = JSONObject()
+            for rule in link.session.filter.rules { matches.append(rule.description, .int(link.session.ruleMatches[rule] ?? 0)) }
+            device.append("filter_matches", .object(matches))
             device.append("last_error", JSONValue(link.lastError))
             return .object(device)
         }))
@@ -67,7 +72,9 @@ extension Daemon: ControlHandler {
             "devices": .array(chosen.sorted { $0.device.address < $1.device.address }.map { link in
                 [
                     "device": .string(link.device.address), "name": JSONValue(link.device.name),
-                    "notifications": .array(link.session.notifications.map { Self.json($0, device: link.device.address) }),
+                    "notifications": .array(link.session.notifications.map {
+                        Self.json($0, device: link.device.address, seenBefore: link.gate.seenBefore[$0.uid] ?? false)
+                    }),
                 ]
             }),
         ]
@@ -77,9 +84,12 @@ extension Daemon: ControlHandler {
         guard let notification = link.session.notification(uid: uid) else {
             return Self.failure("no_such_notification", "\(link.device.address) has no notification \(uid) in this session")
         }
-        guard full, notification.truncated == true else { return ["ok": true, "notification": Self.json(notification, device: link.device.address)] }
+        let seenBefore = link.gate.seenBefore[uid] ?? false
+        guard full, notification.truncated == true else {
+            return ["ok": true, "notification": Self.json(notification, device: link.device.address, seenBefore: seenBefore)]
+        }
         let refreshed = await fetchFullMessage(uid, on: link) ?? notification
-        return ["ok": true, "notification": Self.json(refreshed, device: link.device.address)]
+        return ["ok": true, "notification": Self.json(refreshed, device: link.device.address, seenBefore: seenBefore)]
     }
 
     private func perform(_ action: ActionID, on uid: UInt32, link: PhoneLink) async -> JSONObject {
@@ -124,8 +134,8 @@ extension Daemon: ControlHandler {
     }
 
     /// A notification as the control socket shows it: an event's fields without `v` and `type`.
-    static func json(_ notification: PhoneNotification, device: String) -> JSONValue {
-        let event = EventFormatter.json(.notification(NotificationEvent(kind: .added, notification: notification), device: device))
+    static func json(_ notification: PhoneNotification, device: String, seenBefore: Bool) -> JSONValue {
+        let event = EventFormatter.json(.notification(NotificationEvent(kind: .added, notification: notification), device: device, seenBefore: seenBefore))
         var object = event.objectValue ?? [:]
         object["v"] = nil
         object["type"] = nil

@@ -18,6 +18,11 @@ public struct DaemonOptions: Sendable {
     public var session = SessionConfiguration()
     /// Where sessions are recorded (`--record`), if anywhere.
     public var recording = RecordingOptions()
+    /// Which replayed notifications are printed (`--replays`).
+    public var replays = ReplayPolicy.unseen
+    /// Where what each phone showed is remembered across restarts (`--state-dir`); nil for
+    /// memory only.
+    public var stateDirectory: String?
 
     public init() {}
 

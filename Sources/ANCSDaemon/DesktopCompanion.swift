@@ -259,6 +259,11 @@ public actor DesktopCompanion {
             keys[entry.id] = key
             return
         }
+        guard !notification.seenBefore else {
+            // Shown before (by this companion or while it was not running): no second pop-up.
+            logger.debug("\(why) \(key.device) #\(key.uid): seen before, not shown again")
+            return
+        }
         guard let id = await notify(notification, replacing: 0) else { return }
         record(key, id: id, content: content)
     }

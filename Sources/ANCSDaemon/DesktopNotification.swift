@@ -10,6 +10,8 @@ public struct DesktopNotification: Sendable, Equatable {
     public var uid: UInt32
     /// What the user sees; two notifications with equal content look the same.
     public var content: Content
+    /// The phone replayed it and ancsd showed it before (`seen_before`): never popped up again.
+    public var seenBefore: Bool
 
     public struct Content: Sendable, Equatable {
         /// The phone app's name, else its identifier, else "iPhone".
@@ -42,6 +44,7 @@ public struct DesktopNotification: Sendable, Equatable {
         else { return nil }
         self.device = device
         self.uid = uid
+        seenBefore = object["seen_before"]?.boolValue ?? false
         func text(_ key: String) -> String {
             Self.clean(object[key]?.stringValue ?? "")
         }

@@ -4,7 +4,8 @@ public import JSON
 
 /// What the daemon prints: notification events and connection changes of one phone.
 public enum OutputEvent: Hashable, Sendable {
-    case notification(NotificationEvent, device: String)
+    /// `seenBefore`: a replayed notification whose content this phone showed before.
+    case notification(NotificationEvent, device: String, seenBefore: Bool = false)
     case connected(device: String, name: String?)
     case disconnected(device: String, reason: String?)
 }
@@ -41,7 +42,7 @@ public enum EventFormatter {
             object.append("type", "disconnected")
             object.append("device", .string(device))
             object.append("reason", JSONValue(reason))
-        case .notification(let event, let device):
+        case .notification(let event, let device, let seenBefore):
             let n = event.notification
             object.append("type", .string(event.kind.rawValue))
             object.append("device", .string(device))
@@ -51,6 +52,7 @@ public enum EventFormatter {
             object.append("category_count", .int(Int(n.categoryCount)))
             object.append("flags", .array(n.flags.names.map { .string($0) }))
             object.append("pre_existing", .bool(n.isPreExisting))
+            object.append("seen_before", .bool(seenBefore))
             object.append("app_id", JSONValue(n.appIdentifier))
             object.append("app_name", JSONValue(n.appName))
             object.append("title", JSONValue(n.title))
@@ -73,13 +75,13 @@ public enum EventFormatter {
             return "connected     \(device)" + (name.map { " (\(sanitize($0)))" } ?? "")
         case .disconnected(let device, let reason):
             return "disconnected  \(device)" + (reason.map { " (\(sanitize($0)))" } ?? "")
-        case .notification(let event, let device):
+        case .notification(let event, let device, let seenBefore):
             let n = event.notification
             let line = event.kind.rawValue.padding(to: 14) + summary(
                 app: n.appName ?? n.appIdentifier ?? n.category.name ?? "notification", title: n.title,
                 subtitle: n.subtitle, message: n.message, truncated: n.truncated)
             var tags = [n.category.name ?? "reserved", "#\(n.uid)"]
-            if n.isPreExisting { tags.append("earlier") }
+            if seenBefore { tags.append("seen before") } else if n.isPreExisting { tags.append("earlier") }
             let actions = actionLabels(n.positiveAction, n.negativeAction)
             if !actions.isEmpty { tags.append("actions: " + actions.joined(separator: "/")) }
             tags.append(device)

@@ -44,6 +44,10 @@ final class PhoneLink {
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0
+    /// Decides which notification events reach the outputs (`--replays`).
+    var gate: ReplayGate
+    /// Replayed notifications held back by the replay policy in this session.
+    var heldBack = 0
     /// The last warning or error the session logged, for `ancsd status`.
     var lastError: String?
     /// Control-socket requests waiting for an action's outcome, oldest first per UID and action.
@@ -64,8 +68,9 @@ final class PhoneLink {
     /// Writes the session to a capture file (`--record`).
     var recorder: SessionRecorder?
 
-    init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration) {
+    init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration, replays: ReplayPolicy) {
         self.id = id
+        gate = ReplayGate(policy: replays)
         self.device = device
         self.characteristics = characteristics
         start = .now

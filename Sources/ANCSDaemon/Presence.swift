@@ -178,7 +178,7 @@ actor Presence {
                   interfaces[BlueZ.advertisingManagerInterface] != nil
             else { continue }
             if let adapterName, path.rawValue.split(separator: "/").last.map(String.init) != adapterName { continue }
-            return (path, recognisableName(alias: adapter["Alias"]?.unwrapped.stringValue))
+            return (path, Advertisement.recognisableName(alias: adapter["Alias"]?.unwrapped.stringValue ?? "", hostName: hostName()))
         }
         return nil
     }
@@ -242,18 +242,6 @@ actor Presence {
 public func deviceLabel(_ path: ObjectPath) -> String {
     guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
     return last.dropFirst(4).split(separator: "_").joined(separator: ":")
-}
-
-/// The name a user recognises the machine by: the adapter's alias, unless it is empty or
-/// bluetoothd's own placeholder ("BlueZ 5.66", what a bluetoothd without a configured name or a
-/// host name service calls the adapter, for instance after a restart); then the host name.
-public func recognisableName(alias: String?) -> String {
-    guard let alias, !alias.isEmpty else { return hostName() }
-    let words = alias.split(separator: " ")
-    if words.first == "BlueZ", words.count <= 2, words.dropFirst().allSatisfy({ $0.allSatisfy { $0.isNumber || $0 == "." } }) {
-        return hostName()
-    }
-    return alias
 }
 
 /// The machine's host name, or "ancsd".

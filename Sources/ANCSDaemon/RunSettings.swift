@@ -23,7 +23,25 @@ public struct RunSettings: Sendable {
     public init() {}
 
     /// The keys a configuration file may use (the long options without `--`).
-    public static let keys = ["format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact", "control", "control-group"]
+    public static let keys = [
+        "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact",
+        "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir",
+    ]
+
+    /// The keys that add to a list each time they are given; a command line that gives one
+    /// replaces the configuration file's list.
+    public static let listKeys: Set<String> = ["device", "only-app", "ignore-app", "ignore-category"]
+
+    /// Empties the list a list key adds to.
+    public mutating func clear(_ key: String) {
+        switch key {
+        case "device": options.devices = []
+        case "only-app": options.session.filter.onlyApps = []
+        case "ignore-app": options.session.filter.ignoredApps = []
+        case "ignore-category": options.session.filter.ignoredCategories = []
+        default: break
+        }
+    }
 
     /// Sets one key. `device` adds to the list (a comma-separated list is accepted too).
     public mutating func set(_ key: String, _ value: String) throws(SettingError) {
@@ -87,6 +105,32 @@ public struct RunSettings: Sendable {
         case "control-group":
             guard !value.isEmpty else { throw SettingError("control-group needs a group name") }
             controlGroup = value
+        case "only-app", "ignore-app":
+            for item in value.split(separator: ",") {
+                let text = item.trimmingCharacters(in: " \t")
+                guard let pattern = AppPattern(text) else {
+                    throw SettingError("\(key) needs a bundle identifier, '*' standing for any characters (com.apple.*), not '\(text)'")
+                }
+                if key == "only-app" {
+                    if !options.session.filter.onlyApps.contains(pattern) { options.session.filter.onlyApps.append(pattern) }
+                } else if !options.session.filter.ignoredApps.contains(pattern) {
+                    options.session.filter.ignoredApps.append(pattern)
+                }
+            }
+        case "ignore-category":
+            for item in value.split(separator: ",") {
+                let text = item.trimmingCharacters(in: " \t")
+                guard let rule = CategoryRule(text) else {
+                    throw SettingError("ignore-category needs one of \(CategoryRule.names.joined(separator: ", ")), not '\(text)'")
+                }
+                if !options.session.filter.ignoredCategories.contains(rule) { options.session.filter.ignoredCategories.append(rule) }
+            }
+        case "replays":
+            guard let policy = ReplayPolicy(rawValue: value) else { throw SettingError("replays must be all, unseen or none, not '\(value)'") }
+            options.replays = policy
+        case "state-dir":
+            guard value.hasPrefix("/") else { throw SettingError("state-dir needs an absolute directory path, not '\(value)'") }
+            options.stateDirectory = value
         default:
             throw SettingError("unknown setting '\(key)'")
         }

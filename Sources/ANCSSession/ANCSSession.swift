@@ -18,11 +18,21 @@ public struct ANCSSession: Sendable {
     /// "write not permitted" (the user has not allowed notification sharing); nil before either.
     public private(set) var notificationSharingAllowed: Bool?
 
+    /// Which notifications are kept (starts as the configuration's).
+    public private(set) var filter: NotificationFilter
+    /// How many notifications the filter dropped in this session.
+    public private(set) var filteredCount = 0
+    /// How many notifications each filter rule matched in this session (rules that matched
+    /// nothing are absent), for `ancsd doctor`.
+    public private(set) var ruleMatches: [NotificationFilter.Rule: Int] = [:]
+
     private struct Record: Sendable {
         var notification: PhoneNotification
         var emitted = false
         var attempts = 0
         var refetchAfterCurrent = false
+        /// The app filter has seen the notification's AppIdentifier (or given up on it).
+        var appChecked = false
     }
 
     private enum Work: Hashable, Sendable {
@@ -33,6 +43,8 @@ public struct ANCSSession: Sendable {
 
     private struct InFlight: Sendable {
         var work: Work
+        /// A notification request for its AppIdentifier alone (the app filter decides first).
+        var appOnly = false
         var sentAt: Duration
         var lastDataAt: Duration?
         var writeDone = false
@@ -55,10 +67,25 @@ public struct ANCSSession: Sendable {
     private var inFlight: InFlight?
     private var deniedReported = false
     private var fullMessageWanted: Set<UInt32> = []
+    /// Notifications the filter dropped (their modifications are ignored), oldest first, bounded
+    /// like the records.
+    private var filteredUIDs: Set<UInt32> = []
+    private var filteredOrder = FIFO<UInt32>()
+    /// Notifications whose app was kept by the filter: their other attributes come next.
+    private var appKeptQueue = FIFO<UInt32>()
 
     public init(configuration: SessionConfiguration = SessionConfiguration()) {
         self.configuration = configuration
+        filter = configuration.filter
         reassembler = DataSourceReassembler(limits: configuration.dataSourceLimits)
+    }
+
+    /// Applies a new filter to the notifications that arrive from now on (SIGHUP); what was
+    /// shown stays, and the counts start again.
+    public mutating func updateFilter(_ newFilter: NotificationFilter) {
+        guard newFilter != filter else { return }
+        filter = newFilter
+        ruleMatches = [:]
     }
 
     // MARK: Introspection
@@ -103,6 +130,11 @@ public struct ANCSSession: Sendable {
                 if case .notification(uid)? = inFlight?.work { record.refetchAfterCurrent = true }
                 records[uid] = record
                 if !record.refetchAfterCurrent { enqueueFetch(uid, preExisting: false, into: &actions) }
+            } else if filteredUIDs.contains(uid) {
+                actions.append(.log(.debug, "ignored a modification of notification \(uid): the filter dropped it"))
+            } else if let rule = filter.rule(droppingCategory: event.categoryID) {
+                ruleMatches[.ignoreCategory(rule), default: 0] += 1
+                dropFiltered(uid, why: "ignore-category \(rule.name)", into: &actions)
             } else {
                 remember(PhoneNotification(uid: uid, flags: event.flags, category: event.categoryID, categoryCount: event.categoryCount), into: &actions)
                 enqueueFetch(uid, preExisting: event.flags.contains(.preExisting), into: &actions)
@@ -110,6 +142,7 @@ public struct ANCSSession: Sendable {
         case .notificationRemoved:
             queued.remove(uid)  // an answer in flight for it finds no record and is dropped
             fullMessageWanted.remove(uid)
+            filteredUIDs.remove(uid)
             if let record = records.removeValue(forKey: uid) {
                 var gone = record.notification
                 gone.categoryCount = event.categoryCount
@@ -260,19 +293,27 @@ public struct ANCSSession: Sendable {
     private mutating func pump(now: Duration, into actions: inout [SessionAction]) {
         while inFlight == nil, let work = nextWork() {
             let request: ControlPointRequest
+            var appOnly = false
             switch work {
             case .action(let uid, let action):
                 request = .performNotificationAction(uid: uid, action: action)
             case .app(let identifier):
                 request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
             case .notification(let uid):
-                request = .getNotificationAttributes(
-                    uid: uid, attributes: attributeRequests(for: records[uid]?.notification.flags ?? [], fullMessage: fullMessageWanted.contains(uid)))
+                if filter.filtersApps, records[uid]?.appChecked == false {
+                    appOnly = true
+                    request = .getNotificationAttributes(uid: uid, attributes: [.init(.appIdentifier)])
+                } else {
+                    request = .getNotificationAttributes(
+                        uid: uid, attributes: attributeRequests(
+                            for: records[uid]?.notification.flags ?? [], fullMessage: fullMessageWanted.contains(uid),
+                            appIdentifier: !(filter.filtersApps && records[uid]?.appChecked == true)))
+                }
             }
             do {
                 let bytes = try request.encoded()
                 try reassembler.expect(request)
-                inFlight = InFlight(work: work, sentAt: now)
+                inFlight = InFlight(work: work, appOnly: appOnly, sentAt: now)
                 actions.append(.writeControlPoint(bytes))
             } catch {
                 actions.append(.log(.warning, "cannot ask for \(describe(work)): \(error)"))
@@ -284,15 +325,16 @@ public struct ANCSSession: Sendable {
     private mutating func nextWork() -> Work? {
         if let (uid, action) = actionQueue.pop() { return .action(uid, action) }
         if let app = appQueue.pop() { return .app(app) }
-        while let uid = freshQueue.pop() ?? backlogQueue.pop() {
+        while let uid = appKeptQueue.pop() ?? freshQueue.pop() ?? backlogQueue.pop() {
             if queued.remove(uid) != nil, records[uid] != nil { return .notification(uid) }
         }
         return nil
     }
 
-    private func attributeRequests(for flags: EventFlags, fullMessage: Bool) -> [NotificationAttributeRequest] {
-        var requests: [NotificationAttributeRequest] = [
-            .init(.appIdentifier), .init(.title, maxLength: configuration.titleMaxLength),
+    private func attributeRequests(for flags: EventFlags, fullMessage: Bool, appIdentifier: Bool) -> [NotificationAttributeRequest] {
+        var requests: [NotificationAttributeRequest] = appIdentifier ? [.init(.appIdentifier)] : []
+        requests += [
+            .init(.title, maxLength: configuration.titleMaxLength),
             .init(.subtitle, maxLength: configuration.subtitleMaxLength),
             .init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength), .init(.messageSize), .init(.date),
         ]
@@ -313,7 +355,11 @@ public struct ANCSSession: Sendable {
         case .notification(let uid):
             guard let response = flight.response else { return }
             inFlight = nil
-            apply(response, to: uid, into: &actions)
+            if flight.appOnly {
+                applyAppIdentifier(response, to: uid, into: &actions)
+            } else {
+                apply(response, to: uid, into: &actions)
+            }
         case .app(let identifier):
             guard let response = flight.response else { return }
             inFlight = nil
@@ -350,6 +396,10 @@ public struct ANCSSession: Sendable {
         record.refetchAfterCurrent = false
         records[uid] = record
         if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
+        if filter.filtersApps && !record.appChecked && !record.emitted {
+            records[uid]?.appChecked = true
+            if filterApp(of: uid, into: &actions) { return }
+        }
 
         guard let app = n.appIdentifier, !app.isEmpty else { return emit(uid, into: &actions) }
         if let cached = appNames[app] {
@@ -359,6 +409,48 @@ public struct ANCSSession: Sendable {
             waitingForApp[app, default: []].append(uid)
             if appRequested.insert(app).inserted { appQueue.push(app) }
         }
+    }
+
+    /// The answer to an AppIdentifier-only request: the app filter drops the notification, or
+    /// its other attributes are asked for next.
+    private mutating func applyAppIdentifier(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
+        guard var record = records[uid] else {
+            actions.append(.log(.debug, "dropped the app of notification \(uid): it was removed meanwhile"))
+            return
+        }
+        if let value = response.value(of: NotificationAttributeID.appIdentifier) {
+            record.notification.appIdentifier = AttributeText(value).string
+        }
+        record.appChecked = true
+        record.refetchAfterCurrent = false  // the whole notification is fetched next anyway
+        records[uid] = record
+        if filterApp(of: uid, into: &actions) { return }
+        if queued.insert(uid).inserted { appKeptQueue.push(uid) }
+    }
+
+    /// Lets the app filter decide on a notification whose AppIdentifier is known (or will not
+    /// be); true if it was dropped.
+    private mutating func filterApp(of uid: UInt32, into actions: inout [SessionAction]) -> Bool {
+        guard let record = records[uid] else { return true }
+        let app = record.notification.appIdentifier.flatMap { $0.isEmpty ? nil : $0 }
+        let (dropped, matched) = filter.decide(app: app)
+        for rule in matched { ruleMatches[rule, default: 0] += 1 }
+        guard dropped else { return false }
+        records.removeValue(forKey: uid)
+        queued.remove(uid)
+        fullMessageWanted.remove(uid)
+        dropFiltered(uid, why: app == nil ? "its app is unknown" : "app filter", into: &actions)
+        return true
+    }
+
+    /// Counts and remembers a notification the filter dropped; it is never shown.
+    private mutating func dropFiltered(_ uid: UInt32, why: String, into actions: inout [SessionAction]) {
+        filteredCount += 1
+        while filteredUIDs.count >= configuration.maxKnownNotifications, let oldest = filteredOrder.pop() {
+            filteredUIDs.remove(oldest)
+        }
+        if filteredUIDs.insert(uid).inserted { filteredOrder.push(uid) }
+        actions.append(.log(.debug, "notification \(uid) filtered out (\(why))"))
     }
 
     private mutating func learnAppName(_ identifier: String, _ name: String?, into actions: inout [SessionAction]) {
@@ -375,6 +467,13 @@ public struct ANCSSession: Sendable {
 
     private mutating func emit(_ uid: UInt32, into actions: inout [SessionAction]) {
         guard var record = records[uid] else { return }
+        if !record.emitted && filter.filtersApps && !record.appChecked {
+            // Shown without its attributes (the phone did not answer, too much work): the app
+            // filter decides on what is known.
+            records[uid]?.appChecked = true
+            if filterApp(of: uid, into: &actions) { return }
+            record.appChecked = true
+        }
         let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
         record.emitted = true
         records[uid] = record

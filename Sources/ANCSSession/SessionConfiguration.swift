@@ -23,6 +23,8 @@ public struct SessionConfiguration: Hashable, Sendable {
     public var maxCachedApps = 512
     /// The limits of the Data Source reassembler.
     public var dataSourceLimits = DataSourceLimits()
+    /// Which notifications are kept; the session's `updateFilter` changes it later.
+    public var filter = NotificationFilter()
 
     public init() {}
 }

@@ -123,11 +123,18 @@ enum ClientCommands {
                       connected: \(device["connected"]?.boolValue == true ? "yes" : "no"), subscribed: \(device["subscribed"]?.boolValue == true ? "yes" : "no") (\(device["delivery"]?.stringValue ?? "-"))
                       session: \(device["session_age_s"]?.intValue ?? 0) s, \(device["notifications"]?.intValue ?? 0) notification(s), \(device["events"]?.intValue ?? 0) event(s)
                       notification sharing: \(sharing)
+                      filtered out: \(device["filtered"]?.intValue ?? 0), replays held back: \(device["held_back"]?.intValue ?? 0)\(filterMatches(device))
                       last error: \(device["last_error"]?.stringValue ?? "none")
                     """)
             }
             return 0
         }
+    }
+
+    /// ", filters matched: only-app com.apple.* 3, ignore-category news 0", or nothing without filters.
+    private static func filterMatches(_ device: JSONValue) -> String {
+        guard let matches = device["filter_matches"]?.objectValue, !matches.members.isEmpty else { return "" }
+        return ", filters matched: " + matches.map { "\($0.key) \($0.value.intValue ?? 0)" }.joined(separator: ", ")
     }
 
     /// Sends a request and hands a successful reply to `body`; reports errors (exit 1).

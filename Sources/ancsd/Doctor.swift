@@ -22,6 +22,8 @@ enum DoctorCommand {
         var ok: Bool
         var what: String
         var fix: String?
+        /// A warning: printed as "warn", and the exit status stays 0.
+        var warning = false
     }
 
     struct Options {
@@ -67,10 +69,10 @@ enum DoctorCommand {
         checks += daemonChecks(control: control)
         checks.append(fifoCheck(fifo))
         for check in checks {
-            print("\(check.ok ? "ok  " : "FAIL") \(check.what)")
+            print("\(check.ok ? "ok  " : check.warning ? "warn" : "FAIL") \(check.what)")
             if let fix = check.fix, !check.ok { print("     → \(fix)") }
         }
-        return checks.allSatisfy(\.ok) ? 0 : 1
+        return checks.allSatisfy { $0.ok || $0.warning } ? 0 : 1
     }
 
     private static func bluetoothChecks(_ bus: BusAddress) async -> [Check] {
@@ -120,6 +122,19 @@ enum DoctorCommand {
             ok: denied.isEmpty,
             what: denied.isEmpty ? "the connected phones share their notifications" : "notification sharing is off on \(denied.joined(separator: ", "))",
             fix: "on the iPhone: Settings > Bluetooth > (i) next to this computer > turn on Share System Notifications"))
+        // A filter that matched nothing the phone sent in this session is often a typo.
+        for device in devices {
+            let matches = device["filter_matches"]?.objectValue.map { Array($0) } ?? []
+            let idle = matches.filter { $0.value.intValue == 0 }.map(\.key)
+            guard !matches.isEmpty else { continue }
+            let address = device["device"]?.stringValue ?? "?"
+            checks.append(Check(
+                ok: idle.isEmpty,
+                what: idle.isEmpty ? "every filter matched a notification of \(address)"
+                    : "no notification of \(address) in this session matched: \(idle.joined(separator: "; "))",
+                fix: "check the bundle identifiers and category names (\"ancsd list\" shows the apps' app_id); a filter that matches nothing filters nothing",
+                warning: true))
+        }
         return checks
     }
 

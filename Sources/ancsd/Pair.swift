@@ -13,16 +13,18 @@ enum PairCommand {
     Usage: ancsd [--bus ADDRESS] pair [options]
 
     Pairs an iPhone with this computer so that 'ancsd run' can show its notifications. For
-    the pairing window only, ancsd advertises this computer (soliciting ANCS, so iOS offers it),
-    makes the adapter pairable and discoverable, and registers as the default pairing agent.
+    the pairing window only, ancsd advertises this computer as a discoverable LE peripheral
+    (soliciting ANCS, so iOS offers it), makes the adapter pairable and registers as the default
+    pairing agent; the adapter's other settings (Discoverable, Connectable, alias) are not touched.
     On the iPhone, open Settings > Bluetooth and tap this computer's name; when both show the
     same six-digit passkey, confirm on the phone and here. Once the phone is bonded and shares
     ANCS, ancsd marks it trusted, tells you what to allow on the phone, puts the adapter's
-    Pairable/Discoverable settings back as they were and unregisters everything. Ctrl-C, SIGTERM
+    Pairable setting and its timeout back as they were and unregisters everything. Ctrl-C, SIGTERM
     or the timeout put everything back as well.
 
     Options:
-      --name NAME       the name to advertise (default: the adapter's alias, else the host name)
+      --name NAME       the name to advertise, cut to 29 bytes (default: the adapter's alias,
+                        or the host name when the alias is empty or bluetoothd's "BlueZ X.Y")
       --timeout S       how long the window stays open, in seconds (default 120, at most 3600)
       --adapter hciN    the adapter to use (default: the first one that can advertise)
       --yes             accept the passkey without asking, for a first setup without a
@@ -206,7 +208,8 @@ actor PairingWindow {
             self.adapter = adapter
             let adapterName = adapter.rawValue.split(separator: "/").last.map(String.init) ?? adapter.rawValue
             bondedBefore = Set(tree.devices.filter { $0.adapter == adapter && $0.isBonded }.map(\.path))
-            let name = options.name ?? recognisableName(alias: tree.property(adapter, BlueZ.adapterInterface, "Alias")?.stringValue)
+            let alias = tree.property(adapter, BlueZ.adapterInterface, "Alias")?.stringValue ?? ""
+            let name = options.name.map(Advertisement.fitted) ?? Advertisement.recognisableName(alias: alias, hostName: hostName())
             guard outcome == nil else { return }
 
             if options.yes {
@@ -214,6 +217,12 @@ actor PairingWindow {
             } else if !interactive {
                 logger.warning("standard input is not a terminal: the passkey cannot be confirmed, so pairing requests will be refused (give --yes to accept them)")
             }
+
+            // Remember the adapter's settings before anything changes them: bluetoothd 5.66
+            // turns the adapter's Pairable on by itself as soon as any default agent is
+            // registered (and off when the last one goes), unless AlwaysPairable is set.
+            let saved = try await AdapterVisibility.read(adapter, on: connection)
+            self.saved = saved
 
             let agent = PairingAgent(owner: owner) { [weak self] request in
                 guard let self else { throw AgentError.rejected }
@@ -229,13 +238,12 @@ actor PairingWindow {
             try await manager.requestDefault(Self.agentPath)
             guard outcome == nil else { return }
 
-            // Remember the adapter's settings first; the timeouts make bluetoothd close the
-            // window by itself if ancsd is killed before it can.
-            let saved = try await AdapterVisibility.read(adapter, on: connection)
-            self.saved = saved
+            // The timeout makes bluetoothd close the window by itself if ancsd is killed before
+            // it can. Only Pairable changes: the advertisement's own flags make us discoverable
+            // (see AdapterVisibility). The agent is unregistered before the settings are put
+            // back, so what bluetoothd does when it goes is overwritten with what was found.
             let margin = UInt32(options.timeout + 30)
-            try await AdapterVisibility(pairable: true, discoverable: true, pairableTimeout: margin, discoverableTimeout: margin)
-                .apply(adapter, on: connection)
+            try await AdapterVisibility(pairable: true, pairableTimeout: margin).apply(adapter, on: connection)
             guard outcome == nil else { return }
 
             try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
@@ -311,7 +319,7 @@ actor PairingWindow {
         agentRegistered = false
         advertised = false
         saved = nil
-        finish(.failed("bluetoothd stopped during the pairing window; check the adapter's Pairable and Discoverable settings"))
+        finish(.failed("bluetoothd stopped during the pairing window; check the adapter's Pairable setting"))
     }
 
     private func advertisementReleased() {
@@ -451,9 +459,9 @@ actor PairingWindow {
             self.saved = nil
             do {
                 try await saved.apply(adapter, on: connection)
-                logger.info("adapter settings restored: Pairable \(saved.pairable), Discoverable \(saved.discoverable)")
+                logger.info("adapter settings restored: Pairable \(saved.pairable), PairableTimeout \(saved.pairableTimeout)")
             } catch {
-                logger.error("cannot restore the adapter's Pairable/Discoverable settings: \(describe(error))")
+                logger.error("cannot restore the adapter's Pairable setting: \(describe(error))")
             }
         }
         await connection.unexport(Self.advertisementPath)

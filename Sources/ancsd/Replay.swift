@@ -8,7 +8,9 @@ import JSON
 /// prints what `ancsd run` printed live.
 enum ReplayCommand {
     static let help = """
-    Usage: ancsd replay [--format json|text] [--device ADDR] [FILE|-]
+    Usage: ancsd replay [--format json|text] [--device ADDR] [--replays all|unseen|none]
+                        [--state-dir DIR] [--only-app P] [--ignore-app P] [--ignore-category C]
+                        [FILE|-]
 
     Runs ancsd's ANCS session engine against a recorded capture (ancs-capture/1, as written by
     "ancsd run --record" or "ancsd decode --to-capture") and prints the events that
@@ -25,6 +27,15 @@ enum ReplayCommand {
     Options:
       --format json|text   output format (default json, as "ancsd run --format json")
       --device ADDR        the phone's address in the output (default: the header's "device")
+      --replays all|unseen|none
+                           which replayed (pre_existing) notifications are printed, as in
+                           "ancsd run" (default unseen)
+      --state-dir DIR      what the phone showed before, as "ancsd run --state-dir" keeps it
+                           (read and updated): replay a phone's recordings in order with one
+                           DIR to reproduce a run's seen_before marks across its sessions
+      --only-app PATTERN, --ignore-app PATTERN, --ignore-category NAME
+                           the filters "ancsd run" had (a recording does not hold them):
+                           with app filters its requests differ
       -h, --help           show this help
 
     Warnings on standard error name the line where the session and the capture disagree: a
@@ -43,6 +54,9 @@ enum ReplayCommand {
         var path: String? = nil
         var format = OutputFormat.json
         var device: String? = nil
+        var replays = ReplayPolicy.unseen
+        var stateDirectory: String? = nil
+        var filters = RunSettings()
         do {
             while let argument = scanner.next() {
                 switch argument {
@@ -55,6 +69,15 @@ enum ReplayCommand {
                     format = parsed
                 case .option("--device", let inline):
                     device = try scanner.value(of: "--device", inline: inline)
+                case .option("--replays", let inline):
+                    let value = try scanner.value(of: "--replays", inline: inline)
+                    guard let parsed = ReplayPolicy(rawValue: value) else { throw UsageError("--replays must be all, unseen or none, not '\(value)'") }
+                    replays = parsed
+                case .option("--state-dir", let inline):
+                    stateDirectory = try scanner.value(of: "--state-dir", inline: inline)
+                case .option(let name, let inline) where ["--only-app", "--ignore-app", "--ignore-category"].contains(name):
+                    let value = try scanner.value(of: name, inline: inline)
+                    do { try filters.set(String(name.dropFirst(2)), value) } catch { throw UsageError("--\(error.description)") }
                 case .option(let name, _):
                     throw UsageError("unknown option \(name)")
                 case .positional(let value):
@@ -66,7 +89,9 @@ enum ReplayCommand {
             return usageFailure(error, command: "replay")
         }
         let file = path ?? "-"
-        var replayer = Replayer(format: format, device: device)
+        var replayer = Replayer(
+            format: format, device: device, replays: replays, seen: SeenStore(directory: stateDirectory),
+            filter: filters.options.session.filter)
         var lineNumber = 0
         do {
             try LineReader(path: file).forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
@@ -88,7 +113,11 @@ struct Replayer {
     var device: String
     var deviceFixed: Bool
     var name: String?
-    var session = ANCSSession()
+    let configuration: SessionConfiguration
+    var session: ANCSSession
+    /// What reaches the output, as in `ancsd run` (`--replays`, `seen_before`).
+    var gate: ReplayGate
+    let seen: SeenStore
     var now: Duration = .zero
     var connected = false
     /// Control Point writes the session asked for that the capture has not shown yet.
@@ -97,8 +126,14 @@ struct Replayer {
     var answer: (at: Duration, result: WriteResult)?
     var mismatches = 0
 
-    init(format: OutputFormat, device: String?) {
+    init(format: OutputFormat, device: String?, replays: ReplayPolicy, seen: SeenStore, filter: NotificationFilter) {
+        var configuration = SessionConfiguration()
+        configuration.filter = filter
+        self.configuration = configuration
+        session = ANCSSession(configuration: configuration)
         self.format = format
+        gate = ReplayGate(policy: replays)
+        self.seen = seen
         self.device = device ?? "00:00:00:00:00:00"
         deviceFixed = device != nil
     }
@@ -122,7 +157,8 @@ struct Replayer {
                 let reason = entry.object["reason"]?.stringValue ?? "disconnected"
                 print(EventFormatter.line(.disconnected(device: device, reason: reason), format: format))
             }
-            session = ANCSSession()
+            session = ANCSSession(configuration: configuration)
+            gate = ReplayGate(policy: gate.policy)
             outstanding = []
             answer = nil
             connected = false
@@ -199,7 +235,8 @@ struct Replayer {
             case .writeControlPoint(let bytes):
                 outstanding.append(bytes)
             case .emit(let event):
-                print(EventFormatter.line(.notification(event, device: device), format: format))
+                guard let (shown, seenBefore) = gate.admit(event, device: device, store: seen) else { continue }
+                print(EventFormatter.line(.notification(shown, device: device, seenBefore: seenBefore), format: format))
             case .actionCompleted:
                 break
             case .log(let level, let message):

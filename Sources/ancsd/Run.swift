@@ -43,6 +43,23 @@ enum RunCommand {
       --control PATH       answer requests on the Unix socket PATH (docs/control.md): what
                            "ancsd list", "action", "status", "doctor" and "desktop" use
       --control-group NAME the group that may use the control socket (mode 0660)
+      --only-app PATTERN   show only notifications of apps whose bundle identifier matches
+                           PATTERN ('*' matches any characters: com.apple.*); repeatable
+      --ignore-app PATTERN never show notifications of these apps; repeatable. Only the app
+                           identifier of such a notification is fetched
+      --ignore-category NAME
+                           never show notifications of this category (the output's names:
+                           social, email, news, incoming_call, …, reserved); repeatable. They
+                           are never fetched. Filtered notifications reach no output, no
+                           "list" and no desktop; "ancsd status" counts them
+      --replays all|unseen|none
+                           which notifications the phone replays on connecting (pre_existing)
+                           are printed: all (marked seen_before when shown before), unseen
+                           (default: only those never shown, e.g. arrived while ancsd was
+                           away) or none
+      --state-dir DIR      remember what each phone showed in DIR across restarts (default:
+                           systemd's $STATE_DIRECTORY; without either, until ancsd stops);
+                           at most 4096 fingerprints (no content) per phone, 140 kB a file
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -94,8 +111,9 @@ enum RunCommand {
         return settings
     }
 
-    /// The configuration file's settings with the command line's on top. A `--device` on the
-    /// command line replaces the file's devices rather than adding to them.
+    /// The configuration file's settings with the command line's on top. A `--device`,
+    /// `--only-app`, `--ignore-app` or `--ignore-category` on the command line replaces the file's
+    /// list rather than adding to it. Without a state directory, systemd's `$STATE_DIRECTORY`.
     static func load(_ commandLine: CommandLineSettings) throws(SettingError) -> RunSettings {
         var settings = RunSettings()
         let path = commandLine.configPath ?? defaultConfigPath
@@ -107,7 +125,11 @@ enum RunCommand {
                 throw SettingError("cannot read \(path): \(error.description)")
             }
         }
-        if commandLine.pairs.contains(where: { $0.key == "device" }) { settings.options.devices = [] }
+        for key in RunSettings.listKeys where commandLine.pairs.contains(where: { $0.key == key }) { settings.clear(key) }
+        if settings.options.stateDirectory == nil, let directory = getenv("STATE_DIRECTORY").map({ String(cString: $0) }),
+           let first = directory.split(separator: ":").first, first.hasPrefix("/") {
+            settings.options.stateDirectory = String(first)  // systemd's StateDirectory=
+        }
         for (key, value) in commandLine.pairs { try settings.set(key, value) }
         settings.options.recording.softwareVersion = ancsdVersion
         return settings
@@ -136,6 +158,10 @@ enum RunCommand {
         }
         if let directory = settings.options.recording.directory, access(directory, W_OK | X_OK) != 0 {
             logError("cannot record into \(directory): \(systemError())")
+            return 2
+        }
+        if let directory = settings.options.stateDirectory, access(directory, W_OK | X_OK) != 0 {
+            logError("cannot keep state in \(directory): \(systemError())")
             return 2
         }
         signal(SIGPIPE, SIG_IGN)

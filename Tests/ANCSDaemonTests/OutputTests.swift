@@ -24,7 +24,7 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
 @Suite struct EventFormatterTests {
     @Test func jsonVersionOne() throws {
         let line = EventFormatter.line(.notification(sample(), device: "AA:BB:CC:DD:EE:FF"), format: .json)
-        #expect(line == #"{"v":1,"type":"added","device":"AA:BB:CC:DD:EE:FF","uid":7,"category":"incoming_call","category_id":1,"category_count":1,"flags":["pre_existing","positive_action","negative_action"],"pre_existing":true,"app_id":"com.apple.mobilephone","app_name":"Phone","title":"\#u{202E}Ada\#u{202C}","subtitle":"","message":"Incoming\nCall\u0007","message_size":13,"truncated":false,"date":"2026-11-30T09:05:00","positive_action":"Answer","negative_action":"Decline","complete":true}"#)
+        #expect(line == #"{"v":1,"type":"added","device":"AA:BB:CC:DD:EE:FF","uid":7,"category":"incoming_call","category_id":1,"category_count":1,"flags":["pre_existing","positive_action","negative_action"],"pre_existing":true,"seen_before":false,"app_id":"com.apple.mobilephone","app_name":"Phone","title":"\#u{202E}Ada\#u{202C}","subtitle":"","message":"Incoming\nCall\u0007","message_size":13,"truncated":false,"date":"2026-11-30T09:05:00","positive_action":"Answer","negative_action":"Decline","complete":true}"#)
     }
 
     @Test func unknownFieldsAreNull() throws {
@@ -46,6 +46,12 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         let line = EventFormatter.line(.notification(sample(), device: "AA:BB"), format: .text)
         #expect(line == "added         Phone · Ada: Incoming Call  [incoming_call, #7, earlier, actions: Answer/Decline, AA:BB]")
         #expect(!line.unicodeScalars.contains { $0.value < 0x20 || (0x202A...0x202E).contains($0.value) })
+    }
+
+    @Test func seenBeforeIsMarked() {
+        let event = OutputEvent.notification(sample(), device: "AA:BB", seenBefore: true)
+        #expect(EventFormatter.json(event)["seen_before"] == true)
+        #expect(EventFormatter.line(event, format: .text).contains("[incoming_call, #7, seen before, actions"))
     }
 
     @Test func sanitizeRemovesControlsAndBidi() {

@@ -6,6 +6,40 @@ import Testing
 import TestSupport
 
 @Suite struct RunSettingsTests {
+    @Test func filtersReplaysAndStateDirectory() throws {
+        var settings = RunSettings()
+        try settings.apply(configuration: """
+            only-app = com.apple.*
+            only-app = com.whatsapp.WhatsApp, com.apple.*
+            ignore-app = com.apple.news*
+            ignore-category = news, health_and_fitness
+            ignore-category = reserved
+            replays = all
+            state-dir = /var/lib/ancsd
+            """, path: "ancsd.conf")
+        let filter = settings.options.session.filter
+        #expect(filter.onlyApps.map(\.text) == ["com.apple.*", "com.whatsapp.WhatsApp"])
+        #expect(filter.ignoredApps.map(\.text) == ["com.apple.news*"])
+        #expect(filter.ignoredCategories.map(\.name) == ["news", "health_and_fitness", "reserved"])
+        #expect(settings.options.replays == .all)
+        #expect(settings.options.stateDirectory == "/var/lib/ancsd")
+        #expect(RunSettings().options.replays == .unseen, "the default")
+        settings.clear("only-app")
+        #expect(settings.options.session.filter.onlyApps.isEmpty)
+    }
+
+    @Test(arguments: [
+        ("ignore-category = sms", "ignore-category needs one of other, incoming_call"),
+        ("only-app = com apple", "only-app needs a bundle identifier"),
+        ("replays = some", "replays must be all, unseen or none"),
+        ("state-dir = state", "state-dir needs an absolute directory path"),
+    ])
+    func rejectsBadFilters(line: String, message: String) {
+        var settings = RunSettings()
+        #expect(throws: SettingError.self) { try settings.apply(configuration: line, path: "c") }
+        do { try settings.apply(configuration: line, path: "c") } catch { #expect(error.description.contains(message), "\(error)") }
+    }
+
     @Test func readsAConfigurationFile() throws {
         var settings = RunSettings()
         try settings.apply(configuration: """

@@ -78,7 +78,7 @@ extension Array where Element == JSONValue {
 
 /// Every field version 1 promises for a notification event.
 let notificationFields = [
-    "v", "type", "device", "uid", "category", "category_id", "category_count", "flags", "pre_existing", "app_id",
+    "v", "type", "device", "uid", "category", "category_id", "category_count", "flags", "pre_existing", "seen_before", "app_id",
     "app_name", "title", "subtitle", "message", "message_size", "truncated", "date", "positive_action",
     "negative_action", "complete",
 ]

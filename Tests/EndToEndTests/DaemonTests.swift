@@ -44,7 +44,8 @@ private let grace = "AA:BB:CC:DD:EE:02"
     }
 
     @Test func disconnectsAndReconnectsWithoutLosingAnything() throws {
-        let run = try DaemonRun(scenario: "disconnect")
+        // --replays all: every replay printed, so that nothing can hide a lost notification.
+        let run = try DaemonRun(scenario: "disconnect", ancsdArguments: ["--replays", "all"])
         let events = try run.finish()
         let sessions = events.sessions(of: ada)
         #expect(sessions.count == 3, "\(events.map(\.serialized).joined(separator: "\n"))")
@@ -54,6 +55,8 @@ private let grace = "AA:BB:CC:DD:EE:02"
         // The phone replays what it has on every connection, marked pre-existing.
         #expect(sessions[1].titles("added").prefix(3).sorted() == ["Before", "Live", "Offline"])
         #expect(sessions[1].of("added").prefix(3).allSatisfy { $0["pre_existing"] == true })
+        #expect(sessions[1].first("added", title: "Live")?["seen_before"] == true, "shown in the first session")
+        #expect(sessions[1].first("added", title: "Offline")?["seen_before"] == false, "never shown before")
         #expect(sessions[1].first("added", title: "After")?["pre_existing"] == false)
         // "Cut off" arrived while the link dropped mid-response; the next session has it.
         #expect(sessions[2].titles("added").sorted() == ["After", "Before", "Cut off", "Live", "Offline"])
@@ -64,7 +67,7 @@ private let grace = "AA:BB:CC:DD:EE:02"
     }
 
     @Test func survivesBluetoothdRestarting() throws {
-        let run = try DaemonRun(scenario: "bluez-restart")
+        let run = try DaemonRun(scenario: "bluez-restart", ancsdArguments: ["--replays", "all"])
         let events = try run.finish()
         let sessions = events.sessions(of: ada)
         #expect(sessions.count == 2)
@@ -73,6 +76,7 @@ private let grace = "AA:BB:CC:DD:EE:02"
         // The notification sockets close as bluetoothd goes, or its name is released first.
         #expect(["bluetoothd stopped", "disconnected"].contains(sessions[0].last?["reason"]?.stringValue ?? ""))
         #expect(sessions[1].titles("added") == ["Before the restart", "After the restart"])
+        #expect(sessions[1].first("added", title: "Before the restart")?["seen_before"] == true)
         #expect(run.ancsd.standardError.contains("bluetoothd is back"))
     }
 
@@ -162,7 +166,7 @@ private let grace = "AA:BB:CC:DD:EE:02"
     }
 
     @Test func twoPhonesAtOnce() throws {
-        let run = try DaemonRun(scenario: "two-phones")
+        let run = try DaemonRun(scenario: "two-phones", ancsdArguments: ["--replays", "all"])
         let events = try run.finish()
         #expect(events.sessions(of: ada).count == 1)
         #expect(events.sessions(of: ada).first?.titles("added") == ["To Ada", "Still here"])

@@ -96,6 +96,10 @@ final class PseudoTerminal {
         #expect(run.phone.standardError.contains("Discoverable=true") && run.phone.standardError.contains("Type=\"peripheral\""))
         #expect(run.phone.standardError.contains("SolicitUUIDs=[\"7905f431-b5ce-4e99-a40f-4b1e122d00d0\"]"))
         #expect(run.phone.standardError.contains("rogue client refused everywhere"), "a caller that is not bluetoothd is refused")
+        // Only Pairable and its timeout are set (and put back): Discoverable, its timeout and the
+        // alias stay as they were (bluetoothd 5.66 turns Connectable off with Discoverable).
+        let sets = run.phone.standardError.split(separator: "\n").filter { $0.contains("adapter: ") && $0.contains(" = ") }
+        #expect(sets.count == 4 && sets.allSatisfy { $0.contains("adapter: Pairable") }, "\(sets)")
     }
 
     @Test func pairsWhenTheUserTypesYes() throws {
@@ -180,7 +184,7 @@ final class PseudoTerminal {
 /// What `ancsd run` keeps registered for phones to come back.
 @Suite(.serialized) struct PresenceTests {
     @Test func advertisementAndAgentStayRegistered() throws {
-        let run = try DaemonRun(scenario: "run-presence")
+        let run = try DaemonRun(scenario: "run-presence", ancsdArguments: ["--replays", "all"])
         let events = try run.finish()
         let sessions = events.sessions(of: ada)
         #expect(sessions.count == 2)

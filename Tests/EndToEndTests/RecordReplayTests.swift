@@ -28,12 +28,16 @@ extension DaemonTests {
         let files = try recordings(in: directory)
         #expect(!files.isEmpty)
         var replayed: [String: [String]] = [:]
+        // One state directory per phone, its recordings in order: the seen_before marks and
+        // the replays held back come out as they did live.
+        let state = directory + "/state"
+        try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
         for file in files {
             #expect(file.header["format"] == "ancs-capture/1" && file.header["source"] == "ancsd")
             #expect(file.header["ancsd_version"]?.stringValue?.isEmpty == false && file.header["redacted"] == false)
             let device = try #require(file.header["device"]?.stringValue)
             #expect(file.path.contains(device.replacingOccurrences(of: ":", with: "-") + "_"))
-            let result = try AncsdProcess.run(["replay", file.path])
+            let result = try AncsdProcess.run(["replay", "--state-dir", state, file.path])
             #expect(result.status == 0, "\(file.path):\n\(result.stderr)\n\(file.text)")
             replayed[device, default: []] += result.lines
 

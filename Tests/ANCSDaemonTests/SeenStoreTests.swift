@@ -1,0 +1,182 @@
+import ANCS
+import ANCSDaemon
+import ANCSSession
+import Foundation
+import Testing
+
+private func note(_ title: String, message: String = "Tea at five?", uid: UInt32 = 1, preExisting: Bool = false) -> PhoneNotification {
+    var n = PhoneNotification(uid: uid, flags: preExisting ? [.preExisting] : [], category: .social, categoryCount: 1)
+    n.appIdentifier = "com.apple.MobileSMS"
+    n.title = title
+    n.subtitle = ""
+    n.message = message
+    n.date = .valid(ANCSDate(year: 2026, month: 11, day: 30, hour: 10, minute: 15, second: 0))
+    n.attributesComplete = true
+    return n
+}
+
+private func temporaryDirectory() throws -> String {
+    let path = NSTemporaryDirectory() + "ancsd-seen-\(UUID().uuidString)"
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+private let ada = "AA:BB:CC:DD:EE:01"
+
+@Suite struct FingerprintTests {
+    @Test func coversAppTitleSubtitleMessageAndDateOnly() throws {
+        let a = try #require(NotificationFingerprint(note("Ada", uid: 1)))
+        #expect(NotificationFingerprint(note("Ada", uid: 99, preExisting: true)) == a, "the UID and flags change every session")
+        #expect(NotificationFingerprint(note("Ada", message: "Tea at six?")) != a)
+        var other = note("Ada")
+        other.subtitle = "x"
+        #expect(NotificationFingerprint(other) != a)
+        other = note("Ada")
+        other.date = .empty
+        #expect(NotificationFingerprint(other) != a)
+        // Field boundaries count: "ab" + "" differs from "a" + "b".
+        var split1 = note("ab", message: ""), split2 = note("a", message: "")
+        split1.subtitle = ""
+        split2.subtitle = "b"
+        #expect(NotificationFingerprint(split1) != NotificationFingerprint(split2))
+        var incomplete = note("Ada")
+        incomplete.attributesComplete = false
+        #expect(NotificationFingerprint(incomplete) == nil, "unknown fields would make different notifications equal")
+    }
+
+    @Test func hexRoundTrips() throws {
+        let a = try #require(NotificationFingerprint(note("Ada")))
+        #expect(a.hex.utf8.count == 16)
+        #expect(NotificationFingerprint(hex: Array(a.hex.utf8)) == a)
+        #expect(NotificationFingerprint(hex: Array("0123456789ABCDEF".utf8)) == nil)
+        #expect(NotificationFingerprint(hex: Array("0123456789abcde".utf8)) == nil)
+    }
+}
+
+@Suite struct SeenStoreTests {
+    @Test func keptInMemoryWithoutADirectory() throws {
+        let store = SeenStore(directory: nil)
+        let a = try #require(NotificationFingerprint(note("Ada")))
+        #expect(!store.contains(a, device: ada))
+        store.record(a, device: ada)
+        #expect(store.contains(a, device: ada))
+        #expect(!store.contains(a, device: "AA:BB:CC:DD:EE:02"), "per phone")
+    }
+
+    @Test func survivesARestart() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let a = try #require(NotificationFingerprint(note("Ada"))), b = try #require(NotificationFingerprint(note("Grace")))
+        do {
+            let store = SeenStore(directory: directory)
+            store.record(a, device: ada)
+            store.record(b, device: ada)
+        }
+        let text = try String(contentsOfFile: directory + "/AA_BB_CC_DD_EE_01.seen", encoding: .utf8)
+        #expect(text == "ancsd-seen/1\n\(a.hex)\n\(b.hex)\n")
+        let again = SeenStore(directory: directory)
+        #expect(again.contains(a, device: ada) && again.contains(b, device: ada))
+    }
+
+    @Test func aHalfWrittenLineIsNeverData() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let a = try #require(NotificationFingerprint(note("Ada"))), b = try #require(NotificationFingerprint(note("Grace")))
+        let c = try #require(NotificationFingerprint(note("Alan")))
+        let path = directory + "/AA_BB_CC_DD_EE_01.seen"
+        // A crash in the middle of appending b: its line has no newline (and is short).
+        try "ancsd-seen/1\n\(a.hex)\n\(b.hex.prefix(9))".write(toFile: path, atomically: true, encoding: .utf8)
+        let store = SeenStore(directory: directory)
+        #expect(store.contains(a, device: ada))
+        #expect(!store.contains(b, device: ada))
+        #expect(store.count(device: ada) == 1)
+        store.record(c, device: ada)
+        // The torn line was dropped when the file was read, so c has a line of its own.
+        let reread = SeenStore(directory: directory)
+        #expect(reread.contains(a, device: ada) && reread.contains(c, device: ada) && reread.count(device: ada) == 2)
+        // A file that is not ours is started again rather than misread.
+        try "something else\n\(a.hex)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        #expect(!SeenStore(directory: directory).contains(a, device: ada))
+    }
+
+    /// The bound holds under 100,000 distinct notifications: the set keeps the 4,096 most
+    /// recent in memory and the file never grows past 2 × 4,096 lines.
+    @Test func theBoundHoldsUnder100000Notifications() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/AA_BB_CC_DD_EE_01.seen"
+        let store = SeenStore(directory: directory)
+        let bound = 13 + 2 * SeenStore.defaultCapacity * 17
+        var largest = 0
+        var recent: [NotificationFingerprint] = []
+        for i in 0..<100_000 {
+            let fingerprint = NotificationFingerprint(value: UInt64(i) &* 0x9E37_79B9_7F4A_7C15)
+            store.record(fingerprint, device: ada)
+            if i % 997 == 0 || i >= 100_000 - 4096 {
+                let size = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+                largest = max(largest, size)
+            }
+            if i >= 100_000 - SeenStore.defaultCapacity { recent.append(fingerprint) }
+        }
+        #expect(store.count(device: ada) == SeenStore.defaultCapacity)
+        #expect(largest <= bound, "largest file \(largest) bytes, bound \(bound)")
+        #expect(bound == 139_277)
+        let reread = SeenStore(directory: directory)
+        #expect(reread.count(device: ada) == SeenStore.defaultCapacity)
+        #expect(recent.allSatisfy { reread.contains($0, device: ada) }, "the most recent are the ones kept")
+        #expect(!reread.contains(NotificationFingerprint(value: 0), device: ada), "the oldest are gone")
+    }
+
+    @Test func seeingAgainKeepsANotificationRecent() {
+        var set = SeenSet(capacity: 3)
+        let (a, b, c, d) = (NotificationFingerprint(value: 1), NotificationFingerprint(value: 2), NotificationFingerprint(value: 3), NotificationFingerprint(value: 4))
+        set.insert(a)
+        set.insert(b)
+        set.insert(c)
+        set.insert(a)  // replayed again: the most recent now
+        set.insert(d)
+        #expect(set.contains(a) && !set.contains(b) && set.contains(c) && set.contains(d))
+        for i in 0..<1000 { set.insert(i % 2 == 0 ? a : c) }
+        #expect(set.count == 3 && set.oldestFirst.count == 3)
+    }
+}
+
+@Suite struct ReplayGateTests {
+    private func event(_ kind: NotificationEvent.Kind, _ title: String, uid: UInt32, preExisting: Bool) -> NotificationEvent {
+        NotificationEvent(kind: kind, notification: note(title, uid: uid, preExisting: preExisting))
+    }
+
+    @Test func unseenHoldsBackOnlyWhatWasShown() throws {
+        var gate = ReplayGate(policy: .unseen)
+        #expect(gate.admit(event(.added, "Old", uid: 1, preExisting: true), known: true) == nil)
+        let freshAdmitted = gate.admit(event(.added, "Offline", uid: 2, preExisting: true), known: false)
+        let fresh = try #require(freshAdmitted)
+        #expect(fresh.seenBefore == false && fresh.event.kind == .added)
+        let liveAdmitted = gate.admit(event(.added, "Live", uid: 3, preExisting: false), known: true)
+        let live = try #require(liveAdmitted)
+        #expect(live.seenBefore == false, "only replays are seen before")
+        #expect(gate.seenBefore == [1: true, 2: false, 3: false])
+        // A held-back one whose content changes appears, as added; its removal then too.
+        #expect(gate.admit(event(.modified, "Old", uid: 1, preExisting: false), known: true) == nil)
+        let changedAdmitted = gate.admit(event(.modified, "Old, edited", uid: 1, preExisting: false), known: false)
+        let changed = try #require(changedAdmitted)
+        #expect(changed.event.kind == .added && changed.seenBefore == false)
+        #expect(gate.admit(event(.removed, "Old, edited", uid: 1, preExisting: false), known: false)?.event.kind == .removed)
+        // The removal of one held back is held back too.
+        #expect(gate.admit(event(.added, "Old 2", uid: 4, preExisting: true), known: true) == nil)
+        #expect(gate.admit(event(.removed, "Old 2", uid: 4, preExisting: true), known: false) == nil)
+    }
+
+    @Test func allPrintsEverythingMarked() throws {
+        var gate = ReplayGate(policy: .all)
+        #expect(gate.admit(event(.added, "Old", uid: 1, preExisting: true), known: true)?.seenBefore == true)
+        #expect(gate.admit(event(.removed, "Old", uid: 1, preExisting: true), known: false)?.seenBefore == true)
+        #expect(gate.admit(event(.added, "New", uid: 2, preExisting: true), known: false)?.seenBefore == false)
+    }
+
+    @Test func noneHoldsBackEveryReplay() {
+        var gate = ReplayGate(policy: .none)
+        #expect(gate.admit(event(.added, "Offline", uid: 1, preExisting: true), known: false) == nil)
+        #expect(gate.admit(event(.added, "Live", uid: 2, preExisting: false), known: false) != nil)
+    }
+}
