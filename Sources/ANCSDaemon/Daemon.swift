@@ -34,9 +34,10 @@ public actor Daemon {
     private var ignoredDevices: Set<ObjectPath> = []
     /// The advertisement and agent that let paired phones come back (nil with `--no-advertise`).
     private var presence: Presence?
-    /// True while a paired iPhone is known (bonded, BlueZ has seen ANCS on it, allowed by the
-    /// options): only then does `presence` register anything.
-    private var pairedPhoneKnown = false
+    /// The adapters holding a paired iPhone's bond (BlueZ has seen ANCS on it, allowed by the
+    /// options): only while there is one does `presence` register anything, and on one of them.
+    private var phoneAdapters: Set<ObjectPath> = []
+    private var pairedPhoneKnown: Bool { !phoneAdapters.isEmpty }
     private var onReady: (@Sendable () -> Void)?
     private let executor: DaemonExecutor
     /// What each phone has shown, for `seen_before` and `--replays`.
@@ -226,8 +227,7 @@ public actor Daemon {
             for path in Array(links.keys) { stopLink(at: path, reason: "bluetoothd stopped") }
             tree.clear()
             ignoredDevices = []
-            updatePresence()
-            scheduleStatus()
+            scheduleStatus()  // Presence follows bluetoothd's restart by itself
         }
         if change.newOwner != nil {
             logger.info("bluetoothd is back")
@@ -262,15 +262,17 @@ public actor Daemon {
         }
     }
 
-    /// Tells `presence` whether a paired iPhone is known. Each task reads the latest answer when
-    /// it runs, so tasks that run out of order still leave the last one in force.
+    /// Tells `presence` on which adapters a paired iPhone is known. Each task reads the latest
+    /// answer when it runs, so tasks that run out of order still leave the last one in force.
     private func updatePresence() {
-        pairedPhoneKnown = tree.devices.contains {
-            $0.isBonded && ($0.offersANCS || tree.ancsCharacteristics(of: $0.path) != nil)
-                && options.allows(address: $0.address, adapterName: $0.adapterName)
-        }
+        phoneAdapters = Set(tree.devices.compactMap { device -> ObjectPath? in
+            guard device.isBonded, device.offersANCS || tree.ancsCharacteristics(of: device.path) != nil,
+                  options.allows(address: device.address, adapterName: device.adapterName)
+            else { return nil }
+            return device.adapter
+        })
         guard let presence else { return }
-        Task { await presence.setWanted(self.pairedPhoneKnown) }
+        Task { await presence.setPhoneAdapters(self.phoneAdapters) }
     }
 
     /// Starts sessions for the phones that should have one, stops those that should not.

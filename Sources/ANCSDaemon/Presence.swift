@@ -29,8 +29,11 @@ actor Presence {
     private var retry: Task<Void, Never>?
     private var failures = 0
     private var saidNoAdapter = false
-    /// True while a paired iPhone is known: only then is anything registered.
-    private var wanted = false
+    /// The adapters that hold a paired iPhone's bond: only while there is one is anything
+    /// registered, and the advertisement goes on one of them (the phone comes back to the
+    /// adapter it bonded with, not to another radio of the machine).
+    private var phoneAdapters: Set<ObjectPath> = []
+    private var wanted: Bool { !phoneAdapters.isEmpty }
     private var saidNotWanted = false
 
     init(connection: DBusConnection, adapter: String?, logger: Logger) {
@@ -84,18 +87,21 @@ actor Presence {
         }
     }
 
-    /// Whether a paired iPhone is known, so that the advertisement and agent are wanted.
-    func setWanted(_ wanted: Bool) async {
-        guard wanted != self.wanted else { return }
-        self.wanted = wanted
-        if wanted {
-            saidNotWanted = false
-            await register()
-        } else {
+    /// The adapters on which a paired iPhone is known (bonded, BlueZ has seen ANCS on it); none:
+    /// nothing is wanted registered.
+    func setPhoneAdapters(_ adapters: Set<ObjectPath>) async {
+        guard adapters != phoneAdapters else { return }
+        let wasWanted = wanted
+        phoneAdapters = adapters
+        if !wanted {
             logger.info("no paired iPhone: no advertisement and no pairing agent until one is paired ('ancsd pair')")
             saidNotWanted = true
             await withdraw()
+            return
         }
+        if !wasWanted { saidNotWanted = false }
+        if let advertisedOn, !adapters.contains(advertisedOn) { await withdrawAdvertisement() }
+        await register()
     }
 
     /// Registers whatever is not registered. Calls while one is running make it run once more.
@@ -169,8 +175,9 @@ actor Presence {
         }
     }
 
-    /// The adapter to advertise on and the name to show: `--adapter`, else the first one that
-    /// offers LEAdvertisingManager1; its Alias, else the host name.
+    /// The adapter to advertise on and the name to show: the first adapter holding a paired
+    /// iPhone's bond (within `--adapter`) that offers LEAdvertisingManager1; its Alias, else the
+    /// host name. Nil while none does yet (an adapter's interfaces appear as it powers up).
     private func findAdapter() async throws -> (ObjectPath, String)? {
         let objects = try await connection.getManagedObjects(destination: BlueZ.service)
         for path in objects.keys.sorted() {
@@ -178,6 +185,7 @@ actor Presence {
                   interfaces[BlueZ.advertisingManagerInterface] != nil
             else { continue }
             if let adapterName, path.rawValue.split(separator: "/").last.map(String.init) != adapterName { continue }
+            guard phoneAdapters.contains(path) else { continue }
             return (path, Advertisement.recognisableName(alias: adapter["Alias"]?.unwrapped.stringValue ?? "", hostName: hostName()))
         }
         return nil
@@ -207,6 +215,19 @@ actor Presence {
         }
     }
 
+    /// Unregisters the advertisement from bluetoothd.
+    private func withdrawAdvertisement() async {
+        if let adapter = advertisedOn {
+            advertisedOn = nil
+            do {
+                try await AdvertisingManager(connection: connection, adapter: adapter).unregister(Self.advertisementPath)
+                logger.info("unregistered the LE advertisement")
+            } catch {
+                logger.debug("UnregisterAdvertisement: \(error)")
+            }
+        }
+    }
+
     private func unregister() async {
         await withdraw()
         await connection.unexport(Self.advertisementPath)
@@ -217,15 +238,7 @@ actor Presence {
     /// Unregisters the advertisement and the agent from bluetoothd; the objects stay exported.
     private func withdraw() async {
         retry?.cancel()
-        if let adapter = advertisedOn {
-            advertisedOn = nil
-            do {
-                try await AdvertisingManager(connection: connection, adapter: adapter).unregister(Self.advertisementPath)
-                logger.info("unregistered the LE advertisement")
-            } catch {
-                logger.debug("UnregisterAdvertisement: \(error)")
-            }
-        }
+        await withdrawAdvertisement()
         if agentRegistered {
             agentRegistered = false
             do {

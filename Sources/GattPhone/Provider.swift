@@ -46,16 +46,22 @@ extension GattPhone {
         }
     }
 
-    /// StartNotify/StopNotify from bluetoothd. A first subscription to the Notification Source
-    /// in a connection makes the phone send every notification it holds, flagged
-    /// pre-existing, as iOS does.
+    /// StartNotify/StopNotify from bluetoothd. Each subscription to the Notification Source makes
+    /// the phone send every notification it holds, flagged pre-existing, as iOS does; that
+    /// includes a consumer that unsubscribes and subscribes again on a link that stays up (a
+    /// consumer restarted by its watchdog: bluetoothd writes the CCC off, then on again).
     func notifyChanged(_ role: ANCSCharacteristicRole, _ enabled: Bool) {
         event(enabled ? "subscribed" : "unsubscribed", ["characteristic": .string(role.rawValue)])
-        if enabled && role == .notificationSource { subscriptionSeen() }
+        guard role == .notificationSource else { return }
+        if enabled {
+            subscriptionSeen()
+        } else {
+            state.withLock { $0.subscribed = false }
+        }
     }
 
     /// The consumer subscribed to the Notification Source (StartNotify, or seen from its side):
-    /// the first time in a connection, every notification is replayed.
+    /// the first time in a connection, or since it unsubscribed, every notification is replayed.
     func subscriptionSeen() {
         let replay = state.withLock { s -> [NotificationSourceEvent]? in
             guard s.connected, !s.subscribed else { return nil }

@@ -3,6 +3,7 @@ import Foundation
 @testable import GattPhone
 import PhoneSimulator
 import TestSupport
+import Synchronization
 import Testing
 
 /// The parts of the iPhone on real BlueZ that can be checked without a kernel Bluetooth stack;
@@ -23,6 +24,28 @@ import Testing
         }
         #expect(DataSourceEncoder.fragments(of: [], valueSize: 20).isEmpty)
         #expect(DataSourceEncoder.fragments(of: [1, 2, 3], valueSize: 0) == [[1], [2], [3]])
+    }
+
+    /// iOS replays what it holds at every subscription to the Notification Source, also when a
+    /// consumer restarted on a link that stayed up unsubscribes and subscribes again.
+    @Test func aResubscriptionOnTheSameLinkIsReplayedToo() throws {
+        let reports = Mutex<[String]>([])
+        let phone = try GattPhone(
+            .init(adapter: "hci1", peer: "AA:BB:CC:DD:EE:FF", bus: .system, settings: ScenarioSettings()),
+            report: { object in reports.withLock { $0.append(object["event"]?.stringValue ?? "") } })
+        phone.state.withLock { s in
+            s.connected = true
+            _ = s.model.add(NotificationSpec(uid: 1, attributes: [.title: "Held"]))
+        }
+        func replays() -> Int { reports.withLock { $0.filter { $0 == "consumer_subscribed" }.count } }
+        phone.notifyChanged(.notificationSource, true)
+        #expect(replays() == 1)
+        phone.notifyChanged(.dataSource, true)
+        phone.notifyChanged(.notificationSource, true)
+        #expect(replays() == 1, "a repeated subscription without an unsubscription is not replayed")
+        phone.notifyChanged(.notificationSource, false)
+        phone.notifyChanged(.notificationSource, true)
+        #expect(replays() == 2, "the consumer subscribed again: replayed")
     }
 
     @Test func refusalsBecomeTheDBusErrorsBlueZTranslates() {
