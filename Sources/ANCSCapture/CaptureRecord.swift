@@ -141,32 +141,46 @@ public struct HexError: Error, Hashable, Sendable {
 
 /// Decodes a string of hex digit pairs (either case, no separators).
 public func decodeHex(_ text: String) -> Result<[UInt8], HexError> {
-    let chars = Array(text.utf8)
+    var text = text
+    return text.withUTF8 { decodeHex(utf8: $0) }
+}
+
+/// Decodes hex digit pairs (either case, no separators) given as UTF-8 bytes.
+public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8], HexError> {
     guard chars.count % 2 == 0 else { return .failure(HexError(reason: "odd number of hex digits (\(chars.count))")) }
-    var bytes: [UInt8] = []
-    bytes.reserveCapacity(chars.count / 2)
-    var index = 0
-    while index < chars.count {
-        guard let high = nibble(chars[index]), let low = nibble(chars[index + 1]) else {
-            let bad = nibble(chars[index]) == nil ? index : index + 1
-            return .failure(HexError(reason: "not a hex digit at position \(bad + 1)"))
+    var failedAt = -1
+    let bytes = [UInt8](unsafeUninitializedCapacity: chars.count / 2) { out, initialized in
+        var index = 0
+        while index < chars.count {
+            let high = nibbleTable[Int(chars[index])], low = nibbleTable[Int(chars[index + 1])]
+            guard high | low < 0x10 else {
+                failedAt = high >= 0x10 ? index : index + 1
+                return
+            }
+            out[index >> 1] = high << 4 | low
+            index += 2
+            initialized = index >> 1
         }
-        bytes.append(high << 4 | low)
-        index += 2
     }
+    if failedAt >= 0 { return .failure(HexError(reason: "not a hex digit at position \(failedAt + 1)")) }
     return .success(bytes)
 }
 
+/// Each byte's hex digit value, or 0xFF.
+private let nibbleTable: [UInt8] = (0...255).map { nibble(UInt8($0)) ?? 0xFF }
+
 /// Encodes bytes as lowercase hex.
 public func encodeHex(_ bytes: some Sequence<UInt8>) -> String {
-    let digits = Array("0123456789abcdef")
-    var text = ""
+    var writer = [UInt8]()
+    writer.reserveCapacity(bytes.underestimatedCount * 2)
     for byte in bytes {
-        text.append(digits[Int(byte >> 4)])
-        text.append(digits[Int(byte & 0x0F)])
+        writer.append(hexDigitsASCII[Int(byte >> 4)])
+        writer.append(hexDigitsASCII[Int(byte & 0x0F)])
     }
-    return text
+    return String(decoding: writer, as: UTF8.self)
 }
+
+private let hexDigitsASCII: [UInt8] = Array("0123456789abcdef".utf8)
 
 private func nibble(_ char: UInt8) -> UInt8? {
     switch char {

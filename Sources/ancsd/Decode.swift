@@ -104,22 +104,26 @@ enum DecodeCommand {
     }
 
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
+        let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "line")
         var lineNumber = 0
         do {
             try reader.forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
-                emit(decoders.decode(entry.record, connection: entry.connection, position: line))
+                emit(decoders.decode(entry.record, connection: entry.connection, position: line), to: out)
             }
         } catch {
-            emit(decoders.finish())
+            emit(decoders.finish(), to: out)
+            out.flush()
             logError("\(displayName(path)): \(error)")
             return 2
         }
-        emit(decoders.finish())
+        emit(decoders.finish(), to: out)
+        out.flush()
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
     private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles, toCapture: Bool) -> Int32 {
+        let out = OutputBuffer()
         var snoop = BtsnoopReader()
         // One of the two, once the file header gave the datalink.
         var extractor: BtsnoopExtractor? = nil
@@ -137,20 +141,23 @@ enum DecodeCommand {
             }
         }
         func warn() {
-            for warning in (converter?.takeWarnings() ?? []) + (extractor?.takeWarnings() ?? []) {
+            let taken = (converter?.takeWarnings() ?? []) + (extractor?.takeWarnings() ?? [])
+            if !taken.isEmpty { out.flush() }
+            for warning in taken {
                 logError("\(displayName(path)): warning: \(warning)")
             }
             warnings = converter?.warningCount ?? extractor?.warningCount ?? 0
         }
         func output(_ records: [ExtractedRecord]) {
             for extracted in records {
-                emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber))
+                emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber), to: out)
             }
         }
         func finish() {
-            for line in converter?.finish() ?? [] { print(line) }
+            for line in converter?.finish() ?? [] { out.line(line) }
             output(extractor?.finish() ?? [])
-            if !toCapture { emit(decoders.finish()) }
+            if !toCapture { emit(decoders.finish(), to: out) }
+            out.flush()
         }
 
         do {
@@ -160,7 +167,7 @@ enum DecodeCommand {
                 if let chunk { snoop.append(chunk) } else { atEnd = true }
                 while let record = try snoop.next(atEnd: atEnd) {
                     begin()
-                    for line in try converter?.lines(for: record) ?? [] { print(line) }
+                    for line in try converter?.lines(for: record) ?? [] { out.line(line) }
                     output(try extractor?.process(record) ?? [])
                     warn()
                 }
@@ -176,8 +183,8 @@ enum DecodeCommand {
         return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
     }
 
-    private static func emit(_ values: [JSONValue]) {
-        for value in values { print(value.serialized) }
+    private static func emit(_ values: [JSONValue], to out: OutputBuffer) {
+        for value in values { out.line(value) }
     }
 }
 
