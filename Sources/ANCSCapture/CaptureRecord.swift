@@ -82,6 +82,12 @@ public struct CaptureParser: Sendable {
         return CaptureEntry(record: record, object: object, connection: connection)
     }
 
+    /// Counts a line read by the plain path of `parseRecord(line:)`, as `parseEntry` would.
+    mutating func noteFastRecord() {
+        lineNumber += 1
+        sawRecord = true
+    }
+
     private mutating func parseRecord(line text: [UInt8]) throws(CaptureFormatError) -> (CaptureRecord, JSONObject)? {
         let line = lineNumber
         func fail(_ reason: String) -> CaptureFormatError { CaptureFormatError(line: line, reason: reason) }

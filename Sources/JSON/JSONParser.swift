@@ -57,13 +57,13 @@ struct JSONParser {
 
     private func error(_ reason: String) -> JSONParseError { JSONParseError(reason: reason, offset: index) }
 
-    private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
+    var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 
-    private mutating func skipWhitespace() {
+    mutating func skipWhitespace() {
         while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
     }
 
-    private mutating func parseValue() throws(JSONParseError) -> JSONValue {
+    mutating func parseValue() throws(JSONParseError) -> JSONValue {
         guard let byte = current else { throw error("unexpected end of text") }
         switch byte {
         case UInt8(ascii: "{"): return try parseObject()
@@ -224,7 +224,7 @@ struct JSONParser {
     /// Scans from `start` to the next quote, backslash or control character (or the end);
     /// also tells whether every byte scanned was ASCII.
     @inline(__always)
-    private func scanRun(from start: Int) -> (stop: Int, asciiOnly: Bool) {
+    func scanRun(from start: Int) -> (stop: Int, asciiOnly: Bool) {
         var position = start
         var high: UInt8 = 0
         let count = bytes.count
@@ -282,7 +282,7 @@ struct JSONParser {
     }
 }
 
-private func isValidUTF8(_ run: UnsafeBufferPointer<UInt8>) -> Bool {
+func isValidUTF8(_ run: UnsafeBufferPointer<UInt8>) -> Bool {
     var iterator = run.makeIterator()
     var parser = Unicode.UTF8.ForwardParser()
     while true {

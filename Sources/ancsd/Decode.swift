@@ -108,16 +108,16 @@ enum DecodeCommand {
         var decoders = ConnectionDecoders(lineKey: "line")
         var lineNumber = 0
         do {
-            try reader.forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
-                emit(decoders.decode(entry.record, connection: entry.connection, position: line), to: out)
+            try reader.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
+                out.append { decoders.decode(record, connection: connection, position: line, into: &$0) }
             }
         } catch {
-            emit(decoders.finish(), to: out)
+            out.append { decoders.finish(into: &$0) }
             out.flush()
             logError("\(displayName(path)): \(error)")
             return 2
         }
-        emit(decoders.finish(), to: out)
+        out.append { decoders.finish(into: &$0) }
         out.flush()
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
@@ -150,13 +150,15 @@ enum DecodeCommand {
         }
         func output(_ records: [ExtractedRecord]) {
             for extracted in records {
-                emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber), to: out)
+                out.append {
+                    decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber, into: &$0)
+                }
             }
         }
         func finish() {
             for line in converter?.finish() ?? [] { out.line(line) }
             output(extractor?.finish() ?? [])
-            if !toCapture { emit(decoders.finish(), to: out) }
+            if !toCapture { out.append { decoders.finish(into: &$0) } }
             out.flush()
         }
 
@@ -182,14 +184,10 @@ enum DecodeCommand {
         finish()
         return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
     }
-
-    private static func emit(_ values: [JSONValue], to out: OutputBuffer) {
-        for value in values { out.line(value) }
-    }
 }
 
 /// One `CaptureDecoder` per connection of a capture, so connections never mix; the objects of a
-/// named connection carry `"conn"` first.
+/// named connection carry `"conn"` first. Objects are written as JSON Lines into a buffer.
 struct ConnectionDecoders {
     /// The name of the position member in protocol errors: "line" or "record".
     let lineKey: String
@@ -201,27 +199,20 @@ struct ConnectionDecoders {
 
     var protocolErrorCount: Int { decoders.values.reduce(unnamed.protocolErrorCount) { $0 + $1.protocolErrorCount } }
 
-    mutating func decode(_ record: CaptureRecord, connection: String?, position: Int) -> [JSONValue] {
-        guard let connection else { return unnamed.decode(record, line: position).map { tag($0, nil) } }
+    mutating func decode(_ record: CaptureRecord, connection: String?, position: Int, into out: inout JSONWriter) {
+        let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
+        guard let connection else { return unnamed.decode(record, line: position, tag: tag, into: &out) }
         if decoders[connection] == nil {
             decoders[connection] = CaptureDecoder()
             order.append(connection)
         }
-        let out = decoders[connection]?.decode(record, line: position) ?? []
-        return out.map { tag($0, connection) }
+        decoders[connection]?.decode(record, line: position, tag: tag, into: &out)
     }
 
-    mutating func finish() -> [JSONValue] {
-        var out = unnamed.finish().map { tag($0, nil) }
-        for connection in order { out += (decoders[connection]?.finish() ?? []).map { tag($0, connection) } }
-        return out
-    }
-
-    private func tag(_ value: JSONValue, _ connection: String?) -> JSONValue {
-        guard case .object(let object) = value, connection != nil || lineKey != "line" else { return value }
-        var tagged = JSONObject()
-        if let connection { tagged.append("conn", .string(connection)) }
-        for member in object { tagged.append(member.key == "line" ? lineKey : member.key, member.value) }
-        return .object(tagged)
+    mutating func finish(into out: inout JSONWriter) {
+        unnamed.finish(tag: CaptureDecoder.Tag(positionKey: lineKey), into: &out)
+        for connection in order {
+            decoders[connection]?.finish(tag: CaptureDecoder.Tag(connection: connection, positionKey: lineKey), into: &out)
+        }
     }
 }
