@@ -287,10 +287,7 @@ public struct CaptureDecoder: Sendable {
         out.appendASCII(",\"length\":")
         out.write(attribute.value.count)
         out.appendASCII(",\"value\":")
-        let valid = attribute.value.withUnsafeBufferPointer { bytes in
-            out.writeString(utf8: bytes)
-            return isValidUTF8(bytes)
-        }
+        let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }
         out.appendASCII(valid ? ",\"utf8_valid\":true" : ",\"utf8_valid\":false,\"value_hex\":")
         if !valid { attribute.value.withUnsafeBufferPointer { out.writeHexString($0) } }
         if !isApp {
@@ -299,7 +296,7 @@ public struct CaptureDecoder: Sendable {
                 switch DateAttribute(attribute.value) {
                 case .valid(let date):
                     out.appendASCII(",\"date\":")
-                    out.write(date.iso8601)
+                    writeISO8601(date, &out)
                 case .empty: out.appendASCII(",\"date\":null")
                 case .malformed: out.appendASCII(",\"date_error\":\"malformed\"")
                 }
@@ -314,18 +311,30 @@ public struct CaptureDecoder: Sendable {
     }
 }
 
-/// True if `bytes` are well-formed UTF-8.
-private func isValidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-    var high: UInt8 = 0
-    for byte in bytes { high |= byte }
-    if high < 0x80 { return true }
-    var iterator = bytes.makeIterator()
-    var parser = Unicode.UTF8.ForwardParser()
-    while true {
-        switch parser.parseScalar(from: &iterator) {
-        case .valid: continue
-        case .emptyInput: return true
-        case .error: return false
+/// `date.iso8601` as a JSON string, written digit by digit.
+private func writeISO8601(_ date: ANCSDate, _ out: inout JSONWriter) {
+    guard (0...9999).contains(date.year), [date.month, date.day, date.hour, date.minute, date.second].allSatisfy({ (0...99).contains($0) })
+    else { return out.write(date.iso8601) }
+    var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // "yyyy-MM-ddTHH:mm:ss": 19 bytes
+    withUnsafeMutableBytes(of: &text) { raw in
+        func put(_ value: Int, _ at: Int, _ width: Int) {
+            var value = value
+            for position in stride(from: at + width - 1, through: at, by: -1) {
+                raw[position] = UInt8(ascii: "0") + UInt8(value % 10)
+                value /= 10
+            }
         }
+        put(date.year, 0, 4)
+        raw[4] = UInt8(ascii: "-")
+        put(date.month, 5, 2)
+        raw[7] = UInt8(ascii: "-")
+        put(date.day, 8, 2)
+        raw[10] = UInt8(ascii: "T")
+        put(date.hour, 11, 2)
+        raw[13] = UInt8(ascii: ":")
+        put(date.minute, 14, 2)
+        raw[16] = UInt8(ascii: ":")
+        put(date.second, 17, 2)
+        out.writeString(utf8: UnsafeRawBufferPointer(rebasing: raw[0..<19]).assumingMemoryBound(to: UInt8.self))
     }
 }

@@ -158,7 +158,7 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
     let bytes = [UInt8](unsafeUninitializedCapacity: chars.count / 2) { out, initialized in
         var index = 0
         while index < chars.count {
-            let high = nibbleTable[Int(chars[index])], low = nibbleTable[Int(chars[index + 1])]
+            let high = hexValue(chars[index]), low = hexValue(chars[index + 1])
             guard high | low < 0x10 else {
                 failedAt = high >= 0x10 ? index : index + 1
                 return
@@ -172,8 +172,14 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
     return .success(bytes)
 }
 
-/// Each byte's hex digit value, or 0xFF.
-private let nibbleTable: [UInt8] = (0...255).map { nibble(UInt8($0)) ?? 0xFF }
+/// A hex digit's value, or 0xFF.
+@inline(__always)
+private func hexValue(_ char: UInt8) -> UInt8 {
+    let digit = char &- UInt8(ascii: "0")
+    if digit < 10 { return digit }
+    let letter = (char | 0x20) &- UInt8(ascii: "a")  // either case
+    return letter < 6 ? letter + 10 : 0xFF
+}
 
 /// Encodes bytes as lowercase hex.
 public func encodeHex(_ bytes: some Sequence<UInt8>) -> String {

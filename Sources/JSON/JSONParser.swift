@@ -177,6 +177,7 @@ struct JSONParser {
             }
             return .int(negative ? -value : value)
         }
+        if let value = exactDecimal(from: start) { return .double(value) }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if integral, let value = Int(text) { return .int(value) }
         guard let value = Double(text), value.isFinite else {
@@ -188,6 +189,37 @@ struct JSONParser {
 
     /// Parses a string value, making one `String`: a string without escapes is validated and
     /// copied straight from the input; one with escapes is built in `scratch` first.
+    /// A number without exponent of at most 15 digits (such as 12.345), read exactly: both the
+    /// digits and the power of ten are exact Doubles, so one division rounds correctly, as the
+    /// full conversion would. Nil for anything else.
+    private func exactDecimal(from start: Int) -> Double? {
+        var position = start
+        let negative = bytes[position] == UInt8(ascii: "-")
+        if negative { position += 1 }
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var fraction = -1
+        while position < index {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: ".") {
+                fraction = 0
+            } else if byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
+                mantissa = mantissa &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
+                digits += 1
+                if fraction >= 0 { fraction += 1 }
+            } else {
+                return nil  // an exponent
+            }
+            position += 1
+        }
+        guard digits <= 15, fraction >= 0 else { return nil }
+        let powers: (Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double) =
+            (1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15)
+        let scale = withUnsafeBytes(of: powers) { $0.load(fromByteOffset: fraction * 8, as: Double.self) }
+        let value = Double(mantissa) / scale
+        return negative ? -value : value
+    }
+
     private mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // the opening quote
         var runStart = index
@@ -228,6 +260,18 @@ struct JSONParser {
         var position = start
         var high: UInt8 = 0
         let count = bytes.count
+        if let base = bytes.baseAddress {
+            var highWords = false
+            while position + 8 <= count {
+                let word = ByteScan.load(base + position)
+                if ByteScan.hasControl(word) || ByteScan.has(word, UInt8(ascii: "\"")) || ByteScan.has(word, UInt8(ascii: "\\")) {
+                    break
+                }
+                highWords = highWords || ByteScan.hasHigh(word)
+                position += 8
+            }
+            if highWords { high = 0x80 }
+        }
         while position < count {
             let byte = bytes[position]
             if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }

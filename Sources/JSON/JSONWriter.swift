@@ -4,22 +4,31 @@
 /// go. Non-ASCII text is written as UTF-8; control characters, U+007F, U+2028 and U+2029 are
 /// escaped (`\n`, `\t`, … where JSON has a short form, `\u00XX` otherwise). Non-finite numbers,
 /// which JSON cannot express, are written as null. Keep one writer, append values or lines,
-/// hand `bytes` to one `write(2)`, then `removeAll()` to reuse the storage.
+/// hand the bytes (`withBytes(_:)`) to one `write(2)`, then `removeAll()` to reuse the storage.
 public struct JSONWriter: Sendable {
-    /// The text written so far.
-    public private(set) var bytes: [UInt8]
+    private var storage: Storage
 
     /// An empty writer with room for `capacity` bytes.
     public init(capacity: Int = 0) {
-        bytes = []
-        bytes.reserveCapacity(capacity)
+        storage = Storage(capacity: max(capacity, 64))
+    }
+
+    /// The text written so far (a copy; see `withBytes(_:)`).
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+
+    /// Hands the text written so far to `body`, without copying it.
+    public func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try body(UnsafeBufferPointer(start: storage.base, count: storage.count))
     }
 
     /// Empties the buffer, keeping its storage.
-    public mutating func removeAll() { bytes.removeAll(keepingCapacity: true) }
+    public mutating func removeAll() {
+        makeUnique()
+        storage.count = 0
+    }
 
     /// How many bytes are buffered.
-    public var count: Int { bytes.count }
+    public var count: Int { storage.count }
 
     /// Appends `value` as compact JSON text.
     public mutating func write(_ value: JSONValue) {
@@ -30,41 +39,41 @@ public struct JSONWriter: Sendable {
         case .double(let number): write(number)
         case .string(let text): write(text)
         case .array(let elements):
-            bytes.append(UInt8(ascii: "["))
+            append(UInt8(ascii: "["))
             var first = true
             for element in elements {
-                if !first { bytes.append(UInt8(ascii: ",")) }
+                if !first { append(UInt8(ascii: ",")) }
                 first = false
                 write(element)
             }
-            bytes.append(UInt8(ascii: "]"))
+            append(UInt8(ascii: "]"))
         case .object(let object):
-            bytes.append(UInt8(ascii: "{"))
+            append(UInt8(ascii: "{"))
             var first = true
             for member in object.members {
-                if !first { bytes.append(UInt8(ascii: ",")) }
+                if !first { append(UInt8(ascii: ",")) }
                 first = false
                 write(member.key)
-                bytes.append(UInt8(ascii: ":"))
+                append(UInt8(ascii: ":"))
                 write(member.value)
             }
-            bytes.append(UInt8(ascii: "}"))
+            append(UInt8(ascii: "}"))
         }
     }
 
     /// Appends `value` followed by a newline: one JSON Lines record.
     public mutating func writeLine(_ value: JSONValue) {
         write(value)
-        bytes.append(0x0A)
+        append(0x0A)
     }
 
     /// Appends a newline.
-    public mutating func newline() { bytes.append(0x0A) }
+    public mutating func newline() { append(0x0A) }
 
     /// Appends an integer.
     public mutating func write(_ number: Int) {
         if number >= 0 && number < 10 {
-            bytes.append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: number))
+            append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: number))
             return
         }
         // At most 20 characters: a sign and 19 digits.
@@ -81,7 +90,7 @@ public struct JSONWriter: Sendable {
                 position -= 1
                 raw[position] = UInt8(ascii: "-")
             }
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[position...]))
+            append(UnsafeRawBufferPointer(rebasing: raw[position...]).assumingMemoryBound(to: UInt8.self))
         }
     }
 
@@ -93,30 +102,46 @@ public struct JSONWriter: Sendable {
             appendASCII(".0")
             return
         }
-        bytes.append(contentsOf: String(number).utf8)  // the shortest text that reads back as the same Double
+        var text = String(number)  // the shortest text that reads back as the same Double
+        text.withUTF8 { append($0) }
     }
 
     /// Appends a string value, quoted and escaped.
     public mutating func write(_ text: String) {
         var text = text
-        text.withUTF8 { writeString(utf8: $0) }
+        _ = text.withUTF8 { writeString(utf8: $0) }
     }
 
     /// Appends a string value given as UTF-8 bytes, quoted and escaped. Invalid UTF-8 is repaired
     /// exactly as `String(decoding:as: UTF8.self)` repairs it (each maximal invalid subsequence
-    /// becomes U+FFFD), so the text equals that of the repaired `String`.
-    public mutating func writeString(utf8 text: UnsafeBufferPointer<UInt8>) {
-        bytes.append(UInt8(ascii: "\""))
+    /// becomes U+FFFD), so the text equals that of the repaired `String`. Returns false if it had
+    /// to repair.
+    @discardableResult
+    public mutating func writeString(utf8 text: UnsafeBufferPointer<UInt8>) -> Bool {
+        var valid = true
+        append(UInt8(ascii: "\""))
         var runStart = 0
         var index = 0
         let count = text.count
+        guard let base = text.baseAddress else {
+            append(UInt8(ascii: "\""))
+            return true
+        }
         while index < count {
+            // Eight plain ASCII bytes at a time.
+            while index + 8 <= count {
+                let word = ByteScan.load(base + index)
+                if ByteScan.hasControl(word) || ByteScan.hasDELOrHigh(word) || ByteScan.has(word, UInt8(ascii: "\""))
+                    || ByteScan.has(word, UInt8(ascii: "\\")) { break }
+                index += 8
+            }
+            guard index < count else { break }
             let byte = text[index]
             if byte >= 0x20 && byte < 0x7F {
                 if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
                     flush(text, runStart, index)
-                    bytes.append(UInt8(ascii: "\\"))
-                    bytes.append(byte)
+                    append(UInt8(ascii: "\\"))
+                    append(byte)
                     index += 1
                     runStart = index
                 } else {
@@ -134,8 +159,9 @@ public struct JSONWriter: Sendable {
             // Non-ASCII: check one scalar's encoding.
             let length = validSequenceLength(text, at: index)
             if length == 0 {
+                valid = false
                 flush(text, runStart, index)
-                bytes.append(contentsOf: [0xEF, 0xBF, 0xBD] as [UInt8])  // U+FFFD
+                appendASCII("\u{FFFD}")  // U+FFFD, as UTF-8
                 index += invalidSequenceLength(text, at: index)
                 runStart = index
             } else if length == 3, byte == 0xE2, text[index + 1] == 0x80, text[index + 2] & 0xFE == 0xA8 {
@@ -148,41 +174,109 @@ public struct JSONWriter: Sendable {
             }
         }
         flush(text, runStart, count)
-        bytes.append(UInt8(ascii: "\""))
+        append(UInt8(ascii: "\""))
+        return valid
     }
 
     /// Appends a string value given as UTF-8 bytes (see `writeString(utf8:)` for the repair).
-    public mutating func writeString(utf8 text: [UInt8]) {
+    @discardableResult
+    public mutating func writeString(utf8 text: [UInt8]) -> Bool {
         text.withUnsafeBufferPointer { writeString(utf8: $0) }
     }
 
     /// Appends lowercase hex digits of `data` as a JSON string.
     public mutating func writeHexString(_ data: UnsafeBufferPointer<UInt8>) {
-        bytes.append(UInt8(ascii: "\""))
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: data.count * 2))
-        bytes.withUnsafeMutableBufferPointer { out in
-            var position = start
-            for byte in data {
-                out[position] = hexDigits[Int(byte >> 4)]
-                out[position + 1] = hexDigits[Int(byte & 0x0F)]
-                position += 2
-            }
+        append(UInt8(ascii: "\""))
+        makeUnique()
+        storage.reserve(data.count * 2)
+        var out = storage.base + storage.count
+        for byte in data {
+            out[0] = hexDigit(byte >> 4)
+            out[1] = hexDigit(byte & 0x0F)
+            out += 2
         }
-        bytes.append(UInt8(ascii: "\""))
+        storage.count += data.count * 2
+        append(UInt8(ascii: "\""))
     }
 
     /// Appends bytes that are already JSON text (punctuation, a member name written in advance).
-    public mutating func appendRaw(_ text: UnsafeRawBufferPointer) { bytes.append(contentsOf: text) }
+    public mutating func appendRaw(_ text: UnsafeRawBufferPointer) { append(text.assumingMemoryBound(to: UInt8.self)) }
 
     /// Appends JSON text given as a static string, such as `,"name":`.
     public mutating func appendASCII(_ text: StaticString) {
-        bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        append(text.utf8Start, text.utf8CodeUnitCount)
     }
 
     private mutating func flush(_ text: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int) {
-        guard from < to else { return }
-        bytes.append(contentsOf: UnsafeBufferPointer(rebasing: text[from..<to]))
+        guard from < to, let base = text.baseAddress else { return }
+        append(base + from, to - from)
+    }
+
+    // MARK: - Storage
+
+    /// Makes the storage this writer's own before a write (a copied writer shares it until then).
+    @inline(__always)
+    private mutating func makeUnique() {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+    }
+
+    @inline(__always)
+    private mutating func append(_ byte: UInt8) {
+        makeUnique()
+        storage.reserve(1)
+        storage.base[storage.count] = byte
+        storage.count += 1
+    }
+
+    @inline(__always)
+    private mutating func append(_ source: UnsafePointer<UInt8>, _ length: Int) {
+        makeUnique()
+        storage.reserve(length)
+        (storage.base + storage.count).update(from: source, count: length)
+        storage.count += length
+    }
+
+    private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
+        guard let base = source.baseAddress else { return }
+        append(base, source.count)
+    }
+
+    /// The bytes, in memory this class owns.
+    private final class Storage: @unchecked Sendable {
+        // @unchecked: a Storage is only written through a writer that holds the only reference.
+        var base: UnsafeMutablePointer<UInt8>
+        var count = 0
+        var capacity: Int
+
+        init(capacity: Int) {
+            self.capacity = capacity
+            base = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
+        }
+
+        deinit { base.deallocate() }
+
+        func copy() -> Storage {
+            let other = Storage(capacity: capacity)
+            other.base.update(from: base, count: count)
+            other.count = count
+            return other
+        }
+
+        /// Room for `extra` more bytes.
+        @inline(__always)
+        func reserve(_ extra: Int) {
+            if count + extra > capacity { grow(count + extra) }
+        }
+
+        private func grow(_ needed: Int) {
+            var newCapacity = capacity * 2
+            while newCapacity < needed { newCapacity *= 2 }
+            let newBase = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+            newBase.update(from: base, count: count)
+            base.deallocate()
+            base = newBase
+            capacity = newCapacity
+        }
     }
 
     private mutating func appendEscape(_ byte: UInt8) {
@@ -194,13 +288,15 @@ public struct JSONWriter: Sendable {
         case 0x0C: appendASCII("\\f")
         default:
             appendASCII("\\u00")
-            bytes.append(hexDigits[Int(byte >> 4)])
-            bytes.append(hexDigits[Int(byte & 0x0F)])
+            append(hexDigit(byte >> 4))
+            append(hexDigit(byte & 0x0F))
         }
     }
 }
 
-private let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+/// The lowercase hex digit of a value below 16.
+@inline(__always)
+private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") - 10 + value }
 
 /// The length of the well-formed UTF-8 sequence starting with the non-ASCII byte at `index`, or 0
 /// if it is not one (Unicode Table 3-7).
@@ -251,7 +347,7 @@ extension JSONValue {
     public var serialized: String {
         var writer = JSONWriter(capacity: 64)
         writer.write(self)
-        return String(decoding: writer.bytes, as: UTF8.self)
+        return writer.withBytes { String(decoding: $0, as: UTF8.self) }
     }
 
     /// The value's compact JSON text as UTF-8 bytes, with a newline when `newline` is true.
