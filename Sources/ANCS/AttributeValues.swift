@@ -131,3 +131,41 @@ public func isMessageTruncated(message: String, messageSize: Int) -> Bool {
     if delivered.hasSuffix("\u{2026}") { delivered = delivered.dropLast() }
     return messageSize > max(delivered.utf16.count, delivered.utf8.count)
 }
+
+/// `isMessageTruncated(message:messageSize:)` for the message's raw bytes (repaired as
+/// `AttributeText` repairs them), counting UTF-16 units and UTF-8 bytes straight from the bytes.
+/// A message ending in "…" right after a non-ASCII character goes through the `String` form,
+/// where grapheme rules decide whether that "…" stands alone.
+public func isMessageTruncated(messageBytes raw: [UInt8], messageSize: Int) -> Bool {
+    var utf8 = 0
+    var utf16 = 0
+    var iterator = raw.makeIterator()
+    var parser = Unicode.UTF8.ForwardParser()
+    var lastScalarLength = 0
+    var secondLastWasASCII = true
+    decoding: while true {
+        switch parser.parseScalar(from: &iterator) {
+        case .valid(let encoded):
+            secondLastWasASCII = lastScalarLength == 1
+            lastScalarLength = encoded.count
+            utf8 += encoded.count
+            utf16 += encoded.count == 4 ? 2 : 1
+        case .error:
+            secondLastWasASCII = lastScalarLength == 1
+            lastScalarLength = -1  // U+FFFD
+            utf8 += 3
+            utf16 += 1
+        case .emptyInput:
+            break decoding
+        }
+    }
+    let endsWithEllipsis = raw.count >= 3 && raw[raw.count - 3] == 0xE2 && raw[raw.count - 2] == 0x80 && raw[raw.count - 1] == 0xA6
+    if endsWithEllipsis {
+        guard raw.count == 3 || secondLastWasASCII else {
+            return isMessageTruncated(message: String(decoding: raw, as: UTF8.self), messageSize: messageSize)
+        }
+        utf8 -= 3
+        utf16 -= 1
+    }
+    return messageSize > max(utf16, utf8)
+}

@@ -270,7 +270,7 @@ public struct CaptureDecoder: Sendable {
         }
         out.appendASCII("]")
         if let message, let messageSize, let size = parseMessageSize(messageSize) {
-            let truncated = isMessageTruncated(message: String(decoding: message, as: UTF8.self), messageSize: size)
+            let truncated = isMessageTruncated(messageBytes: message, messageSize: size)
             out.appendASCII(truncated ? ",\"truncated\":true" : ",\"truncated\":false")
         }
     }

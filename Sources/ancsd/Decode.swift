@@ -148,11 +148,13 @@ enum DecodeCommand {
             }
             warnings = converter?.warningCount ?? extractor?.warningCount ?? 0
         }
+        var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
         func output(_ records: [ExtractedRecord]) {
             for extracted in records {
-                out.append {
-                    decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber, into: &$0)
-                }
+                let key = extracted.connection
+                let name = names[key] ?? key.description
+                if names[key] == nil { names[key] = name }
+                out.append { decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &$0) }
             }
         }
         func finish() {

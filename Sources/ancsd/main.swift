@@ -3,9 +3,6 @@ import Glibc
 #endif
 import ANCSDaemon
 
-/// The version printed by `ancsd --version`.
-let ancsdVersion = "0.1.0"
-
 let topLevelHelp = """
 Usage: ancsd [--bus ADDRESS] <command> [options]
 
