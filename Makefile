@@ -89,13 +89,17 @@ check-install:
 	@scripts/install-deps $(TEST_DEPS)
 	scripts/check-install
 
-## bench: release-build benchmarks that print their numbers.
+## bench: release-build benchmarks that print their numbers, each hot path against a baseline
+## measured in the same run: the reassembler, ancsd decode (against a Python decoder; btsnoop
+## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
+## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups).
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+	python3 Benchmarks/decode/decode_bench.py $$($(SWIFT) build -c release --show-bin-path)
 	$(SWIFT) build -c release $(STRICT) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
-	$(SWIFT) build -c release $(STRICT) --product ancsd
 	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
 	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)
 

@@ -8,6 +8,9 @@ import ANCSCapture
 import Btsnoop
 import JSON
 
+/// The ANCS handles of the seeds (Benchmarks/decode/make_btsnoop.py), as `--handles` gives them.
+let handles = ANCSHandles(notificationSource: 0x000C, controlPoint: 0x000F, dataSource: 0x0012)
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = Array(UnsafeBufferPointer(start: data, count: size))
@@ -37,7 +40,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
                 offset += chunkSize
             }
             while let record = try reader.next(atEnd: atEnd) {
-                if extractor == nil, let datalink = reader.datalink { extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: ANCSHandles()) }
+                if extractor == nil, let datalink = reader.datalink { extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles) }
                 decode(try extractor?.process(record) ?? [])
                 _ = extractor?.takeWarnings()
             }
