@@ -143,7 +143,7 @@ public struct CaptureDecoder: Sendable {
     private static func close(_ out: inout JSONWriter) { out.appendASCII("}\n") }
 
     /// The lines of `out`, each read back as a value.
-    private static func values(of out: JSONWriter) -> [JSONValue] {
+    private static func values(of out: borrowing JSONWriter) -> [JSONValue] {
         out.bytes.split(separator: 0x0A).compactMap { line in
             line.withUnsafeBufferPointer { try? JSONValue(parsing: $0) }
         }

@@ -55,8 +55,7 @@ extension CaptureParser {
             guard let parsed = CaptureEvent(rawValue: String(decoding: event, as: UTF8.self)) else { return nil }
             return (.event(time: seconds, parsed), connection)
         }
-        guard let char, let hex,
-              let characteristic = CaptureCharacteristic(rawValue: String(decoding: char, as: UTF8.self)),
+        guard let char, let hex, let characteristic = characteristic(char),
               case .success(let bytes) = decodeHex(utf8: hex)
         else { return nil }
         var code: UInt8? = nil
@@ -67,19 +66,35 @@ extension CaptureParser {
         return (.value(time: seconds, characteristic: characteristic, bytes: bytes, attError: code), connection)
     }
 
+    /// "ns", "cp" or "ds", compared as bytes.
+    private static func characteristic(_ name: UnsafeBufferPointer<UInt8>) -> CaptureCharacteristic? {
+        guard name.count == 2, name[1] == UInt8(ascii: "s") || name[1] == UInt8(ascii: "p") else { return nil }
+        switch (name[0], name[1]) {
+        case (UInt8(ascii: "n"), UInt8(ascii: "s")): return .ns
+        case (UInt8(ascii: "c"), UInt8(ascii: "p")): return .cp
+        case (UInt8(ascii: "d"), UInt8(ascii: "s")): return .ds
+        default: return nil
+        }
+    }
+
     /// The member names the plain path knows.
     private enum Member {
         case t, char, hex, attError, conn, event, format, other
 
         init(_ key: UnsafeBufferPointer<UInt8>) {
+            func matches(_ name: StaticString) -> Bool {
+                guard key.count == name.utf8CodeUnitCount else { return false }
+                for index in 0..<key.count where key[index] != name.utf8Start[index] { return false }
+                return true
+            }
             switch key.count {
             case 1 where key[0] == UInt8(ascii: "t"): self = .t
-            case 3 where key.elementsEqual("hex".utf8): self = .hex
-            case 4 where key.elementsEqual("char".utf8): self = .char
-            case 4 where key.elementsEqual("conn".utf8): self = .conn
-            case 5 where key.elementsEqual("event".utf8): self = .event
-            case 6 where key.elementsEqual("format".utf8): self = .format
-            case 9 where key.elementsEqual("att_error".utf8): self = .attError
+            case 3 where matches("hex"): self = .hex
+            case 4 where matches("char"): self = .char
+            case 4 where matches("conn"): self = .conn
+            case 5 where matches("event"): self = .event
+            case 6 where matches("format"): self = .format
+            case 9 where matches("att_error"): self = .attError
             default: self = .other
             }
         }

@@ -157,6 +157,14 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
     var failedAt = -1
     let bytes = [UInt8](unsafeUninitializedCapacity: chars.count / 2) { out, initialized in
         var index = 0
+        if let start = chars.baseAddress, let target = out.baseAddress {
+            // Eight digits (four bytes) at a time while they are all valid.
+            while index + 8 <= chars.count, let four = hexWord(UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self)) {
+                UnsafeMutableRawPointer(target + index >> 1).storeBytes(of: four, as: UInt32.self)
+                index += 8
+                initialized = index >> 1
+            }
+        }
         while index < chars.count {
             let high = hexValue(chars[index]), low = hexValue(chars[index + 1])
             guard high | low < 0x10 else {
@@ -170,6 +178,28 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
     }
     if failedAt >= 0 { return .failure(HexError(reason: "not a hex digit at position \(failedAt + 1)")) }
     return .success(bytes)
+}
+
+/// Eight ASCII hex digits (in memory order, little-endian word) as the four bytes they spell, in
+/// memory order; nil if any is not a hex digit.
+@inline(__always)
+private func hexWord(_ raw: UInt64) -> UInt32? {
+    let word = UInt64(littleEndian: raw)
+    let highs: UInt64 = 0x8080_8080_8080_8080
+    guard word & highs == 0 else { return nil }
+    func at(_ value: UInt64) -> UInt64 { 0x0101_0101_0101_0101 &* value }
+    // Per byte: the high bit says "at least" (bytes are below 0x80, so no carries between bytes).
+    let lower = word | at(0x20)  // letters to lower case; digits keep bit 5
+    let digit = (word &+ at(0x80 - 0x30)) & ~(word &+ at(0x80 - 0x3A))
+    let letter = (lower &+ at(0x80 - 0x61)) & ~(lower &+ at(0x80 - 0x67))
+    guard (digit | letter) & highs == highs else { return nil }
+    // Each digit's value: its low nibble, plus 9 for a letter (bit 6 set).
+    let values = (word & at(0x0F)) &+ ((word >> 6) & at(0x01)) &* 9
+    // Pairs into bytes: in each 16-bit lane, first digit << 4 | second digit.
+    var pairs = ((values << 4) | (values >> 8)) & 0x00FF_00FF_00FF_00FF
+    pairs = (pairs | (pairs >> 8)) & 0x0000_FFFF_0000_FFFF
+    pairs = (pairs | (pairs >> 16)) & 0x0000_0000_FFFF_FFFF
+    return UInt32(littleEndian: UInt32(truncatingIfNeeded: pairs))
 }
 
 /// A hex digit's value, or 0xFF.

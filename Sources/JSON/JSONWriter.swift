@@ -5,30 +5,34 @@
 /// escaped (`\n`, `\t`, … where JSON has a short form, `\u00XX` otherwise). Non-finite numbers,
 /// which JSON cannot express, are written as null. Keep one writer, append values or lines,
 /// hand the bytes (`withBytes(_:)`) to one `write(2)`, then `removeAll()` to reuse the storage.
-public struct JSONWriter: Sendable {
-    private var storage: Storage
+public struct JSONWriter: ~Copyable, @unchecked Sendable {
+    // @unchecked: the writer owns its memory alone (it cannot be copied), so sending it sends
+    // the only reference. Being noncopyable, a write needs no copy-on-write check.
+    @usableFromInline var base: UnsafeMutablePointer<UInt8>
+    @usableFromInline var used = 0
+    @usableFromInline var capacity: Int
 
     /// An empty writer with room for `capacity` bytes.
     public init(capacity: Int = 0) {
-        storage = Storage(capacity: max(capacity, 64))
+        self.capacity = max(capacity, 64)
+        base = UnsafeMutablePointer<UInt8>.allocate(capacity: self.capacity)
     }
 
+    deinit { base.deallocate() }
+
     /// The text written so far (a copy; see `withBytes(_:)`).
-    public var bytes: [UInt8] { withBytes { Array($0) } }
+    public var bytes: [UInt8] { Array(UnsafeBufferPointer(start: base, count: used)) }
 
     /// Hands the text written so far to `body`, without copying it.
     public func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
-        try body(UnsafeBufferPointer(start: storage.base, count: storage.count))
+        try body(UnsafeBufferPointer(start: base, count: used))
     }
 
     /// Empties the buffer, keeping its storage.
-    public mutating func removeAll() {
-        makeUnique()
-        storage.count = 0
-    }
+    public mutating func removeAll() { used = 0 }
 
     /// How many bytes are buffered.
-    public var count: Int { storage.count }
+    public var count: Int { used }
 
     /// Appends `value` as compact JSON text.
     public mutating func write(_ value: JSONValue) {
@@ -68,6 +72,7 @@ public struct JSONWriter: Sendable {
     }
 
     /// Appends a newline.
+    @inlinable
     public mutating func newline() { append(0x0A) }
 
     /// Appends an integer.
@@ -187,15 +192,14 @@ public struct JSONWriter: Sendable {
     /// Appends lowercase hex digits of `data` as a JSON string.
     public mutating func writeHexString(_ data: UnsafeBufferPointer<UInt8>) {
         append(UInt8(ascii: "\""))
-        makeUnique()
-        storage.reserve(data.count * 2)
-        var out = storage.base + storage.count
+        reserve(data.count * 2)
+        var out = base + used
         for byte in data {
             out[0] = hexDigit(byte >> 4)
             out[1] = hexDigit(byte & 0x0F)
             out += 2
         }
-        storage.count += data.count * 2
+        used += data.count * 2
         append(UInt8(ascii: "\""))
     }
 
@@ -203,80 +207,14 @@ public struct JSONWriter: Sendable {
     public mutating func appendRaw(_ text: UnsafeRawBufferPointer) { append(text.assumingMemoryBound(to: UInt8.self)) }
 
     /// Appends JSON text given as a static string, such as `,"name":`.
+    @inlinable
     public mutating func appendASCII(_ text: StaticString) {
         append(text.utf8Start, text.utf8CodeUnitCount)
     }
 
     private mutating func flush(_ text: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int) {
-        guard from < to, let base = text.baseAddress else { return }
-        append(base + from, to - from)
-    }
-
-    // MARK: - Storage
-
-    /// Makes the storage this writer's own before a write (a copied writer shares it until then).
-    @inline(__always)
-    private mutating func makeUnique() {
-        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
-    }
-
-    @inline(__always)
-    private mutating func append(_ byte: UInt8) {
-        makeUnique()
-        storage.reserve(1)
-        storage.base[storage.count] = byte
-        storage.count += 1
-    }
-
-    @inline(__always)
-    private mutating func append(_ source: UnsafePointer<UInt8>, _ length: Int) {
-        makeUnique()
-        storage.reserve(length)
-        (storage.base + storage.count).update(from: source, count: length)
-        storage.count += length
-    }
-
-    private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
-        guard let base = source.baseAddress else { return }
-        append(base, source.count)
-    }
-
-    /// The bytes, in memory this class owns.
-    private final class Storage: @unchecked Sendable {
-        // @unchecked: a Storage is only written through a writer that holds the only reference.
-        var base: UnsafeMutablePointer<UInt8>
-        var count = 0
-        var capacity: Int
-
-        init(capacity: Int) {
-            self.capacity = capacity
-            base = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
-        }
-
-        deinit { base.deallocate() }
-
-        func copy() -> Storage {
-            let other = Storage(capacity: capacity)
-            other.base.update(from: base, count: count)
-            other.count = count
-            return other
-        }
-
-        /// Room for `extra` more bytes.
-        @inline(__always)
-        func reserve(_ extra: Int) {
-            if count + extra > capacity { grow(count + extra) }
-        }
-
-        private func grow(_ needed: Int) {
-            var newCapacity = capacity * 2
-            while newCapacity < needed { newCapacity *= 2 }
-            let newBase = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
-            newBase.update(from: base, count: count)
-            base.deallocate()
-            base = newBase
-            capacity = newCapacity
-        }
+        guard from < to, let start = text.baseAddress else { return }
+        append(start + from, to - from)
     }
 
     private mutating func appendEscape(_ byte: UInt8) {
@@ -291,6 +229,48 @@ public struct JSONWriter: Sendable {
             append(hexDigit(byte >> 4))
             append(hexDigit(byte & 0x0F))
         }
+    }
+
+    // MARK: - Storage
+
+    /// Room for `extra` more bytes.
+    @inlinable @inline(__always)
+    mutating func reserve(_ extra: Int) {
+        if used + extra > capacity { grow(used + extra) }
+    }
+
+    @usableFromInline
+    mutating func grow(_ needed: Int) {
+        var newCapacity = capacity * 2
+        while newCapacity < needed { newCapacity *= 2 }
+        let newBase = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        newBase.update(from: base, count: used)
+        base.deallocate()
+        base = newBase
+        capacity = newCapacity
+    }
+
+    @inlinable @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        reserve(1)
+        base[used] = byte
+        used += 1
+    }
+
+    @inlinable @inline(__always)
+    mutating func append(_ source: UnsafePointer<UInt8>, _ length: Int) {
+        reserve(length)
+        if length <= 16 {  // short punctuation and names: a loop beats a call to memmove
+            for offset in 0..<length { base[used + offset] = source[offset] }
+        } else {
+            (base + used).update(from: source, count: length)
+        }
+        used += length
+    }
+
+    private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
+        guard let start = source.baseAddress else { return }
+        append(start, source.count)
     }
 }
 
