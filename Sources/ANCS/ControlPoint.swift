@@ -81,7 +81,12 @@ public enum ControlPointRequest: Hashable, Sendable {
 
     /// Decodes a Control Point value, as found in a capture, with the same rules as `encoded()`.
     public init(decoding value: some Collection<UInt8>) throws(ControlPointError) {
-        let bytes = Array(value)
+        try self.init(decoding: Array(value))
+    }
+
+    /// Decodes a Control Point value, as found in a capture, with the same rules as `encoded()`.
+    /// (The array form is compiled here, so callers in other modules get specialized code.)
+    public init(decoding bytes: [UInt8]) throws(ControlPointError) {
         guard bytes.count <= Self.maxEncodedSize else { throw .tooLong(bytes.count) }
         guard let first = bytes.first else { throw .empty }
         var offset = 1

@@ -1,6 +1,12 @@
 import ANCSCapture
 import Btsnoop
+import Dispatch
 import JSON
+
+/// Why reading a capture stopped, as its reader said it.
+private struct DecodeFailure: Error, Sendable, CustomStringConvertible {
+    var description: String
+}
 
 /// `ancsd decode`: decodes an `ancs-capture/1` file or a btsnoop file and prints one JSON object
 /// per line, or (`--to-capture`) turns a btsnoop file into an `ancs-capture/1` file.
@@ -103,13 +109,40 @@ enum DecodeCommand {
         return decodeCapture(reader, path: file)
     }
 
+    /// One record of a capture file with its `conn` member and line number.
+    private typealias NumberedRecord = (record: CaptureRecord, connection: String?, line: Int)
+
+    /// Reads and parses the file on another thread, in batches, while this one decodes and
+    /// writes: the two halves of the work take about the same time.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
         let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "line")
-        var lineNumber = 0
+        let channel = BatchChannel<NumberedRecord>(depth: 8)
+        let handoff = Handoff(value: reader)
+        DispatchQueue.global().async {
+            var batch: [NumberedRecord] = []
+            batch.reserveCapacity(256)
+            var lineNumber = 0
+            do {
+                try handoff.value.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
+                    batch.append((record, connection, line))
+                    if batch.count == 256 {
+                        channel.send(batch)
+                        batch.removeAll(keepingCapacity: true)
+                    }
+                }
+                if !batch.isEmpty { channel.send(batch) }
+                channel.finish()
+            } catch {
+                if !batch.isEmpty { channel.send(batch) }
+                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+            }
+        }
         do {
-            try reader.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
-                out.append { decoders.decode(record, connection: connection, position: line, into: &$0) }
+            while let batch = try channel.receive() {
+                out.append { writer in
+                    for item in batch { decoders.decode(item.record, connection: item.connection, position: item.line, into: &writer) }
+                }
             }
         } catch {
             out.append { decoders.finish(into: &$0) }
