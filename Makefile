@@ -93,14 +93,16 @@ check-install:
 ## measured in the same run: the reassembler, ancsd decode (against a Python decoder; btsnoop
 ## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
 ## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups).
+# Every product with the same flags (--static-swift-stdlib), so one build serves them all.
+BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
-	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
+	$(BENCH_BUILD) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
-	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+	$(BENCH_BUILD) --product ancsd
 	python3 Benchmarks/decode/decode_bench.py $$($(SWIFT) build -c release --show-bin-path)
-	$(SWIFT) build -c release $(STRICT) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
-	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
+	$(BENCH_BUILD) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
+	$(BENCH_BUILD) --product ancs-phone-sim
 	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)
 
 ## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP

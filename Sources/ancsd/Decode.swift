@@ -100,7 +100,7 @@ enum DecodeCommand {
             return 2
         }
         if BtsnoopReader.looksLikeBtsnoop(prefix) {
-            return decodeBtsnoop(reader, path: file, handles: handles, toCapture: toCapture)
+            return toCapture ? convertBtsnoop(reader, path: file, handles: handles) : decodeBtsnoop(reader, path: file, handles: handles)
         }
         if toCapture || handles != ANCSHandles() {
             logError("\(displayName(file)): \(toCapture ? "--to-capture" : "--handles") applies only to btsnoop files")
@@ -155,45 +155,117 @@ enum DecodeCommand {
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
-    private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles, toCapture: Bool) -> Int32 {
+    /// What the reading thread of a btsnoop decode hands over, in file order.
+    private enum SnoopItem: Sendable {
+        case records([ExtractedRecord])
+        /// Warnings to print, and how many the file gave so far.
+        case warnings([BtsnoopError], total: Int)
+    }
+
+    /// Decodes a btsnoop file: reading, HCI/L2CAP/ATT extraction on another thread, in batches;
+    /// decoding and writing on this one.
+    private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles) -> Int32 {
+        let out = OutputBuffer()
+        var decoders = ConnectionDecoders(lineKey: "record")
+        var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
+        var warnings = 0
+        let channel = BatchChannel<SnoopItem>(depth: 8)
+        let handoff = Handoff(value: reader)
+        DispatchQueue.global().async {
+            var snoop = BtsnoopReader()
+            var extractor: BtsnoopExtractor? = nil
+            var batch: [SnoopItem] = []
+            var records: [ExtractedRecord] = []
+            func flushRecords() {
+                if !records.isEmpty { batch.append(.records(records)) }
+                records.removeAll(keepingCapacity: true)
+            }
+            func send() {
+                flushRecords()
+                if !batch.isEmpty { channel.send(batch) }
+                batch.removeAll(keepingCapacity: true)
+            }
+            func warn() {
+                guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+                flushRecords()
+                batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
+            }
+            do {
+                var atEnd = false
+                while !atEnd {
+                    let chunk = try handoff.value.nextChunk()
+                    if let chunk { snoop.append(chunk) } else { atEnd = true }
+                    while let record = try snoop.next(atEnd: atEnd) {
+                        if extractor == nil, let datalink = snoop.datalink {
+                            extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+                        }
+                        records += try extractor?.process(record) ?? []
+                        warn()
+                    }
+                    send()
+                }
+                records += extractor?.finish() ?? []
+                send()
+                channel.finish()
+            } catch {
+                warn()
+                records += extractor?.finish() ?? []
+                send()
+                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+            }
+        }
+        func consume(_ item: SnoopItem) {
+            switch item {
+            case .records(let records):
+                out.append { writer in
+                    for extracted in records {
+                        let key = extracted.connection
+                        let name = names[key] ?? key.description
+                        if names[key] == nil { names[key] = name }
+                        decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &writer)
+                    }
+                }
+            case .warnings(let taken, let total):
+                out.flush()
+                for warning in taken { logError("\(displayName(path)): warning: \(warning)") }
+                warnings = total
+            }
+        }
+        do {
+            while let batch = try channel.receive() { batch.forEach(consume) }
+        } catch {
+            out.append { decoders.finish(into: &$0) }
+            out.flush()
+            logError("\(displayName(path)): \(error)")
+            return 2
+        }
+        out.append { decoders.finish(into: &$0) }
+        out.flush()
+        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+    }
+
+    /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
+    private static func convertBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles) -> Int32 {
         let out = OutputBuffer()
         var snoop = BtsnoopReader()
-        // One of the two, once the file header gave the datalink.
-        var extractor: BtsnoopExtractor? = nil
-        var converter: BtsnoopCaptureConverter? = nil
-        var decoders = ConnectionDecoders(lineKey: "record")
+        var converter: BtsnoopCaptureConverter? = nil  // once the file header gave the datalink
         var warnings = 0
 
         func begin() {
-            guard extractor == nil, converter == nil, let datalink = snoop.datalink else { return }
-            if toCapture {
-                let metadata: JSONObject = ["source": "btsnoop", "file": .string(displayName(path))]
-                converter = BtsnoopCaptureConverter(datalink: datalink, handles: handles, metadata: metadata)
-            } else {
-                extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-            }
+            guard converter == nil, let datalink = snoop.datalink else { return }
+            let metadata: JSONObject = ["source": "btsnoop", "file": .string(displayName(path))]
+            converter = BtsnoopCaptureConverter(datalink: datalink, handles: handles, metadata: metadata)
         }
         func warn() {
-            let taken = (converter?.takeWarnings() ?? []) + (extractor?.takeWarnings() ?? [])
+            let taken = converter?.takeWarnings() ?? []
             if !taken.isEmpty { out.flush() }
             for warning in taken {
                 logError("\(displayName(path)): warning: \(warning)")
             }
-            warnings = converter?.warningCount ?? extractor?.warningCount ?? 0
-        }
-        var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
-        func output(_ records: [ExtractedRecord]) {
-            for extracted in records {
-                let key = extracted.connection
-                let name = names[key] ?? key.description
-                if names[key] == nil { names[key] = name }
-                out.append { decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &$0) }
-            }
+            warnings = converter?.warningCount ?? 0
         }
         func finish() {
             for line in converter?.finish() ?? [] { out.line(line) }
-            output(extractor?.finish() ?? [])
-            if !toCapture { out.append { decoders.finish(into: &$0) } }
             out.flush()
         }
 
@@ -205,7 +277,6 @@ enum DecodeCommand {
                 while let record = try snoop.next(atEnd: atEnd) {
                     begin()
                     for line in try converter?.lines(for: record) ?? [] { out.line(line) }
-                    output(try extractor?.process(record) ?? [])
                     warn()
                 }
             }
@@ -217,7 +288,7 @@ enum DecodeCommand {
             return 2
         }
         finish()
-        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+        return warnings > 0 ? 1 : 0
     }
 }
 
