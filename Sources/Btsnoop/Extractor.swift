@@ -259,8 +259,11 @@ public struct BtsnoopExtractor: Sendable {
             BtsnoopError(record: record, reason: "corrupt: \(what) (ATT opcode \(hex2(opcode)), \(pdu.count) bytes)")
         }
         func u16(_ index: Int) -> UInt16 { UInt16(pdu[index]) | UInt16(pdu[index + 1]) << 8 }
-        let handles = handles(of: key)
-        let server = states[key]?.server
+        // One lookup, and fields read in place (reading `states[key]?.server` would copy the
+        // whole connection, tables and all, for every PDU).
+        let index = states.index(forKey: key)
+        let handles = index.map { defaultHandles.overlaid(with: states.values[$0].discovered) } ?? defaultHandles
+        let server = index.flatMap { states.values[$0].server }
         let fromServer = server.map { $0 == direction } ?? true
         let fromClient = server.map { $0 != direction } ?? true
 

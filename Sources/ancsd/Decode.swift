@@ -168,6 +168,7 @@ enum DecodeCommand {
         let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "record")
         var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
+        var last: (key: ConnectionKey, name: String)? = nil  // records come in runs of one connection
         var warnings = 0
         let channel = BatchChannel<SnoopItem>(depth: 8)
         let handoff = Handoff(value: reader)
@@ -220,8 +221,14 @@ enum DecodeCommand {
                 out.append { writer in
                     for extracted in records {
                         let key = extracted.connection
-                        let name = names[key] ?? key.description
-                        if names[key] == nil { names[key] = name }
+                        let name: String
+                        if let last, last.key == key {
+                            name = last.name
+                        } else {
+                            name = names[key] ?? key.description
+                            names[key] = name
+                            last = (key, name)
+                        }
                         decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &writer)
                     }
                 }
@@ -308,11 +315,14 @@ struct ConnectionDecoders {
     mutating func decode(_ record: CaptureRecord, connection: String?, position: Int, into out: inout JSONWriter) {
         let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
         guard let connection else { return unnamed.decode(record, line: position, tag: tag, into: &out) }
-        if decoders[connection] == nil {
-            decoders[connection] = CaptureDecoder()
-            order.append(connection)
+        if let index = decoders.index(forKey: connection) {
+            decoders.values[index].decode(record, line: position, tag: tag, into: &out)  // in place, one lookup
+            return
         }
-        decoders[connection]?.decode(record, line: position, tag: tag, into: &out)
+        var decoder = CaptureDecoder()
+        decoder.decode(record, line: position, tag: tag, into: &out)
+        decoders[connection] = decoder
+        order.append(connection)
     }
 
     mutating func finish(into out: inout JSONWriter) {
