@@ -109,24 +109,50 @@ check-install:
 	@scripts/install-deps $(TEST_DEPS)
 	scripts/check-install
 
-## bench: release-build benchmarks that print their numbers.
+## bench: release-build benchmarks that print their numbers, each hot path against a baseline
+## measured in the same run: the reassembler, ancsd decode (against a Python decoder; btsnoop
+## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
+## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups).
+# Every product with the same flags (--static-swift-stdlib), so one build serves them all.
+BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
-	$(SWIFT) build -c release $(STRICT) --product ancs-bench $(BENCH_LINK)
+	$(BENCH_BUILD) --product ancs-bench $(BENCH_LINK)
 	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
-	$(SWIFT) build -c release $(STRICT) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
-	$(SWIFT) build -c release $(STRICT) --product ancsd
-	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
+	$(BENCH_BUILD) --product ancsd
+	python3 Benchmarks/decode/decode_bench.py $$($(SWIFT) build -c release --show-bin-path)
+	$(BENCH_BUILD) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
+	$(BENCH_BUILD) --product ancs-phone-sim
 	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)
 
-## fuzz: libFuzzer over the reassembler and the NS/CP decoders for FUZZ_SECONDS (default 60).
+## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP
+## decoders), the JSON parser and writer, the ancs-capture/1 reader and the btsnoop reader
+## (Fuzz/README.md). FUZZ_TARGETS picks some: make fuzz FUZZ_TARGETS="json capture".
+FUZZ_TARGETS ?= ancs json capture btsnoop
+FUZZ_FLAGS  := -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
+	-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault
+# A module of the package as a static library for the fuzz targets: $(1) its name, $(2) its sources.
+fuzz-module = $(SWIFTC) $(FUZZ_FLAGS) -parse-as-library -emit-library -static -module-name $(1) \
+	-emit-module -emit-module-path $(FUZZ_DIR)/lib/$(1).swiftmodule -I $(FUZZ_DIR)/lib \
+	$(2) -o $(FUZZ_DIR)/lib/lib$(1).a
 fuzz:
-	@mkdir -p $(FUZZ_DIR) Fuzz/corpus
-	$(SWIFTC) -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
-		-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault \
-		-module-name ANCSFuzz Sources/ANCS/*.swift Fuzz/*.swift -o $(FUZZ_DIR)/ancs-fuzz
-	SWIFT_BACKTRACE=enable=no $(FUZZ_DIR)/ancs-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 -print_final_stats=1 \
-		-artifact_prefix=Fuzz/ Fuzz/corpus Fuzz/seeds
+	@mkdir -p $(FUZZ_DIR)/lib $(foreach t,$(FUZZ_TARGETS),Fuzz/corpus/$(t))
+	$(SWIFTC) $(FUZZ_FLAGS) -module-name ANCSFuzz Sources/ANCS/*.swift Fuzz/*.swift -o $(FUZZ_DIR)/ancs-fuzz
+	$(call fuzz-module,JSON,Sources/JSON/*.swift)
+	$(call fuzz-module,ANCS,Sources/ANCS/*.swift)
+	$(call fuzz-module,ANCSCapture,Sources/ANCSCapture/*.swift)
+	$(call fuzz-module,Btsnoop,Sources/Btsnoop/*.swift)
+	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lJSON Fuzz/formats/JSONFuzz.swift -o $(FUZZ_DIR)/json-fuzz
+	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lANCSCapture -lANCS -lJSON \
+		Fuzz/formats/CaptureFuzz.swift -o $(FUZZ_DIR)/capture-fuzz
+	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lBtsnoop -lANCSCapture -lANCS -lJSON \
+		Fuzz/formats/BtsnoopFuzz.swift -o $(FUZZ_DIR)/btsnoop-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		seeds=Fuzz/seeds; [ $$t = ancs ] || seeds=Fuzz/seeds-$$t; \
+		echo "== $$t-fuzz for $(FUZZ_SECONDS) s"; \
+		SWIFT_BACKTRACE=enable=no $(FUZZ_DIR)/$$t-fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=$$( [ $$t = btsnoop ] && echo 16384 || echo 4096 ) \
+			-print_final_stats=1 -artifact_prefix=Fuzz/$$t- Fuzz/corpus/$$t $$seeds || exit 1; \
+	done
 
 clean:
 	rm -rf .build

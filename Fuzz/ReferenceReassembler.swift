@@ -164,9 +164,15 @@ struct ReferenceReassembler: Sendable {
                 advance(&index, by: 1)
                 if fieldCount == 2 {
                     currentLength = Int(fieldValue)
-                    guard currentLength <= limits.maxAttributeLength else {
+                    // A Title, Subtitle or Message may be as long as the max length it was requested with.
+                    var limit = limits.maxAttributeLength
+                    if case .getNotificationAttributes(_, let requested)? = expectation?.request,
+                       let max = requested.first(where: { $0.id.rawValue == currentID })?.maxLength {
+                        limit = Swift.max(limit, Int(max))
+                    }
+                    guard currentLength <= limit else {
                         offset -= 3
-                        return fail(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
+                        return fail(.attributeTooLong(id: currentID, length: currentLength, limit: limit))
                     }
                     guard offset + currentLength <= limits.maxResponseLength else {
                         return fail(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))

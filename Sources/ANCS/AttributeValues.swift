@@ -131,3 +131,82 @@ public func isMessageTruncated(message: String, messageSize: Int) -> Bool {
     if delivered.hasSuffix("\u{2026}") { delivered = delivered.dropLast() }
     return messageSize > max(delivered.utf16.count, delivered.utf8.count)
 }
+
+/// `isMessageTruncated(message:messageSize:)` for the message's raw bytes (repaired as
+/// `AttributeText` repairs them), counting UTF-16 units and UTF-8 bytes straight from the bytes.
+/// A message ending in "…" right after a non-ASCII character goes through the `String` form,
+/// where grapheme rules decide whether that "…" stands alone.
+public func isMessageTruncated(messageBytes raw: [UInt8], messageSize: Int) -> Bool {
+    var utf8 = 0
+    var utf16 = 0
+    var previousWasASCII = true  // the scalar before the one just counted
+    var lastWasASCII = true
+    raw.withUnsafeBufferPointer { bytes in
+        var index = 0
+        while index < bytes.count {
+            previousWasASCII = lastWasASCII
+            let lead = bytes[index]
+            if lead < 0x80 {
+                utf8 += 1
+                utf16 += 1
+                index += 1
+                lastWasASCII = true
+                continue
+            }
+            lastWasASCII = false
+            let length = wellFormedLength(bytes, at: index)
+            if length > 0 {
+                utf8 += length
+                utf16 += length == 4 ? 2 : 1
+                index += length
+            } else {  // one U+FFFD for the maximal ill-formed subpart, as String(decoding:) does
+                utf8 += 3
+                utf16 += 1
+                index += maximalSubpartLength(bytes, at: index)
+            }
+        }
+    }
+    let endsWithEllipsis = raw.count >= 3 && raw[raw.count - 3] == 0xE2 && raw[raw.count - 2] == 0x80 && raw[raw.count - 1] == 0xA6
+    if endsWithEllipsis {
+        guard raw.count == 3 || previousWasASCII else {
+            return isMessageTruncated(message: String(decoding: raw, as: UTF8.self), messageSize: messageSize)
+        }
+        utf8 -= 3
+        utf16 -= 1
+    }
+    return messageSize > max(utf16, utf8)
+}
+
+/// The length of the well-formed UTF-8 sequence that starts with the non-ASCII byte at `index`,
+/// or 0 (Unicode Table 3-7).
+private func wellFormedLength(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int) -> Int {
+    let (second, length) = secondByteRange(bytes[index])
+    guard length > 1, index + length <= bytes.count, second.contains(bytes[index + 1]) else { return 0 }
+    for offset in 2..<length where !(0x80...0xBF).contains(bytes[index + offset]) { return 0 }
+    return length
+}
+
+/// How many bytes of the ill-formed sequence at `index` one U+FFFD replaces: the longest prefix
+/// of a well-formed sequence there, at least one byte.
+private func maximalSubpartLength(_ bytes: UnsafeBufferPointer<UInt8>, at index: Int) -> Int {
+    let (second, length) = secondByteRange(bytes[index])
+    guard length > 1, index + 1 < bytes.count, second.contains(bytes[index + 1]) else { return 1 }
+    var consumed = 2
+    while consumed < length, index + consumed < bytes.count, (0x80...0xBF).contains(bytes[index + consumed]) { consumed += 1 }
+    return consumed
+}
+
+/// For a lead byte: the range its second byte must be in, and the sequence's length (1 for a
+/// byte that cannot start a sequence).
+private func secondByteRange(_ lead: UInt8) -> (ClosedRange<UInt8>, Int) {
+    switch lead {
+    case 0xC2...0xDF: (0x80...0xBF, 2)
+    case 0xE0: (0xA0...0xBF, 3)
+    case 0xE1...0xEC, 0xEE...0xEF: (0x80...0xBF, 3)
+    case 0xED: (0x80...0x9F, 3)
+    case 0xF0: (0x90...0xBF, 4)
+    case 0xF1...0xF3: (0x80...0xBF, 4)
+    case 0xF4: (0x80...0x8F, 4)
+    default: (0x80...0x80, 1)
+    }
+}

@@ -44,11 +44,11 @@ public enum ControlPointRequest: Hashable, Sendable {
         case .getNotificationAttributes(let uid, let attributes):
             guard !attributes.isEmpty else { throw .noAttributes }
             bytes += littleEndian(uid)
-            var seen = Set<UInt8>()
+            var seen = ByteSet()
             for attribute in attributes {
                 let id = attribute.id
                 guard !id.isReserved else { throw .reservedAttribute(id.rawValue) }
-                guard seen.insert(id.rawValue).inserted else { throw .duplicateAttribute(id.rawValue) }
+                guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
                 bytes.append(id.rawValue)
                 switch (id.takesMaxLength, attribute.maxLength) {
                 case (true, let max?): bytes += [UInt8(truncatingIfNeeded: max), UInt8(truncatingIfNeeded: max >> 8)]
@@ -64,10 +64,10 @@ public enum ControlPointRequest: Hashable, Sendable {
             guard !identifier.contains(0) else { throw .appIdentifierContainsNUL }
             bytes += identifier
             bytes.append(0)
-            var seen = Set<UInt8>()
+            var seen = ByteSet()
             for id in attributes {
                 guard !id.isReserved else { throw .reservedAttribute(id.rawValue) }
-                guard seen.insert(id.rawValue).inserted else { throw .duplicateAttribute(id.rawValue) }
+                guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
                 bytes.append(id.rawValue)
             }
         case .performNotificationAction(let uid, let action):
@@ -81,7 +81,12 @@ public enum ControlPointRequest: Hashable, Sendable {
 
     /// Decodes a Control Point value, as found in a capture, with the same rules as `encoded()`.
     public init(decoding value: some Collection<UInt8>) throws(ControlPointError) {
-        let bytes = Array(value)
+        try self.init(decoding: Array(value))
+    }
+
+    /// Decodes a Control Point value, as found in a capture, with the same rules as `encoded()`.
+    /// (The array form is compiled here, so callers in other modules get specialized code.)
+    public init(decoding bytes: [UInt8]) throws(ControlPointError) {
         guard bytes.count <= Self.maxEncodedSize else { throw .tooLong(bytes.count) }
         guard let first = bytes.first else { throw .empty }
         var offset = 1
@@ -95,11 +100,11 @@ public enum ControlPointRequest: Hashable, Sendable {
         case .getNotificationAttributes:
             let uid = try uid()
             var attributes: [NotificationAttributeRequest] = []
-            var seen = Set<UInt8>()
+            var seen = ByteSet()
             while offset < bytes.count {
                 let id = NotificationAttributeID(rawValue: bytes[offset])
                 guard !id.isReserved else { throw .reservedAttribute(id.rawValue) }
-                guard seen.insert(id.rawValue).inserted else { throw .duplicateAttribute(id.rawValue) }
+                guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
                 offset += 1
                 var maxLength: UInt16? = nil
                 if id.takesMaxLength {
@@ -116,11 +121,11 @@ public enum ControlPointRequest: Hashable, Sendable {
             guard nul > offset else { throw .emptyAppIdentifier }
             let identifier = String(decoding: bytes[offset..<nul], as: UTF8.self)
             var attributes: [AppAttributeID] = []
-            var seen = Set<UInt8>()
+            var seen = ByteSet()
             for byte in bytes[(nul + 1)...] {
                 let id = AppAttributeID(rawValue: byte)
                 guard !id.isReserved else { throw .reservedAttribute(byte) }
-                guard seen.insert(byte).inserted else { throw .duplicateAttribute(byte) }
+                guard seen.insert(byte) else { throw .duplicateAttribute(byte) }
                 attributes.append(id)
             }
             guard !attributes.isEmpty else { throw .noAttributes }

@@ -1,12 +1,20 @@
 /// Caps on what one Data Source response may hold, so a misbehaving phone cannot make the
-/// consumer buffer without bound. The defaults are far above anything a real phone sends.
+/// consumer buffer without bound.
+///
+/// A Title, Subtitle or Message may always be as long as the maximum it was requested with: ANCS
+/// lengths are 16-bit, so a request for 65,535 bytes (`ancsd get … full: true`) takes a 65,535-byte
+/// value. `maxAttributeLength` caps every other attribute, and those three when requested with a
+/// smaller maximum. `maxResponseLength` bounds the whole response, and with it the memory one phone
+/// can pin (the consumer keeps one request in flight per phone): by default 256 KiB, room for
+/// Title, Subtitle and Message all at 65,535 bytes (196,614 bytes with their headers) and 64 KiB
+/// for everything else.
 public struct DataSourceLimits: Hashable, Sendable {
-    /// The longest attribute value accepted, in bytes.
+    /// The longest value accepted for an attribute requested without a larger maximum, in bytes.
     public var maxAttributeLength: Int
     /// The longest response accepted, headers included, in bytes.
     public var maxResponseLength: Int
 
-    public init(maxAttributeLength: Int = 32_768, maxResponseLength: Int = 65_536) {
+    public init(maxAttributeLength: Int = 32_768, maxResponseLength: Int = 262_144) {
         self.maxAttributeLength = maxAttributeLength
         self.maxResponseLength = maxResponseLength
     }
@@ -180,6 +188,8 @@ public struct DataSourceReassembler: Sendable {
     private var uid: UInt32 = 0
     private var appIdentifier = ""
     private var requestedMask: UInt16 = 0
+    /// The max length requested for each notification attribute ID (0 for none).
+    private var requestedMaxLengths = SIMD8<UInt16>()
     private var knownIDCount: UInt8 = 0
 
     private var stage = Stage.command
@@ -211,7 +221,10 @@ public struct DataSourceReassembler: Sendable {
         case .getNotificationAttributes(let uid, let requested):
             // validate() refused reserved IDs, so every ID is below 8 and fits the mask.
             var mask: UInt16 = 0
-            for attribute in requested { mask |= 1 << UInt16(attribute.id.rawValue & 0x0F) }
+            for attribute in requested {
+                mask |= 1 << UInt16(attribute.id.rawValue & 0x0F)
+                requestedMaxLengths[Int(attribute.id.rawValue & 0x07)] = attribute.maxLength ?? 0
+            }
             begin(request, .getNotificationAttributes, uid: uid, appIdentifier: "", mask: mask,
                   count: requested.count, knownIDCount: 8)
         case .getAppAttributes(let identifier, let requested):
@@ -280,39 +293,6 @@ public struct DataSourceReassembler: Sendable {
     private static let reservedNotificationAttributeIDs = ByteSet(where: { NotificationAttributeID(rawValue: $0).isReserved })
     private static let reservedAppAttributeIDs = ByteSet(where: { AppAttributeID(rawValue: $0).isReserved })
 
-    /// A set of bytes without heap storage.
-    private struct ByteSet: Sendable {
-        private var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-
-        init() {}
-
-        init(where predicate: (UInt8) -> Bool) {
-            for byte in UInt8.min...UInt8.max where predicate(byte) { _ = insert(byte) }
-        }
-
-        func contains(_ byte: UInt8) -> Bool {
-            let bit: UInt64 = 1 << UInt64(byte & 63)
-            switch byte >> 6 {
-            case 0: return words.0 & bit != 0
-            case 1: return words.1 & bit != 0
-            case 2: return words.2 & bit != 0
-            default: return words.3 & bit != 0
-            }
-        }
-
-        /// Adds `byte`; false if it was already there.
-        mutating func insert(_ byte: UInt8) -> Bool {
-            let bit: UInt64 = 1 << UInt64(byte & 63)
-            let old: UInt64
-            switch byte >> 6 {
-            case 0: old = words.0; words.0 |= bit
-            case 1: old = words.1; words.1 |= bit
-            case 2: old = words.2; words.2 |= bit
-            default: old = words.3; words.3 |= bit
-            }
-            return old & bit == 0
-        }
-    }
 
     /// Drops the response in progress, if any, and becomes idle.
     public mutating func reset() {
@@ -323,6 +303,7 @@ public struct DataSourceReassembler: Sendable {
         fieldValue = 0
         fieldCount = 0
         receivedMask = 0
+        requestedMaxLengths = SIMD8()
         if currentValue.capacity != 0 { currentValue = [] }
         if attributes.capacity != 0 { attributes = [] }
     }
@@ -470,9 +451,10 @@ public struct DataSourceReassembler: Sendable {
     /// collecting one.
     private mutating func lengthComplete(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> Progress {
         currentLength = Int(fieldValue)
-        guard currentLength <= limits.maxAttributeLength else {
+        let limit = attributeLimit(currentID)
+        guard currentLength <= limit else {
             offset -= 3
-            return .failed(.attributeTooLong(id: currentID, length: currentLength, limit: limits.maxAttributeLength))
+            return .failed(.attributeTooLong(id: currentID, length: currentLength, limit: limit))
         }
         guard offset + currentLength <= limits.maxResponseLength else {
             return .failed(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
@@ -490,6 +472,13 @@ public struct DataSourceReassembler: Sendable {
         currentValue.reserveCapacity(currentLength)
         stage = .value
         return .more
+    }
+
+    /// The longest value accepted for attribute `id` of the pending response: the limit, or the
+    /// max length it was requested with if that is larger.
+    private func attributeLimit(_ id: UInt8) -> Int {
+        guard command == .getNotificationAttributes, id < 8 else { return limits.maxAttributeLength }
+        return max(limits.maxAttributeLength, Int(requestedMaxLengths[Int(id)]))
     }
 
     private mutating func advance(_ index: inout Int, by count: Int) {

@@ -23,8 +23,18 @@ public struct NotificationSourceEvent: Hashable, Sendable {
         self.notificationUID = notificationUID
     }
 
+    /// Decodes a Notification Source value, which must be exactly 8 bytes. (The array form is
+    /// compiled here, in this module, so callers elsewhere get specialized code.)
+    public init(decoding value: [UInt8]) throws(NotificationSourceError) {
+        try self.init(decodingCollection: value)
+    }
+
     /// Decodes a Notification Source value, which must be exactly 8 bytes.
     public init(decoding value: some Collection<UInt8>) throws(NotificationSourceError) {
+        try self.init(decodingCollection: value)
+    }
+
+    private init(decodingCollection value: some Collection<UInt8>) throws(NotificationSourceError) {
         guard value.count == Self.size else { throw .wrongLength(value.count) }
         var reader = value.makeIterator()
         func next() -> UInt8 { reader.next() ?? 0 }  // count checked above

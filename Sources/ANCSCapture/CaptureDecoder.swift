@@ -6,7 +6,23 @@ public import JSON
 /// A `cp` record sets the request that the following `ds` records answer; the Data Source is
 /// reassembled with `DataSourceReassembler`. A response still open when the next request is
 /// written, at a disconnect or at the end of the capture is reported with `"complete": false`.
+///
+/// The objects are written straight into a `JSONWriter` as JSON Lines (`decode(_:line:into:)`),
+/// the way `ancsd decode` prints them; the `JSONValue` forms are read back from those bytes, so
+/// both say exactly the same.
 public struct CaptureDecoder: Sendable {
+    /// How each object is tagged: the connection it belongs to (written first, as `"conn"`) and
+    /// the name of the position member of protocol errors (`"line"`, or `"record"` for btsnoop).
+    public struct Tag: Sendable {
+        public var connection: String?
+        public var positionKey: String
+
+        public init(connection: String? = nil, positionKey: String = "line") {
+            self.connection = connection
+            self.positionKey = positionKey
+        }
+    }
+
     private var reassembler: DataSourceReassembler
     /// How many protocol errors the bytes held so far.
     public private(set) var protocolErrorCount = 0
@@ -17,149 +33,308 @@ public struct CaptureDecoder: Sendable {
 
     /// Decodes one record from line `line` of the file.
     public mutating func decode(_ record: CaptureRecord, line: Int) -> [JSONValue] {
+        var out = JSONWriter()
+        decode(record, line: line, into: &out)
+        return Self.values(of: out)
+    }
+
+    /// Decodes one record from position `line` of the file, appending one line of JSON per
+    /// object to `out`.
+    public mutating func decode(_ record: CaptureRecord, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
         switch record {
         case .header:
-            return []
+            return
         case .event(_, let event):
-            var out = closeOpenResponse()
-            out.append(["event": .string(event.rawValue)])
-            return out
+            closeOpenResponse(tag, &out)
+            Self.open(tag, &out)
+            out.appendASCII("\"event\":")
+            out.write(event.rawValue)
+            Self.close(&out)
         case .value(_, .ns, let bytes, _):
             do {
-                return [Self.json(for: try NotificationSourceEvent(decoding: bytes))]
+                let event = try NotificationSourceEvent(decoding: bytes)
+                Self.open(tag, &out)
+                Self.writeMembers(of: event, &out)
+                Self.close(&out)
             } catch {
-                return [protocolError(.ns, code: error.code, detail: error.description, line: line)]
+                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
             }
         case .value(_, .cp, let bytes, let attError):
-            var out = closeOpenResponse()
+            closeOpenResponse(tag, &out)
             let request: ControlPointRequest
             do {
                 request = try ControlPointRequest(decoding: bytes)
             } catch {
-                out.append(protocolError(.cp, code: error.code, detail: error.description, line: line))
-                return out
+                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                return
             }
-            out.append(Self.json(for: request, attError: attError))
+            Self.open(tag, &out)
+            Self.writeMembers(of: request, attError: attError, &out)
+            Self.close(&out)
             if attError == nil {
                 do { try reassembler.expect(request) } catch {
-                    out.append(protocolError(.cp, code: error.code, detail: error.description, line: line))
+                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 }
             }
-            return out
         case .value(_, .ds, let bytes, _):
             let output = reassembler.feed(bytes)
-            var out: [JSONValue] = []
-            if let response = output.response { out.append(Self.json(for: response)) }
-            if let error = output.error {
-                var object = protocolError(.ds, code: error.code, detail: error.description, line: line).objectValue ?? [:]
-                object["offset"] = .int(error.offset)
-                out.append(.object(object))
+            if let response = output.response {
+                Self.open(tag, &out)
+                Self.writeMembers(of: response, &out)
+                Self.close(&out)
             }
-            return out
+            if let error = output.error {
+                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
+            }
         }
     }
 
     /// Ends the capture: reports a response still in progress.
-    public mutating func finish() -> [JSONValue] { closeOpenResponse() }
-
-    private mutating func closeOpenResponse() -> [JSONValue] {
-        guard let response = reassembler.finishEarly() else { return [] }
-        return [Self.json(for: response)]
+    public mutating func finish() -> [JSONValue] {
+        var out = JSONWriter()
+        finish(into: &out)
+        return Self.values(of: out)
     }
 
-    private mutating func protocolError(_ char: CaptureCharacteristic, code: String, detail: String, line: Int) -> JSONValue {
+    /// Ends the capture: appends the line of a response still in progress.
+    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
+
+    private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
+        guard let response = reassembler.finishEarly() else { return }
+        Self.open(tag, &out)
+        Self.writeMembers(of: response, &out)
+        Self.close(&out)
+    }
+
+    private mutating func protocolError(
+        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ tag: Tag,
+        _ out: inout JSONWriter
+    ) {
         protocolErrorCount += 1
-        return ["char": .string(char.rawValue), "error": .string(code), "detail": .string(detail), "line": .int(line)]
+        Self.open(tag, &out)
+        out.appendASCII("\"char\":")
+        out.write(char.rawValue)
+        out.appendASCII(",\"error\":")
+        out.write(code)
+        out.appendASCII(",\"detail\":")
+        out.write(detail)
+        out.appendASCII(",")
+        out.write(tag.positionKey)
+        out.appendASCII(":")
+        out.write(line)
+        if let offset {
+            out.appendASCII(",\"offset\":")
+            out.write(offset)
+        }
+        Self.close(&out)
+    }
+
+    // MARK: - The objects
+
+    private static func open(_ tag: Tag, _ out: inout JSONWriter) {
+        out.appendASCII("{")
+        if let connection = tag.connection {
+            out.appendASCII("\"conn\":")
+            out.write(connection)
+            out.appendASCII(",")
+        }
+    }
+
+    private static func close(_ out: inout JSONWriter) { out.appendASCII("}\n") }
+
+    /// The lines of `out`, each read back as a value.
+    private static func values(of out: borrowing JSONWriter) -> [JSONValue] {
+        out.bytes.split(separator: 0x0A).compactMap { line in
+            line.withUnsafeBufferPointer { try? JSONValue(parsing: $0) }
+        }
+    }
+
+    private static func value(_ write: (inout JSONWriter) -> Void) -> JSONValue {
+        var out = JSONWriter()
+        out.appendASCII("{")
+        write(&out)
+        out.appendASCII("}")
+        return out.bytes.withUnsafeBufferPointer { (try? JSONValue(parsing: $0)) ?? .null }
     }
 
     /// The JSON form of a Notification Source event.
-    public static func json(for event: NotificationSourceEvent) -> JSONValue {
-        var object: JSONObject = ["char": "ns"]
-        object.append("event", .string(event.eventID.name ?? "reserved"))
-        object.append("event_id", .int(Int(event.eventID.rawValue)))
-        object.append("uid", .int(Int(event.notificationUID)))
-        object.append("flags", .array(event.flags.names.map { .string($0) }))
-        object.append("flags_raw", .int(Int(event.flags.rawValue)))
-        object.append("category", .string(event.categoryID.name ?? "reserved"))
-        object.append("category_id", .int(Int(event.categoryID.rawValue)))
-        object.append("category_count", .int(Int(event.categoryCount)))
-        return .object(object)
-    }
+    public static func json(for event: NotificationSourceEvent) -> JSONValue { value { writeMembers(of: event, &$0) } }
 
     /// The JSON form of a Control Point request, with the phone's ATT error if it refused it.
     public static func json(for request: ControlPointRequest, attError: UInt8?) -> JSONValue {
-        var object: JSONObject = ["char": "cp"]
-        object.append("command", .string(request.commandID.name ?? "reserved"))
-        switch request {
-        case .getNotificationAttributes(let uid, let attributes):
-            object.append("uid", .int(Int(uid)))
-            object.append("attributes", .array(attributes.map { attribute in
-                var entry: JSONObject = ["id": .int(Int(attribute.id.rawValue)), "name": .string(attribute.id.description)]
-                if let max = attribute.maxLength { entry.append("max_length", .int(Int(max))) }
-                return .object(entry)
-            }))
-        case .getAppAttributes(let appIdentifier, let attributes):
-            object.append("app_id", .string(appIdentifier))
-            object.append("attributes", .array(attributes.map {
-                ["id": .int(Int($0.rawValue)), "name": .string($0.description)]
-            }))
-        case .performNotificationAction(let uid, let action):
-            object.append("uid", .int(Int(uid)))
-            object.append("action", .string(action.description))
-        }
-        if let attError {
-            object.append("att_error", .int(Int(attError)))
-            object.append("att_error_name", .string(ATTErrorCode(rawValue: attError).description))
-        }
-        return .object(object)
+        value { writeMembers(of: request, attError: attError, &$0) }
     }
 
     /// The JSON form of a reassembled Data Source response.
-    public static func json(for response: DataSourceResponse) -> JSONValue {
-        var object: JSONObject = ["char": "ds"]
+    public static func json(for response: DataSourceResponse) -> JSONValue { value { writeMembers(of: response, &$0) } }
+
+    private static func writeMembers(of event: NotificationSourceEvent, _ out: inout JSONWriter) {
+        out.appendASCII("\"char\":\"ns\",\"event\":")
+        out.write(event.eventID.name ?? "reserved")
+        out.appendASCII(",\"event_id\":")
+        out.write(Int(event.eventID.rawValue))
+        out.appendASCII(",\"uid\":")
+        out.write(Int(event.notificationUID))
+        out.appendASCII(",\"flags\":[")
+        var first = true
+        for name in event.flags.names {
+            if !first { out.appendASCII(",") }
+            first = false
+            out.write(name)
+        }
+        out.appendASCII("],\"flags_raw\":")
+        out.write(Int(event.flags.rawValue))
+        out.appendASCII(",\"category\":")
+        out.write(event.categoryID.name ?? "reserved")
+        out.appendASCII(",\"category_id\":")
+        out.write(Int(event.categoryID.rawValue))
+        out.appendASCII(",\"category_count\":")
+        out.write(Int(event.categoryCount))
+    }
+
+    private static func writeMembers(of request: ControlPointRequest, attError: UInt8?, _ out: inout JSONWriter) {
+        out.appendASCII("\"char\":\"cp\",\"command\":")
+        out.write(request.commandID.name ?? "reserved")
+        switch request {
+        case .getNotificationAttributes(let uid, let attributes):
+            out.appendASCII(",\"uid\":")
+            out.write(Int(uid))
+            out.appendASCII(",\"attributes\":[")
+            for (index, attribute) in attributes.enumerated() {
+                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
+                out.write(Int(attribute.id.rawValue))
+                out.appendASCII(",\"name\":")
+                out.write(attribute.id.description)
+                if let max = attribute.maxLength {
+                    out.appendASCII(",\"max_length\":")
+                    out.write(Int(max))
+                }
+                out.appendASCII("}")
+            }
+            out.appendASCII("]")
+        case .getAppAttributes(let appIdentifier, let attributes):
+            out.appendASCII(",\"app_id\":")
+            out.write(appIdentifier)
+            out.appendASCII(",\"attributes\":[")
+            for (index, id) in attributes.enumerated() {
+                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
+                out.write(Int(id.rawValue))
+                out.appendASCII(",\"name\":")
+                out.write(id.description)
+                out.appendASCII("}")
+            }
+            out.appendASCII("]")
+        case .performNotificationAction(let uid, let action):
+            out.appendASCII(",\"uid\":")
+            out.write(Int(uid))
+            out.appendASCII(",\"action\":")
+            out.write(action.description)
+        }
+        if let attError {
+            out.appendASCII(",\"att_error\":")
+            out.write(Int(attError))
+            out.appendASCII(",\"att_error_name\":")
+            out.write(ATTErrorCode(rawValue: attError).description)
+        }
+    }
+
+    private static func writeMembers(of response: DataSourceResponse, _ out: inout JSONWriter) {
+        out.appendASCII("\"char\":\"ds\"")
         let isApp: Bool
         switch response.subject {
         case .notification(let uid):
-            object.append("response", "notification_attributes")
-            object.append("uid", .int(Int(uid)))
+            out.appendASCII(",\"response\":\"notification_attributes\",\"uid\":")
+            out.write(Int(uid))
             isApp = false
         case .app(let identifier):
-            object.append("response", "app_attributes")
-            object.append("app_id", .string(identifier))
+            out.appendASCII(",\"response\":\"app_attributes\",\"app_id\":")
+            out.write(identifier)
             isApp = true
         }
-        object.append("complete", .bool(response.isComplete))
-        object.append("missing", .array(response.missingAttributeIDs.map { .int(Int($0)) }))
-        object.append("attributes", .array(response.attributes.map { json(for: $0, isApp: isApp) }))
-        if !isApp, let message = response.value(of: .message),
-           let sizeBytes = response.value(of: .messageSize), let size = parseMessageSize(sizeBytes) {
-            object.append("truncated", .bool(isMessageTruncated(message: AttributeText(message).string, messageSize: size)))
+        out.appendASCII(response.isComplete ? ",\"complete\":true,\"missing\":[" : ",\"complete\":false,\"missing\":[")
+        for (index, id) in response.missingAttributeIDs.enumerated() {
+            if index > 0 { out.appendASCII(",") }
+            out.write(Int(id))
         }
-        return .object(object)
+        out.appendASCII("],\"attributes\":[")
+        var message: [UInt8]? = nil
+        var messageSize: [UInt8]? = nil
+        for (index, attribute) in response.attributes.enumerated() {
+            if index > 0 { out.appendASCII(",") }
+            writeAttribute(attribute, isApp: isApp, &out)
+            // The first of each, as `response.value(of:)` finds them.
+            if !isApp, message == nil, attribute.rawID == NotificationAttributeID.message.rawValue { message = attribute.value }
+            if !isApp, messageSize == nil, attribute.rawID == NotificationAttributeID.messageSize.rawValue {
+                messageSize = attribute.value
+            }
+        }
+        out.appendASCII("]")
+        if let message, let messageSize, let size = parseMessageSize(messageSize) {
+            let truncated = isMessageTruncated(messageBytes: message, messageSize: size)
+            out.appendASCII(truncated ? ",\"truncated\":true" : ",\"truncated\":false")
+        }
     }
 
-    private static func json(for attribute: DataSourceAttribute, isApp: Bool) -> JSONValue {
-        let name = isApp ? AppAttributeID(rawValue: attribute.rawID).description
-            : NotificationAttributeID(rawValue: attribute.rawID).description
-        let text = AttributeText(attribute.value)
-        var object: JSONObject = [
-            "id": .int(Int(attribute.rawID)), "name": .string(name), "length": .int(attribute.value.count),
-            "value": .string(text.string), "utf8_valid": .bool(!text.wasRepaired),
-        ]
-        if text.wasRepaired { object.append("value_hex", .string(encodeHex(attribute.value))) }
-        guard !isApp else { return .object(object) }
-        switch NotificationAttributeID(rawValue: attribute.rawID) {
-        case .date:
-            switch DateAttribute(attribute.value) {
-            case .valid(let date): object.append("date", .string(date.iso8601))
-            case .empty: object.append("date", .null)
-            case .malformed: object.append("date_error", "malformed")
-            }
-        case .messageSize:
-            object.append("message_size", JSONValue(parseMessageSize(attribute.value)))
-        default:
-            break
+    private static func writeAttribute(_ attribute: DataSourceAttribute, isApp: Bool, _ out: inout JSONWriter) {
+        out.appendASCII("{\"id\":")
+        out.write(Int(attribute.rawID))
+        out.appendASCII(",\"name\":")
+        if isApp {
+            out.write(AppAttributeID(rawValue: attribute.rawID).description)
+        } else {
+            out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
         }
-        return .object(object)
+        out.appendASCII(",\"length\":")
+        out.write(attribute.value.count)
+        out.appendASCII(",\"value\":")
+        let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }
+        out.appendASCII(valid ? ",\"utf8_valid\":true" : ",\"utf8_valid\":false,\"value_hex\":")
+        if !valid { attribute.value.withUnsafeBufferPointer { out.writeHexString($0) } }
+        if !isApp {
+            switch NotificationAttributeID(rawValue: attribute.rawID) {
+            case .date:
+                switch DateAttribute(attribute.value) {
+                case .valid(let date):
+                    out.appendASCII(",\"date\":")
+                    writeISO8601(date, &out)
+                case .empty: out.appendASCII(",\"date\":null")
+                case .malformed: out.appendASCII(",\"date_error\":\"malformed\"")
+                }
+            case .messageSize:
+                out.appendASCII(",\"message_size\":")
+                if let size = parseMessageSize(attribute.value) { out.write(size) } else { out.appendASCII("null") }
+            default:
+                break
+            }
+        }
+        out.appendASCII("}")
+    }
+}
+
+/// `date.iso8601` as a JSON string, written digit by digit.
+private func writeISO8601(_ date: ANCSDate, _ out: inout JSONWriter) {
+    guard (0...9999).contains(date.year), [date.month, date.day, date.hour, date.minute, date.second].allSatisfy({ (0...99).contains($0) })
+    else { return out.write(date.iso8601) }
+    var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // "yyyy-MM-ddTHH:mm:ss": 19 bytes
+    withUnsafeMutableBytes(of: &text) { raw in
+        func put(_ value: Int, _ at: Int, _ width: Int) {
+            var value = value
+            for position in stride(from: at + width - 1, through: at, by: -1) {
+                raw[position] = UInt8(ascii: "0") + UInt8(value % 10)
+                value /= 10
+            }
+        }
+        put(date.year, 0, 4)
+        raw[4] = UInt8(ascii: "-")
+        put(date.month, 5, 2)
+        raw[7] = UInt8(ascii: "-")
+        put(date.day, 8, 2)
+        raw[10] = UInt8(ascii: "T")
+        put(date.hour, 11, 2)
+        raw[13] = UInt8(ascii: ":")
+        put(date.minute, 14, 2)
+        raw[16] = UInt8(ascii: ":")
+        put(date.second, 17, 2)
+        out.writeString(utf8: UnsafeRawBufferPointer(rebasing: raw[0..<19]).assumingMemoryBound(to: UInt8.self))
     }
 }

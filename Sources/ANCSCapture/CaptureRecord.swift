@@ -82,6 +82,12 @@ public struct CaptureParser: Sendable {
         return CaptureEntry(record: record, object: object, connection: connection)
     }
 
+    /// Counts a line read by the plain path of `parseRecord(line:)`, as `parseEntry` would.
+    mutating func noteFastRecord() {
+        lineNumber += 1
+        sawRecord = true
+    }
+
     private mutating func parseRecord(line text: [UInt8]) throws(CaptureFormatError) -> (CaptureRecord, JSONObject)? {
         let line = lineNumber
         func fail(_ reason: String) -> CaptureFormatError { CaptureFormatError(line: line, reason: reason) }
@@ -141,32 +147,82 @@ public struct HexError: Error, Hashable, Sendable {
 
 /// Decodes a string of hex digit pairs (either case, no separators).
 public func decodeHex(_ text: String) -> Result<[UInt8], HexError> {
-    let chars = Array(text.utf8)
+    var text = text
+    return text.withUTF8 { decodeHex(utf8: $0) }
+}
+
+/// Decodes hex digit pairs (either case, no separators) given as UTF-8 bytes.
+public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8], HexError> {
     guard chars.count % 2 == 0 else { return .failure(HexError(reason: "odd number of hex digits (\(chars.count))")) }
-    var bytes: [UInt8] = []
-    bytes.reserveCapacity(chars.count / 2)
-    var index = 0
-    while index < chars.count {
-        guard let high = nibble(chars[index]), let low = nibble(chars[index + 1]) else {
-            let bad = nibble(chars[index]) == nil ? index : index + 1
-            return .failure(HexError(reason: "not a hex digit at position \(bad + 1)"))
+    var failedAt = -1
+    let bytes = [UInt8](unsafeUninitializedCapacity: chars.count / 2) { out, initialized in
+        var index = 0
+        if let start = chars.baseAddress, let target = out.baseAddress {
+            // Eight digits (four bytes) at a time while they are all valid.
+            while index + 8 <= chars.count, let four = hexWord(UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self)) {
+                UnsafeMutableRawPointer(target + index >> 1).storeBytes(of: four, as: UInt32.self)
+                index += 8
+                initialized = index >> 1
+            }
         }
-        bytes.append(high << 4 | low)
-        index += 2
+        while index < chars.count {
+            let high = hexValue(chars[index]), low = hexValue(chars[index + 1])
+            guard high | low < 0x10 else {
+                failedAt = high >= 0x10 ? index : index + 1
+                return
+            }
+            out[index >> 1] = high << 4 | low
+            index += 2
+            initialized = index >> 1
+        }
     }
+    if failedAt >= 0 { return .failure(HexError(reason: "not a hex digit at position \(failedAt + 1)")) }
     return .success(bytes)
+}
+
+/// Eight ASCII hex digits (in memory order, little-endian word) as the four bytes they spell, in
+/// memory order; nil if any is not a hex digit.
+@inline(__always)
+private func hexWord(_ raw: UInt64) -> UInt32? {
+    let word = UInt64(littleEndian: raw)
+    let highs: UInt64 = 0x8080_8080_8080_8080
+    guard word & highs == 0 else { return nil }
+    func at(_ value: UInt64) -> UInt64 { 0x0101_0101_0101_0101 &* value }
+    // Per byte: the high bit says "at least" (bytes are below 0x80, so no carries between bytes).
+    let lower = word | at(0x20)  // letters to lower case; digits keep bit 5
+    let digit = (word &+ at(0x80 - 0x30)) & ~(word &+ at(0x80 - 0x3A))
+    let letter = (lower &+ at(0x80 - 0x61)) & ~(lower &+ at(0x80 - 0x67))
+    guard (digit | letter) & highs == highs else { return nil }
+    // Each digit's value: its low nibble, plus 9 for a letter (bit 6 set).
+    let values = (word & at(0x0F)) &+ ((word >> 6) & at(0x01)) &* 9
+    // Pairs into bytes: in each 16-bit lane, first digit << 4 | second digit.
+    var pairs = ((values << 4) | (values >> 8)) & 0x00FF_00FF_00FF_00FF
+    pairs = (pairs | (pairs >> 8)) & 0x0000_FFFF_0000_FFFF
+    pairs = (pairs | (pairs >> 16)) & 0x0000_0000_FFFF_FFFF
+    return UInt32(littleEndian: UInt32(truncatingIfNeeded: pairs))
+}
+
+/// A hex digit's value, or 0xFF.
+@inline(__always)
+private func hexValue(_ char: UInt8) -> UInt8 {
+    let digit = char &- UInt8(ascii: "0")
+    if digit < 10 { return digit }
+    let letter = (char | 0x20) &- UInt8(ascii: "a")  // either case
+    return letter < 6 ? letter + 10 : 0xFF
 }
 
 /// Encodes bytes as lowercase hex.
 public func encodeHex(_ bytes: some Sequence<UInt8>) -> String {
-    let digits = Array("0123456789abcdef")
-    var text = ""
+    var writer = [UInt8]()
+    writer.reserveCapacity(bytes.underestimatedCount * 2)
     for byte in bytes {
-        text.append(digits[Int(byte >> 4)])
-        text.append(digits[Int(byte & 0x0F)])
+        writer.append(hexDigitsASCII[Int(byte >> 4)])
+        writer.append(hexDigitsASCII[Int(byte & 0x0F)])
     }
-    return text
+    return String(decoding: writer, as: UTF8.self)
 }
+
+private let hexDigitsASCII: [UInt8] = Array("0123456789abcdef".utf8)
 
 private func nibble(_ char: UInt8) -> UInt8? {
     switch char {

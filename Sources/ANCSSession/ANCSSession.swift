@@ -248,8 +248,8 @@ public struct ANCSSession: Sendable {
         return actions
     }
 
-    /// Fetches a notification's attributes again with the largest Message max length (65535),
-    /// for a message the phone cut short; the result comes as a `.modified` event. Returns
+    /// Fetches a notification's attributes again with the largest max length (65535) for Title,
+    /// Subtitle and Message, for a message the phone cut short; the result comes as a `.modified` event. Returns
     /// nothing to do when the session does not know the notification.
     public mutating func fetchFullMessage(of uid: UInt32, now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
@@ -334,8 +334,9 @@ public struct ANCSSession: Sendable {
     private func attributeRequests(for flags: EventFlags, fullMessage: Bool, appIdentifier: Bool) -> [NotificationAttributeRequest] {
         var requests: [NotificationAttributeRequest] = appIdentifier ? [.init(.appIdentifier)] : []
         requests += [
-            .init(.title, maxLength: configuration.titleMaxLength),
-            .init(.subtitle, maxLength: configuration.subtitleMaxLength),
+            // A full fetch asks every text attribute for all that a 16-bit length can carry.
+            .init(.title, maxLength: fullMessage ? UInt16.max : configuration.titleMaxLength),
+            .init(.subtitle, maxLength: fullMessage ? UInt16.max : configuration.subtitleMaxLength),
             .init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength), .init(.messageSize), .init(.date),
         ]
         // Ask for action labels only when the phone says there are actions: iOS has been seen

@@ -100,7 +100,7 @@ public struct BtsnoopExtractor: Sendable {
         var discovered = ANCSHandles()
         /// The side that is the GATT server (the phone), once discovery told.
         var server: HCIDirection?
-        var reassemblers: [HCIDirection: L2CAPReassembler] = [:]
+        var reassemblers = DirectionPair<L2CAPReassembler>(L2CAPReassembler())
         var channels = EATTChannels()
         var held = HeldRecords()
         /// Prepared writes to the Control Point, per ATT bearer.
@@ -130,9 +130,8 @@ public struct BtsnoopExtractor: Sendable {
         switch try HCIPacket(record: record, datalink: datalink) {
         case .acl(let controller, let direction, let handle, let boundary, let payload):
             let key = ConnectionKey(controller: controller, handle: handle)
-            var state = states[key] ?? Connection()
-            let frame = state.reassemblers[direction, default: L2CAPReassembler()].feed(boundary: boundary, payload: payload)
-            states[key] = state
+            // In place: copying the connection out and back would copy its tables for every record.
+            let frame = states[key, default: Connection()].reassemblers[direction].feed(boundary: boundary, payload: payload)
             if let frame {
                 try handleL2CAP(frame, key: key, direction: direction, time: time, record: record.number, into: &out)
             }
@@ -260,8 +259,11 @@ public struct BtsnoopExtractor: Sendable {
             BtsnoopError(record: record, reason: "corrupt: \(what) (ATT opcode \(hex2(opcode)), \(pdu.count) bytes)")
         }
         func u16(_ index: Int) -> UInt16 { UInt16(pdu[index]) | UInt16(pdu[index + 1]) << 8 }
-        let handles = handles(of: key)
-        let server = states[key]?.server
+        // One lookup, and fields read in place (reading `states[key]?.server` would copy the
+        // whole connection, tables and all, for every PDU).
+        let index = states.index(forKey: key)
+        let handles = index.map { defaultHandles.overlaid(with: states.values[$0].discovered) } ?? defaultHandles
+        let server = index.flatMap { states.values[$0].server }
         let fromServer = server.map { $0 == direction } ?? true
         let fromClient = server.map { $0 != direction } ?? true
 
@@ -363,6 +365,24 @@ public struct BtsnoopExtractor: Sendable {
         else if handle == handles.dataSource { characteristic = .ds }
         else { return }
         emit(.value(time: time, characteristic: characteristic, bytes: value, attError: nil), key: key, record: record, peer: nil, into: &out)
+    }
+}
+
+/// One value per direction of a link, without hashing.
+struct DirectionPair<Value: Sendable>: Sendable {
+    private var sent: Value
+    private var received: Value
+
+    init(_ initial: Value) {
+        sent = initial
+        received = initial
+    }
+
+    subscript(direction: HCIDirection) -> Value {
+        get { direction == .sent ? sent : received }
+        _modify {
+            if direction == .sent { yield &sent } else { yield &received }
+        }
     }
 }
 

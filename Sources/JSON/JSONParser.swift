@@ -25,12 +25,15 @@ extension JSONValue {
     /// Parses one JSON value from UTF-8 bytes that it must fill.
     public init(parsing bytes: [UInt8]) throws(JSONParseError) {
         let result = bytes.withUnsafeBufferPointer { buffer in
-            Result { () throws(JSONParseError) -> JSONValue in
-                var parser = JSONParser(bytes: buffer)
-                return try parser.parseDocument()
-            }
+            Result { () throws(JSONParseError) -> JSONValue in try JSONValue(parsing: buffer) }
         }
         self = try result.get()
+    }
+
+    /// Parses one JSON value from UTF-8 bytes that it must fill.
+    public init(parsing bytes: UnsafeBufferPointer<UInt8>) throws(JSONParseError) {
+        var parser = JSONParser(bytes: bytes)
+        self = try parser.parseDocument()
     }
 }
 
@@ -39,6 +42,8 @@ struct JSONParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     var depth = 0
+    /// Reused for strings with escapes.
+    var scratch: [UInt8] = []
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -52,13 +57,13 @@ struct JSONParser {
 
     private func error(_ reason: String) -> JSONParseError { JSONParseError(reason: reason, offset: index) }
 
-    private var current: UInt8? { index < bytes.count ? bytes[index] : nil }
+    var current: UInt8? { index < bytes.count ? bytes[index] : nil }
 
-    private mutating func skipWhitespace() {
+    mutating func skipWhitespace() {
         while let byte = current, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
     }
 
-    private mutating func parseValue() throws(JSONParseError) -> JSONValue {
+    mutating func parseValue() throws(JSONParseError) -> JSONValue {
         guard let byte = current else { throw error("unexpected end of text") }
         switch byte {
         case UInt8(ascii: "{"): return try parseObject()
@@ -161,6 +166,18 @@ struct JSONParser {
             guard let byte = current, isDigit(byte) else { throw error("invalid number: digits must follow the exponent") }
             while let byte = current, isDigit(byte) { index += 1 }
         }
+        if integral, index - start <= 18 {  // fits an Int without overflow: no text needed
+            var value = 0
+            var position = start
+            let negative = bytes[position] == UInt8(ascii: "-")
+            if negative { position += 1 }
+            while position < index {
+                value = value &* 10 &+ Int(bytes[position] &- UInt8(ascii: "0"))
+                position += 1
+            }
+            return .int(negative ? -value : value)
+        }
+        if let value = exactDecimal(from: start) { return .double(value) }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if integral, let value = Int(text) { return .int(value) }
         guard let value = Double(text), value.isFinite else {
@@ -170,36 +187,98 @@ struct JSONParser {
         return .double(value)
     }
 
+    /// Parses a string value, making one `String`: a string without escapes is validated and
+    /// copied straight from the input; one with escapes is built in `scratch` first.
+    /// A number without exponent of at most 15 digits (such as 12.345), read exactly: both the
+    /// digits and the power of ten are exact Doubles, so one division rounds correctly, as the
+    /// full conversion would. Nil for anything else.
+    private func exactDecimal(from start: Int) -> Double? {
+        var position = start
+        let negative = bytes[position] == UInt8(ascii: "-")
+        if negative { position += 1 }
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var fraction = -1
+        while position < index {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: ".") {
+                fraction = 0
+            } else if byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
+                mantissa = mantissa &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
+                digits += 1
+                if fraction >= 0 { fraction += 1 }
+            } else {
+                return nil  // an exponent
+            }
+            position += 1
+        }
+        guard digits <= 15, fraction >= 0 else { return nil }
+        let powers: (Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double, Double) =
+            (1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15)
+        let scale = withUnsafeBytes(of: powers) { $0.load(fromByteOffset: fraction * 8, as: Double.self) }
+        let value = Double(mantissa) / scale
+        return negative ? -value : value
+    }
+
     private mutating func parseString() throws(JSONParseError) -> String {
         index += 1  // the opening quote
-        var scalars = String.UnicodeScalarView()
         var runStart = index
-        func flushRun(_ parser: JSONParser) throws(JSONParseError) {
-            guard runStart < parser.index else { return }
-            let run = UnsafeBufferPointer(rebasing: parser.bytes[runStart..<parser.index])
-            guard let text = String(validating: run, as: UTF8.self) else {
+        var usesScratch = false
+        while true {
+            let (stop, asciiOnly) = scanRun(from: index)
+            index = stop
+            guard stop < bytes.count else { throw error("unterminated string") }
+            let byte = bytes[stop]
+            if byte < 0x20 { throw error("control character in a string (must be escaped)") }
+            let run = UnsafeBufferPointer(rebasing: bytes[runStart..<stop])
+            if !asciiOnly, !isValidUTF8(run) {
                 throw JSONParseError(reason: "invalid UTF-8 in a string", offset: runStart)
             }
-            scalars.append(contentsOf: text.unicodeScalars)
-        }
-        while true {
-            guard let byte = current else { throw error("unterminated string") }
-            switch byte {
-            case UInt8(ascii: "\""):
-                try flushRun(self)
+            if byte == UInt8(ascii: "\"") {
                 index += 1
-                return String(scalars)
-            case UInt8(ascii: "\\"):
-                try flushRun(self)
-                index += 1
-                scalars.append(try parseEscape())
-                runStart = index
-            case 0..<0x20:
-                throw error("control character in a string (must be escaped)")
-            default:
-                index += 1
+                guard usesScratch else { return String(decoding: run, as: UTF8.self) }
+                scratch.append(contentsOf: run)
+                return String(decoding: scratch, as: UTF8.self)
             }
+            // A backslash.
+            if !usesScratch {
+                usesScratch = true
+                scratch.removeAll(keepingCapacity: true)
+            }
+            scratch.append(contentsOf: run)
+            index += 1
+            let scalar = try parseEscape()
+            appendUTF8(scalar, to: &scratch)
+            runStart = index
         }
+    }
+
+    /// Scans from `start` to the next quote, backslash or control character (or the end);
+    /// also tells whether every byte scanned was ASCII.
+    @inline(__always)
+    func scanRun(from start: Int) -> (stop: Int, asciiOnly: Bool) {
+        var position = start
+        var high: UInt8 = 0
+        let count = bytes.count
+        if let base = bytes.baseAddress {
+            var highWords = false
+            while position + 8 <= count {
+                let word = ByteScan.load(base + position)
+                if ByteScan.hasControl(word) || ByteScan.has(word, UInt8(ascii: "\"")) || ByteScan.has(word, UInt8(ascii: "\\")) {
+                    break
+                }
+                highWords = highWords || ByteScan.hasHigh(word)
+                position += 8
+            }
+            if highWords { high = 0x80 }
+        }
+        while position < count {
+            let byte = bytes[position]
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            high |= byte
+            position += 1
+        }
+        return (position, high < 0x80)
     }
 
     private mutating func parseEscape() throws(JSONParseError) -> Unicode.Scalar {
@@ -244,6 +323,38 @@ struct JSONParser {
             index += 1
         }
         return value
+    }
+}
+
+func isValidUTF8(_ run: UnsafeBufferPointer<UInt8>) -> Bool {
+    var iterator = run.makeIterator()
+    var parser = Unicode.UTF8.ForwardParser()
+    while true {
+        switch parser.parseScalar(from: &iterator) {
+        case .valid: continue
+        case .emptyInput: return true
+        case .error: return false
+        }
+    }
+}
+
+private func appendUTF8(_ scalar: Unicode.Scalar, to out: inout [UInt8]) {
+    let value = scalar.value
+    switch value {
+    case 0..<0x80:
+        out.append(UInt8(value))
+    case 0x80..<0x800:
+        out.append(0xC0 | UInt8(value >> 6))
+        out.append(0x80 | UInt8(value & 0x3F))
+    case 0x800..<0x10000:
+        out.append(0xE0 | UInt8(value >> 12))
+        out.append(0x80 | UInt8((value >> 6) & 0x3F))
+        out.append(0x80 | UInt8(value & 0x3F))
+    default:
+        out.append(0xF0 | UInt8(value >> 18))
+        out.append(0x80 | UInt8((value >> 12) & 0x3F))
+        out.append(0x80 | UInt8((value >> 6) & 0x3F))
+        out.append(0x80 | UInt8(value & 0x3F))
     }
 }
 

@@ -1,65 +1,345 @@
+/// Compact JSON text written as UTF-8 bytes into a reusable buffer.
+///
+/// Strings are escaped by scanning their UTF-8 bytes: runs that need no escape are copied in one
+/// go. Non-ASCII text is written as UTF-8; control characters, U+007F, U+2028 and U+2029 are
+/// escaped (`\n`, `\t`, … where JSON has a short form, `\u00XX` otherwise). Non-finite numbers,
+/// which JSON cannot express, are written as null. Keep one writer, append values or lines,
+/// hand the bytes (`withBytes(_:)`) to one `write(2)`, then `removeAll()` to reuse the storage.
+public struct JSONWriter: ~Copyable, @unchecked Sendable {
+    // @unchecked: the writer owns its memory alone (it cannot be copied), so sending it sends
+    // the only reference. Being noncopyable, a write needs no copy-on-write check.
+    @usableFromInline var base: UnsafeMutablePointer<UInt8>
+    @usableFromInline var used = 0
+    @usableFromInline var capacity: Int
+
+    /// An empty writer with room for `capacity` bytes.
+    public init(capacity: Int = 0) {
+        self.capacity = max(capacity, 64)
+        base = UnsafeMutablePointer<UInt8>.allocate(capacity: self.capacity)
+    }
+
+    deinit { base.deallocate() }
+
+    /// The text written so far (a copy; see `withBytes(_:)`).
+    public var bytes: [UInt8] { Array(UnsafeBufferPointer(start: base, count: used)) }
+
+    /// Hands the text written so far to `body`, without copying it.
+    public func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try body(UnsafeBufferPointer(start: base, count: used))
+    }
+
+    /// Empties the buffer, keeping its storage.
+    public mutating func removeAll() { used = 0 }
+
+    /// How many bytes are buffered.
+    public var count: Int { used }
+
+    /// Appends `value` as compact JSON text.
+    public mutating func write(_ value: JSONValue) {
+        switch value {
+        case .null: appendASCII("null")
+        case .bool(let flag): appendASCII(flag ? "true" : "false")
+        case .int(let number): write(number)
+        case .double(let number): write(number)
+        case .string(let text): write(text)
+        case .array(let elements):
+            append(UInt8(ascii: "["))
+            var first = true
+            for element in elements {
+                if !first { append(UInt8(ascii: ",")) }
+                first = false
+                write(element)
+            }
+            append(UInt8(ascii: "]"))
+        case .object(let object):
+            append(UInt8(ascii: "{"))
+            var first = true
+            for member in object.members {
+                if !first { append(UInt8(ascii: ",")) }
+                first = false
+                write(member.key)
+                append(UInt8(ascii: ":"))
+                write(member.value)
+            }
+            append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Appends `value` followed by a newline: one JSON Lines record.
+    public mutating func writeLine(_ value: JSONValue) {
+        write(value)
+        append(0x0A)
+    }
+
+    /// Appends a newline.
+    @inlinable
+    public mutating func newline() { append(0x0A) }
+
+    /// Appends an integer.
+    public mutating func write(_ number: Int) {
+        if number >= 0 && number < 10 {
+            append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: number))
+            return
+        }
+        // At most 20 characters: a sign and 19 digits.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { raw in
+            var magnitude = number.magnitude
+            var position = raw.count
+            repeat {
+                position -= 1
+                raw[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if number < 0 {
+                position -= 1
+                raw[position] = UInt8(ascii: "-")
+            }
+            append(UnsafeRawBufferPointer(rebasing: raw[position...]).assumingMemoryBound(to: UInt8.self))
+        }
+    }
+
+    /// Appends a number; a non-finite one as null.
+    public mutating func write(_ number: Double) {
+        guard number.isFinite else { return appendASCII("null") }
+        if number.rounded() == number, abs(number) < 1e15 {
+            write(Int(number))
+            appendASCII(".0")
+            return
+        }
+        var text = String(number)  // the shortest text that reads back as the same Double
+        text.withUTF8 { append($0) }
+    }
+
+    /// Appends a string value, quoted and escaped.
+    public mutating func write(_ text: String) {
+        var text = text
+        _ = text.withUTF8 { writeString(utf8: $0) }
+    }
+
+    /// Appends a string value given as UTF-8 bytes, quoted and escaped. Invalid UTF-8 is repaired
+    /// exactly as `String(decoding:as: UTF8.self)` repairs it (each maximal invalid subsequence
+    /// becomes U+FFFD), so the text equals that of the repaired `String`. Returns false if it had
+    /// to repair.
+    @discardableResult
+    public mutating func writeString(utf8 text: UnsafeBufferPointer<UInt8>) -> Bool {
+        var valid = true
+        append(UInt8(ascii: "\""))
+        var runStart = 0
+        var index = 0
+        let count = text.count
+        guard let base = text.baseAddress else {
+            append(UInt8(ascii: "\""))
+            return true
+        }
+        while index < count {
+            // Eight plain ASCII bytes at a time.
+            while index + 8 <= count {
+                let word = ByteScan.load(base + index)
+                if ByteScan.hasControl(word) || ByteScan.hasDELOrHigh(word) || ByteScan.has(word, UInt8(ascii: "\""))
+                    || ByteScan.has(word, UInt8(ascii: "\\")) { break }
+                index += 8
+            }
+            guard index < count else { break }
+            let byte = text[index]
+            if byte >= 0x20 && byte < 0x7F {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                    flush(text, runStart, index)
+                    append(UInt8(ascii: "\\"))
+                    append(byte)
+                    index += 1
+                    runStart = index
+                } else {
+                    index += 1
+                }
+                continue
+            }
+            if byte < 0x80 {  // a control character or DEL
+                flush(text, runStart, index)
+                appendEscape(byte)
+                index += 1
+                runStart = index
+                continue
+            }
+            // Non-ASCII: check one scalar's encoding.
+            let length = validSequenceLength(text, at: index)
+            if length == 0 {
+                valid = false
+                flush(text, runStart, index)
+                appendASCII("\u{FFFD}")  // U+FFFD, as UTF-8
+                index += invalidSequenceLength(text, at: index)
+                runStart = index
+            } else if length == 3, byte == 0xE2, text[index + 1] == 0x80, text[index + 2] & 0xFE == 0xA8 {
+                flush(text, runStart, index)
+                appendASCII(text[index + 2] == 0xA8 ? "\\u2028" : "\\u2029")
+                index += 3
+                runStart = index
+            } else {
+                index += length
+            }
+        }
+        flush(text, runStart, count)
+        append(UInt8(ascii: "\""))
+        return valid
+    }
+
+    /// Appends a string value given as UTF-8 bytes (see `writeString(utf8:)` for the repair).
+    @discardableResult
+    public mutating func writeString(utf8 text: [UInt8]) -> Bool {
+        text.withUnsafeBufferPointer { writeString(utf8: $0) }
+    }
+
+    /// Appends lowercase hex digits of `data` as a JSON string.
+    public mutating func writeHexString(_ data: UnsafeBufferPointer<UInt8>) {
+        append(UInt8(ascii: "\""))
+        reserve(data.count * 2)
+        var out = base + used
+        for byte in data {
+            out[0] = hexDigit(byte >> 4)
+            out[1] = hexDigit(byte & 0x0F)
+            out += 2
+        }
+        used += data.count * 2
+        append(UInt8(ascii: "\""))
+    }
+
+    /// Appends bytes that are already JSON text (punctuation, a member name written in advance).
+    public mutating func appendRaw(_ text: UnsafeRawBufferPointer) { append(text.assumingMemoryBound(to: UInt8.self)) }
+
+    /// Appends JSON text given as a static string, such as `,"name":`.
+    @inlinable
+    public mutating func appendASCII(_ text: StaticString) {
+        append(text.utf8Start, text.utf8CodeUnitCount)
+    }
+
+    private mutating func flush(_ text: UnsafeBufferPointer<UInt8>, _ from: Int, _ to: Int) {
+        guard from < to, let start = text.baseAddress else { return }
+        append(start + from, to - from)
+    }
+
+    private mutating func appendEscape(_ byte: UInt8) {
+        switch byte {
+        case 0x0A: appendASCII("\\n")
+        case 0x0D: appendASCII("\\r")
+        case 0x09: appendASCII("\\t")
+        case 0x08: appendASCII("\\b")
+        case 0x0C: appendASCII("\\f")
+        default:
+            appendASCII("\\u00")
+            append(hexDigit(byte >> 4))
+            append(hexDigit(byte & 0x0F))
+        }
+    }
+
+    // MARK: - Storage
+
+    /// Room for `extra` more bytes.
+    @inlinable @inline(__always)
+    mutating func reserve(_ extra: Int) {
+        if used + extra > capacity { grow(used + extra) }
+    }
+
+    @usableFromInline
+    mutating func grow(_ needed: Int) {
+        var newCapacity = capacity * 2
+        while newCapacity < needed { newCapacity *= 2 }
+        let newBase = UnsafeMutablePointer<UInt8>.allocate(capacity: newCapacity)
+        newBase.update(from: base, count: used)
+        base.deallocate()
+        base = newBase
+        capacity = newCapacity
+    }
+
+    @inlinable @inline(__always)
+    mutating func append(_ byte: UInt8) {
+        reserve(1)
+        base[used] = byte
+        used += 1
+    }
+
+    @inlinable @inline(__always)
+    mutating func append(_ source: UnsafePointer<UInt8>, _ length: Int) {
+        reserve(length)
+        if length <= 16 {  // short punctuation and names: a loop beats a call to memmove
+            for offset in 0..<length { base[used + offset] = source[offset] }
+        } else {
+            (base + used).update(from: source, count: length)
+        }
+        used += length
+    }
+
+    private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
+        guard let start = source.baseAddress else { return }
+        append(start, source.count)
+    }
+}
+
+/// The lowercase hex digit of a value below 16.
+@inline(__always)
+private func hexDigit(_ value: UInt8) -> UInt8 { value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") - 10 + value }
+
+/// The length of the well-formed UTF-8 sequence starting with the non-ASCII byte at `index`, or 0
+/// if it is not one (Unicode Table 3-7).
+@inline(__always)
+private func validSequenceLength(_ text: UnsafeBufferPointer<UInt8>, at index: Int) -> Int {
+    let lead = text[index]
+    let remaining = text.count - index
+    func continuation(_ offset: Int, _ range: ClosedRange<UInt8> = 0x80...0xBF) -> Bool {
+        offset < remaining && range.contains(text[index + offset])
+    }
+    switch lead {
+    case 0xC2...0xDF: return continuation(1) ? 2 : 0
+    case 0xE0: return continuation(1, 0xA0...0xBF) && continuation(2) ? 3 : 0
+    case 0xE1...0xEC, 0xEE...0xEF: return continuation(1) && continuation(2) ? 3 : 0
+    case 0xED: return continuation(1, 0x80...0x9F) && continuation(2) ? 3 : 0
+    case 0xF0: return continuation(1, 0x90...0xBF) && continuation(2) && continuation(3) ? 4 : 0
+    case 0xF1...0xF3: return continuation(1) && continuation(2) && continuation(3) ? 4 : 0
+    case 0xF4: return continuation(1, 0x80...0x8F) && continuation(2) && continuation(3) ? 4 : 0
+    default: return 0
+    }
+}
+
+/// How many bytes of an ill-formed sequence at `index` one U+FFFD replaces: the maximal prefix of
+/// a well-formed sequence (at least one byte), as the standard library's decoder does.
+private func invalidSequenceLength(_ text: UnsafeBufferPointer<UInt8>, at index: Int) -> Int {
+    let lead = text[index]
+    let remaining = text.count - index
+    let second: ClosedRange<UInt8>
+    let length: Int
+    switch lead {
+    case 0xC2...0xDF: second = 0x80...0xBF; length = 2
+    case 0xE0: second = 0xA0...0xBF; length = 3
+    case 0xE1...0xEC, 0xEE...0xEF: second = 0x80...0xBF; length = 3
+    case 0xED: second = 0x80...0x9F; length = 3
+    case 0xF0: second = 0x90...0xBF; length = 4
+    case 0xF1...0xF3: second = 0x80...0xBF; length = 4
+    case 0xF4: second = 0x80...0x8F; length = 4
+    default: return 1
+    }
+    guard remaining > 1, second.contains(text[index + 1]) else { return 1 }
+    var consumed = 2
+    while consumed < length, consumed < remaining, (0x80...0xBF).contains(text[index + consumed]) { consumed += 1 }
+    return consumed
+}
+
 extension JSONValue {
-    /// The value as compact JSON text on one line (fit for JSON Lines).
-    ///
-    /// Non-ASCII text is written as UTF-8; control characters, U+2028 and U+2029 are escaped.
-    /// Non-finite numbers, which JSON cannot express, are written as null.
+    /// The value as compact JSON text on one line (fit for JSON Lines); see `JSONWriter`.
     public var serialized: String {
-        var out = ""
-        write(to: &out)
-        return out
+        var writer = JSONWriter(capacity: 64)
+        writer.write(self)
+        return writer.withBytes { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The value's compact JSON text as UTF-8 bytes, with a newline when `newline` is true.
+    public func serializedBytes(newline: Bool = false) -> [UInt8] {
+        var writer = JSONWriter(capacity: 64)
+        writer.write(self)
+        if newline { writer.newline() }
+        return writer.bytes
     }
 
     /// Appends the compact JSON text of this value to `out`.
     public func write(to out: inout String) {
-        switch self {
-        case .null: out += "null"
-        case .bool(let value): out += value ? "true" : "false"
-        case .int(let value): out += String(value)
-        case .double(let value): out += value.isFinite ? formatDouble(value) : "null"
-        case .string(let value): writeString(value, to: &out)
-        case .array(let elements):
-            out += "["
-            for (index, element) in elements.enumerated() {
-                if index > 0 { out += "," }
-                element.write(to: &out)
-            }
-            out += "]"
-        case .object(let object):
-            out += "{"
-            for (index, member) in object.members.enumerated() {
-                if index > 0 { out += "," }
-                writeString(member.key, to: &out)
-                out += ":"
-                member.value.write(to: &out)
-            }
-            out += "}"
-        }
+        out += serialized
     }
-}
-
-private func formatDouble(_ value: Double) -> String {
-    if value.rounded() == value, abs(value) < 1e15 { return String(Int(value)) + ".0" }
-    return String(value)  // the shortest text that reads back as the same Double
-}
-
-private func writeString(_ value: String, to out: inout String) {
-    out += "\""
-    let hex = Array("0123456789abcdef")
-    for scalar in value.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        case "\u{08}": out += "\\b"
-        case "\u{0C}": out += "\\f"
-        case "\u{00}"..."\u{1F}", "\u{7F}", "\u{2028}", "\u{2029}":
-            let v = Int(scalar.value)
-            out += "\\u"
-            for shift in [12, 8, 4, 0] { out.append(hex[(v >> shift) & 0xF]) }
-        default: out.unicodeScalars.append(scalar)
-        }
-    }
-    out += "\""
 }

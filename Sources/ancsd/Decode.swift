@@ -1,6 +1,12 @@
 import ANCSCapture
 import Btsnoop
+import Dispatch
 import JSON
+
+/// Why reading a capture stopped, as its reader said it.
+private struct DecodeFailure: Error, Sendable, CustomStringConvertible {
+    var description: String
+}
 
 /// `ancsd decode`: decodes an `ancs-capture/1` file or a btsnoop file and prints one JSON object
 /// per line, or (`--to-capture`) turns a btsnoop file into an `ancs-capture/1` file.
@@ -94,7 +100,7 @@ enum DecodeCommand {
             return 2
         }
         if BtsnoopReader.looksLikeBtsnoop(prefix) {
-            return decodeBtsnoop(reader, path: file, handles: handles, toCapture: toCapture)
+            return toCapture ? convertBtsnoop(reader, path: file, handles: handles) : decodeBtsnoop(reader, path: file, handles: handles)
         }
         if toCapture || handles != ANCSHandles() {
             logError("\(displayName(file)): \(toCapture ? "--to-capture" : "--handles") applies only to btsnoop files")
@@ -103,54 +109,171 @@ enum DecodeCommand {
         return decodeCapture(reader, path: file)
     }
 
+    /// One record of a capture file with its `conn` member and line number.
+    private typealias NumberedRecord = (record: CaptureRecord, connection: String?, line: Int)
+
+    /// Reads and parses the file on another thread, in batches, while this one decodes and
+    /// writes: the two halves of the work take about the same time.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
+        let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "line")
-        var lineNumber = 0
+        let channel = BatchChannel<NumberedRecord>(depth: 8)
+        let handoff = Handoff(value: reader)
+        DispatchQueue.global().async {
+            var batch: [NumberedRecord] = []
+            batch.reserveCapacity(256)
+            var lineNumber = 0
+            do {
+                try handoff.value.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
+                    batch.append((record, connection, line))
+                    if batch.count == 256 {
+                        channel.send(batch)
+                        batch.removeAll(keepingCapacity: true)
+                    }
+                }
+                if !batch.isEmpty { channel.send(batch) }
+                channel.finish()
+            } catch {
+                if !batch.isEmpty { channel.send(batch) }
+                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+            }
+        }
         do {
-            try reader.forEachCaptureEntry(lineNumber: &lineNumber) { entry, line in
-                emit(decoders.decode(entry.record, connection: entry.connection, position: line))
+            while let batch = try channel.receive() {
+                out.append { writer in
+                    for item in batch { decoders.decode(item.record, connection: item.connection, position: item.line, into: &writer) }
+                }
             }
         } catch {
-            emit(decoders.finish())
+            out.append { decoders.finish(into: &$0) }
+            out.flush()
             logError("\(displayName(path)): \(error)")
             return 2
         }
-        emit(decoders.finish())
+        out.append { decoders.finish(into: &$0) }
+        out.flush()
         return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
-    private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles, toCapture: Bool) -> Int32 {
-        var snoop = BtsnoopReader()
-        // One of the two, once the file header gave the datalink.
-        var extractor: BtsnoopExtractor? = nil
-        var converter: BtsnoopCaptureConverter? = nil
+    /// What the reading thread of a btsnoop decode hands over, in file order.
+    private enum SnoopItem: Sendable {
+        case records([ExtractedRecord])
+        /// Warnings to print, and how many the file gave so far.
+        case warnings([BtsnoopError], total: Int)
+    }
+
+    /// Decodes a btsnoop file: reading, HCI/L2CAP/ATT extraction on another thread, in batches;
+    /// decoding and writing on this one.
+    private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles) -> Int32 {
+        let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "record")
+        var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
+        var last: (key: ConnectionKey, name: String)? = nil  // records come in runs of one connection
+        var warnings = 0
+        let channel = BatchChannel<SnoopItem>(depth: 8)
+        let handoff = Handoff(value: reader)
+        DispatchQueue.global().async {
+            var snoop = BtsnoopReader()
+            var extractor: BtsnoopExtractor? = nil
+            var batch: [SnoopItem] = []
+            var records: [ExtractedRecord] = []
+            func flushRecords() {
+                if !records.isEmpty { batch.append(.records(records)) }
+                records.removeAll(keepingCapacity: true)
+            }
+            func send() {
+                flushRecords()
+                if !batch.isEmpty { channel.send(batch) }
+                batch.removeAll(keepingCapacity: true)
+            }
+            func warn() {
+                guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+                flushRecords()
+                batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
+            }
+            do {
+                var atEnd = false
+                while !atEnd {
+                    let chunk = try handoff.value.nextChunk()
+                    if let chunk { snoop.append(chunk) } else { atEnd = true }
+                    while let record = try snoop.next(atEnd: atEnd) {
+                        if extractor == nil, let datalink = snoop.datalink {
+                            extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
+                        }
+                        records += try extractor?.process(record) ?? []
+                        warn()
+                    }
+                    send()
+                }
+                records += extractor?.finish() ?? []
+                send()
+                channel.finish()
+            } catch {
+                warn()
+                records += extractor?.finish() ?? []
+                send()
+                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+            }
+        }
+        func consume(_ item: SnoopItem) {
+            switch item {
+            case .records(let records):
+                out.append { writer in
+                    for extracted in records {
+                        let key = extracted.connection
+                        let name: String
+                        if let last, last.key == key {
+                            name = last.name
+                        } else {
+                            name = names[key] ?? key.description
+                            names[key] = name
+                            last = (key, name)
+                        }
+                        decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &writer)
+                    }
+                }
+            case .warnings(let taken, let total):
+                out.flush()
+                for warning in taken { logError("\(displayName(path)): warning: \(warning)") }
+                warnings = total
+            }
+        }
+        do {
+            while let batch = try channel.receive() { batch.forEach(consume) }
+        } catch {
+            out.append { decoders.finish(into: &$0) }
+            out.flush()
+            logError("\(displayName(path)): \(error)")
+            return 2
+        }
+        out.append { decoders.finish(into: &$0) }
+        out.flush()
+        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+    }
+
+    /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
+    private static func convertBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles) -> Int32 {
+        let out = OutputBuffer()
+        var snoop = BtsnoopReader()
+        var converter: BtsnoopCaptureConverter? = nil  // once the file header gave the datalink
         var warnings = 0
 
         func begin() {
-            guard extractor == nil, converter == nil, let datalink = snoop.datalink else { return }
-            if toCapture {
-                let metadata: JSONObject = ["source": "btsnoop", "file": .string(displayName(path))]
-                converter = BtsnoopCaptureConverter(datalink: datalink, handles: handles, metadata: metadata)
-            } else {
-                extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-            }
+            guard converter == nil, let datalink = snoop.datalink else { return }
+            let metadata: JSONObject = ["source": "btsnoop", "file": .string(displayName(path))]
+            converter = BtsnoopCaptureConverter(datalink: datalink, handles: handles, metadata: metadata)
         }
         func warn() {
-            for warning in (converter?.takeWarnings() ?? []) + (extractor?.takeWarnings() ?? []) {
+            let taken = converter?.takeWarnings() ?? []
+            if !taken.isEmpty { out.flush() }
+            for warning in taken {
                 logError("\(displayName(path)): warning: \(warning)")
             }
-            warnings = converter?.warningCount ?? extractor?.warningCount ?? 0
-        }
-        func output(_ records: [ExtractedRecord]) {
-            for extracted in records {
-                emit(decoders.decode(extracted.record, connection: extracted.connection.description, position: extracted.recordNumber))
-            }
+            warnings = converter?.warningCount ?? 0
         }
         func finish() {
-            for line in converter?.finish() ?? [] { print(line) }
-            output(extractor?.finish() ?? [])
-            if !toCapture { emit(decoders.finish()) }
+            for line in converter?.finish() ?? [] { out.line(line) }
+            out.flush()
         }
 
         do {
@@ -160,8 +283,7 @@ enum DecodeCommand {
                 if let chunk { snoop.append(chunk) } else { atEnd = true }
                 while let record = try snoop.next(atEnd: atEnd) {
                     begin()
-                    for line in try converter?.lines(for: record) ?? [] { print(line) }
-                    output(try extractor?.process(record) ?? [])
+                    for line in try converter?.lines(for: record) ?? [] { out.line(line) }
                     warn()
                 }
             }
@@ -173,16 +295,12 @@ enum DecodeCommand {
             return 2
         }
         finish()
-        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
-    }
-
-    private static func emit(_ values: [JSONValue]) {
-        for value in values { print(value.serialized) }
+        return warnings > 0 ? 1 : 0
     }
 }
 
 /// One `CaptureDecoder` per connection of a capture, so connections never mix; the objects of a
-/// named connection carry `"conn"` first.
+/// named connection carry `"conn"` first. Objects are written as JSON Lines into a buffer.
 struct ConnectionDecoders {
     /// The name of the position member in protocol errors: "line" or "record".
     let lineKey: String
@@ -194,27 +312,23 @@ struct ConnectionDecoders {
 
     var protocolErrorCount: Int { decoders.values.reduce(unnamed.protocolErrorCount) { $0 + $1.protocolErrorCount } }
 
-    mutating func decode(_ record: CaptureRecord, connection: String?, position: Int) -> [JSONValue] {
-        guard let connection else { return unnamed.decode(record, line: position).map { tag($0, nil) } }
-        if decoders[connection] == nil {
-            decoders[connection] = CaptureDecoder()
-            order.append(connection)
+    mutating func decode(_ record: CaptureRecord, connection: String?, position: Int, into out: inout JSONWriter) {
+        let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
+        guard let connection else { return unnamed.decode(record, line: position, tag: tag, into: &out) }
+        if let index = decoders.index(forKey: connection) {
+            decoders.values[index].decode(record, line: position, tag: tag, into: &out)  // in place, one lookup
+            return
         }
-        let out = decoders[connection]?.decode(record, line: position) ?? []
-        return out.map { tag($0, connection) }
+        var decoder = CaptureDecoder()
+        decoder.decode(record, line: position, tag: tag, into: &out)
+        decoders[connection] = decoder
+        order.append(connection)
     }
 
-    mutating func finish() -> [JSONValue] {
-        var out = unnamed.finish().map { tag($0, nil) }
-        for connection in order { out += (decoders[connection]?.finish() ?? []).map { tag($0, connection) } }
-        return out
-    }
-
-    private func tag(_ value: JSONValue, _ connection: String?) -> JSONValue {
-        guard case .object(let object) = value, connection != nil || lineKey != "line" else { return value }
-        var tagged = JSONObject()
-        if let connection { tagged.append("conn", .string(connection)) }
-        for member in object { tagged.append(member.key == "line" ? lineKey : member.key, member.value) }
-        return .object(tagged)
+    mutating func finish(into out: inout JSONWriter) {
+        unnamed.finish(tag: CaptureDecoder.Tag(positionKey: lineKey), into: &out)
+        for connection in order {
+            decoders[connection]?.finish(tag: CaptureDecoder.Tag(connection: connection, positionKey: lineKey), into: &out)
+        }
     }
 }

@@ -64,6 +64,37 @@ final class LineReader {
         }
     }
 
+    /// Hands the next line, without its newline, to `body` as bytes valid only during the call
+    /// (no copy); false at the end of the input.
+    func withNextLine(_ body: (UnsafeBufferPointer<UInt8>) throws -> Void) throws -> Bool {
+        while true {
+            let from = start
+            let found = buffer.withUnsafeBufferPointer { all -> Int? in
+                guard from < all.count, let base = all.baseAddress,
+                      let hit = memchr(base + from, 0x0A, all.count - from)
+                else { return nil }
+                return UnsafePointer(hit.assumingMemoryBound(to: UInt8.self)) - base
+            }
+            if let newline = found {
+                let lineStart = start
+                start = newline + 1
+                try buffer.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[lineStart..<newline])) }
+                return true
+            }
+            if buffer.count - start > Self.maxLineLength {
+                throw ReadError(description: "a line is longer than \(Self.maxLineLength) bytes")
+            }
+            if atEOF {
+                guard start < buffer.count else { return false }
+                let lineStart = start
+                start = buffer.count
+                try buffer.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[lineStart...])) }
+                return true
+            }
+            try fill()
+        }
+    }
+
     /// The first `count` bytes not consumed yet (fewer at the end of the file), without consuming them.
     func peek(_ count: Int) throws(ReadError) -> [UInt8] {
         while buffer.count - start < count && !atEOF { try fill() }
@@ -82,7 +113,7 @@ final class LineReader {
     }
 
     private func fill() throws(ReadError) {
-        if start > 0 {
+        if start > 0 && start >= buffer.count / 2 {
             buffer.removeFirst(start)
             start = 0
         }
@@ -128,6 +159,20 @@ func readTextFile(_ path: String) -> Result<String, SystemError> {
 func displayName(_ path: String) -> String { path == "-" ? "standard input" : path }
 
 extension LineReader {
+    /// Hands each `ancs-capture/1` record to `body` with its `conn` member and line number, reading
+    /// lines in place (`CaptureParser.parseRecord(line:)`). `lineNumber` is the last line read,
+    /// also when a line is malformed and this throws.
+    func forEachCaptureRecord(lineNumber: inout Int, _ body: (CaptureRecord, String?, Int) -> Void) throws {
+        var parser = CaptureParser()
+        var number = lineNumber
+        defer { lineNumber = number }
+        while try withNextLine({ line throws(CaptureFormatError) in
+            number += 1
+            guard let (record, connection) = try parser.parseRecord(line: line) else { return }
+            body(record, connection, number)
+        }) {}
+    }
+
     /// Hands each `ancs-capture/1` entry to `body` with its line number. `lineNumber` is the last
     /// line read, also when a line is malformed and this throws.
     func forEachCaptureEntry(lineNumber: inout Int, _ body: (CaptureEntry, Int) -> Void) throws {

@@ -77,6 +77,47 @@ import Testing
         #expect(try decodeHex("00aAfF").get() == [0, 0xAA, 0xFF])
         #expect(encodeHex([0, 0xAA, 0xFF]) == "00aaff")
     }
+
+    private enum Either: Equatable {
+        case bytes([UInt8])
+        case refused(String)
+    }
+
+    /// decodeHex (eight digits at a time where it can) against a digit-by-digit reference, on
+    /// random strings of hex digits with, now and then, one character that is not one.
+    @Test func hexAgainstAReference() {
+        /// The bytes, or the reason for refusing them.
+        func reference(_ text: [UInt8]) -> Either {
+            guard text.count % 2 == 0 else { return .refused("odd number of hex digits (\(text.count))") }
+            var out: [UInt8] = []
+            for index in stride(from: 0, to: text.count, by: 2) {
+                guard let high = Int(String(UnicodeScalar(text[index])), radix: 16), text[index] != UInt8(ascii: "+"), text[index] != UInt8(ascii: "-") else {
+                    return .refused("not a hex digit at position \(index + 1)")
+                }
+                guard let low = Int(String(UnicodeScalar(text[index + 1])), radix: 16), text[index + 1] != UInt8(ascii: "+"), text[index + 1] != UInt8(ascii: "-") else {
+                    return .refused("not a hex digit at position \(index + 2)")
+                }
+                out.append(UInt8(high << 4 | low))
+            }
+            return .bytes(out)
+        }
+        var state: UInt64 = 16
+        func next() -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int(truncatingIfNeeded: state >> 33)
+        }
+        let digits = Array("0123456789abcdefABCDEF".utf8)
+        let others = Array("gG/:@`xX \u{7F}".utf8) + [0x00, 0x80, 0xC3, 0xFF, 0x2F, 0x3A, 0x40, 0x47, 0x60, 0x67]
+        for _ in 0..<20_000 {
+            var text = (0..<(next() % 40)).map { _ in digits[next() % digits.count] }
+            if next() % 3 == 0, !text.isEmpty { text[next() % text.count] = others[next() % others.count] }
+            let result: Either = switch text.withUnsafeBufferPointer({ decodeHex(utf8: $0) }) {
+            case .success(let bytes): .bytes(bytes)
+            case .failure(let error): .refused(error.reason)
+            }
+            #expect(result == reference(text), "\(text)")
+        }
+    }
 }
 
 @Suite struct CaptureDecoderTests {

@@ -53,8 +53,14 @@ enum ReferenceParser {
             if attributes.contains(where: { $0.rawID == id }) { return .error(DataSourceError(.duplicateAttribute(id), offset: i)) }
             guard i + 3 <= bytes.count else { return endedEarly() }
             let length = Int(bytes[i + 1]) | Int(bytes[i + 2]) << 8
-            if length > limits.maxAttributeLength {
-                return .error(DataSourceError(.attributeTooLong(id: id, length: length, limit: limits.maxAttributeLength), offset: i))
+            // A Title, Subtitle or Message may be as long as the max length it was requested with.
+            var limit = limits.maxAttributeLength
+            if case .getNotificationAttributes(_, let attributes) = request,
+               let max = attributes.first(where: { $0.id.rawValue == id })?.maxLength {
+                limit = Swift.max(limit, Int(max))
+            }
+            if length > limit {
+                return .error(DataSourceError(.attributeTooLong(id: id, length: length, limit: limit), offset: i))
             }
             if i + 3 + length > limits.maxResponseLength {
                 return .error(DataSourceError(.responseTooLong(length: i + 3 + length, limit: limits.maxResponseLength), offset: i + 3))

@@ -320,6 +320,8 @@ struct Failure: Error, CustomStringConvertible {
         h.record(h.session.fetchFullMessage(of: 1, now: h.now))
         guard case .getNotificationAttributes(1, let attributes)? = h.lastRequest else { throw Failure("no request") }
         #expect(attributes.first { $0.id == .message }?.maxLength == UInt16.max)
+        #expect(attributes.first { $0.id == .title }?.maxLength == UInt16.max)
+        #expect(attributes.first { $0.id == .subtitle }?.maxLength == UInt16.max)
         h.answer(notificationResponse(uid: 1, [(.appIdentifier, ""), (.title, "T"), (.subtitle, ""), (.message, String(repeating: "x", count: 40)), (.messageSize, "40"), (.date, "")]))
         #expect(h.events.map(\.kind) == [.added, .modified])
         #expect(h.events.last?.notification.truncated == false)

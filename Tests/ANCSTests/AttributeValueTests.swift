@@ -62,3 +62,28 @@ import ANCS
         #expect(!isMessageTruncated(message: "", messageSize: 0))
     }
 }
+
+@Suite struct MessageTruncationFromBytesTests {
+    /// The byte form agrees with the String form on random messages: ASCII, multi-byte and astral
+    /// text, invalid UTF-8, a trailing "…" after every kind of character (Prepend, combining marks).
+    @Test func agreesWithTheStringForm() {
+        var state: UInt64 = 0x2026
+        func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        let pieces: [[UInt8]] = ["a", "é", "β", "…", "👍", "\u{600}", "\u{301}", "\u{200D}", "\r", "\n", "x…", "…\u{301}"]
+            .map { Array($0.utf8) } + [[0xFF], [0xE2, 0x80], [0xC3], [0xF0, 0x9F]]
+        for _ in 0..<20_000 {
+            var bytes: [UInt8] = []
+            for _ in 0..<Int(next() % 6) { bytes += pieces[Int(next() % UInt64(pieces.count))] }
+            if next() % 2 == 0 { bytes += Array("…".utf8) }
+            let size = Int(next() % 30)
+            #expect(isMessageTruncated(messageBytes: bytes, messageSize: size)
+                == isMessageTruncated(message: String(decoding: bytes, as: UTF8.self), messageSize: size), "\(bytes) \(size)")
+        }
+    }
+}

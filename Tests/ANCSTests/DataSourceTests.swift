@@ -179,6 +179,48 @@ private func reassembler(expecting request: ControlPointRequest, limits: DataSou
         #expect(try firstError(titleDateRequest, hex("0001000000016400"), limits: limits) == nil)
     }
 
+    @Test func attributeAsLongAsItsRequestedMaximum() throws {
+        let limits = DataSourceLimits(maxAttributeLength: 100, maxResponseLength: 1000)
+        let request = ControlPointRequest.getNotificationAttributes(uid: 1, attributes: [.init(.title, maxLength: 300), .init(.date)])
+        // 300 bytes (0x012C) for a title asked with max 300 pass the 100-byte cap; 301 do not.
+        #expect(try firstError(request, hex("0001000000012c01"), limits: limits) == nil)
+        #expect(try firstError(request, hex("0001000000012d01"), limits: limits)
+            == DataSourceError(.attributeTooLong(id: 1, length: 301, limit: 300), offset: 5))
+        // The Date has no requested maximum: the cap applies.
+        #expect(try firstError(request, hex("000100000001000005" + "6500"), limits: limits)
+            == DataSourceError(.attributeTooLong(id: 5, length: 101, limit: 100), offset: 8))
+    }
+
+    /// ANCS lengths are 16-bit: with the default limits, a 65,535-byte Title, Subtitle and Message
+    /// requested with max length 65,535 reassemble, cut in 244-byte notifications.
+    @Test func fullLengthAttributesWithTheDefaultLimits() throws {
+        let full = UInt16.max
+        let request = ControlPointRequest.getNotificationAttributes(uid: 7, attributes: [
+            .init(.title, maxLength: full), .init(.subtitle, maxLength: full), .init(.message, maxLength: full), .init(.date),
+        ])
+        let title = [UInt8](repeating: UInt8(ascii: "T"), count: 65_535)
+        let subtitle = [UInt8](repeating: UInt8(ascii: "S"), count: 65_535)
+        let message = [UInt8](repeating: UInt8(ascii: "M"), count: 65_535)
+        var bytes: [UInt8] = [0, 7, 0, 0, 0]
+        for (id, value) in [(UInt8(1), title), (2, subtitle), (3, message), (5, Array("20261201T174500".utf8))] {
+            bytes += [id, UInt8(value.count & 0xFF), UInt8(value.count >> 8)] + value
+        }
+        var r = try reassembler(expecting: request)
+        var response: DataSourceResponse? = nil
+        var index = 0
+        while index < bytes.count {
+            let output = r.feed(bytes[index..<min(bytes.count, index + 244)])
+            #expect(output.error == nil)
+            if let done = output.response { response = done }
+            index += 244
+        }
+        #expect(response?.isComplete == true)
+        #expect(response?.value(of: .title) == title)
+        #expect(response?.value(of: .subtitle) == subtitle)
+        #expect(response?.value(of: .message) == message)
+        #expect(bytes.count <= DataSourceLimits().maxResponseLength)
+    }
+
     @Test func responseOverTheCap() throws {
         let limits = DataSourceLimits(maxAttributeLength: 100, maxResponseLength: 20)
         // header 5 + tuple header 3 + 13 bytes = 21 > 20

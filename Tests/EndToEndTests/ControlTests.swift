@@ -20,6 +20,33 @@ private let ada = "AA:BB:CC:DD:EE:01"
         {"do":"end"}
         """
 
+    /// A 65,535-byte title (the most a 16-bit ANCS length carries) and a message of the same
+    /// length: the first fetch gets them cut at the configured maxima, `get … full: true` fetches
+    /// both whole.
+    @Test func fullLengthTitleAndMessage() throws {
+        let title = String(repeating: "T", count: 65_533) + "é"  // 65,535 bytes
+        let message = String(repeating: "Long day. ", count: 6_553) + "12345"  // 65,535 bytes
+        let text = """
+            {"scenario":"full-length","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":5,"category":"social","app":"com.apple.MobileSMS","title":"\(title)","message":"\(message)"}
+            {"do":"sleep","seconds":60}
+            {"do":"end"}
+            """
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let run = try DaemonRun(text: text, ancsdArguments: ["--control", socketPath])
+        try run.ancsd.waitForLine { $0.contains(#""uid":5"#) }
+        let client = try SocketClient(path: socketPath)
+        let cut = try client.request(["cmd": "get", "device": .string(ada), "uid": 5])
+        #expect(cut["notification"]?["truncated"] == true)
+        #expect((cut["notification"]?["title"]?.stringValue?.utf8.count ?? 0) < 1000)
+        let full = try client.request(["cmd": "get", "device": .string(ada), "uid": 5, "full": true])
+        #expect(full["notification"]?["title"]?.stringValue == title)
+        #expect(full["notification"]?["message"]?.stringValue == message)
+        #expect(full["notification"]?["truncated"] == false)
+        #expect(!run.ancsd.standardError.contains("too_long") && !run.ancsd.lines.contains { $0.text.contains("too_long") })
+    }
+
     private func start() throws -> (DaemonRun, String) {
         let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
         let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--control", socketPath])

@@ -1,0 +1,56 @@
+// libFuzzer target for the btsnoop reader (make fuzz): files users attach to bug reports, read
+// through HCI, L2CAP (ACL fragments, signaling, LE credit-based channels) and ATT to ANCS records.
+// Byte 0 picks the input: 0xFF, the rest is a whole file; otherwise a file header (datalink 1002
+// H4 for an even byte, 2001 BlueZ monitor for an odd one) is put before the rest, so the fuzzer
+// spends its time on records. Byte 1 is the size of the chunks the file is read in. Nothing may
+// trap; every decoded record must come out as JSON.
+import ANCSCapture
+import Btsnoop
+import JSON
+
+/// The ANCS handles of the seeds (Benchmarks/decode/make_btsnoop.py), as `--handles` gives them.
+let handles = ANCSHandles(notificationSource: 0x000C, controlPoint: 0x000F, dataSource: 0x0012)
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    let input = Array(UnsafeBufferPointer(start: data, count: size))
+    guard input.count >= 2 else { return 0 }
+    var file: [UInt8]
+    if input[0] == 0xFF {
+        file = Array(input[2...])
+    } else {
+        file = BtsnoopWriter.fileHeader(input[0] % 2 == 0 ? .h4 : .monitor) + input[2...]
+    }
+    let chunkSize = Int(input[1]) * 64 + 1
+    var reader = BtsnoopReader()
+    var extractor: BtsnoopExtractor? = nil
+    var decoder = CaptureDecoder()
+    var out = JSONWriter()
+    var offset = 0
+    func decode(_ records: [ExtractedRecord]) {
+        for extracted in records {
+            decoder.decode(extracted.record, line: extracted.recordNumber, tag: .init(connection: extracted.connection.description, positionKey: "record"), into: &out)
+        }
+    }
+    do {
+        while true {
+            let atEnd = offset >= file.count
+            if !atEnd {
+                reader.append(file[offset..<min(file.count, offset + chunkSize)])
+                offset += chunkSize
+            }
+            while let record = try reader.next(atEnd: atEnd) {
+                if extractor == nil, let datalink = reader.datalink { extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles) }
+                decode(try extractor?.process(record) ?? [])
+                _ = extractor?.takeWarnings()
+            }
+            if atEnd { break }
+        }
+    } catch {}
+    decode(extractor?.finish() ?? [])
+    decoder.finish(into: &out)
+    for line in out.bytes.split(separator: 0x0A) where (try? JSONValue(parsing: Array(line))) == nil {
+        fatalError("a decoded record is not JSON")
+    }
+    return 0
+}
