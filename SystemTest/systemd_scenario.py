@@ -151,6 +151,9 @@ def notifications(ctx):
         event = fifo.wait(lambda e: e.get("type") == "added" and e.get("uid") == uid, f'"added" uid {uid} in the FIFO')
         check(event["title"] == TITLES[uid - 1] and event["message"] == MESSAGES[uid - 1], f"uid {uid}: {event}")
     wait_status(r"^1 phone connected, 2 notifications$", 10, "'2 notifications'")
+    unit_log = journal("ancsd")
+    check("notification 1 added (social)" in unit_log and "notification 2 added (email)" in unit_log,
+          f"journalctl -u ancsd does not show the notifications arriving:\n{unit_log[-1500:]}")
     no_content_in(journal(), TITLES[:2] + MESSAGES[:2])
 
 

@@ -465,6 +465,8 @@ public actor Daemon {
         }
         eventsEmitted += 1
         link.notificationCount += 1
+        // What happened, never what it says: the journal is readable by more people than the phone's owner.
+        logger.info("\(address): notification \(n.uid) \(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))")
         logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")
         output.emit(.notification(shown, device: address, seenBefore: seenBefore))
         scheduleStatus()

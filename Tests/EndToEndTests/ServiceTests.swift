@@ -36,6 +36,7 @@ import TestSupport
         #expect(status.contains { $0 == "WATCHDOG=1" }, "the watchdog is answered: \(status)")
         #expect(!ancsd.standardError.contains("debug:"))
         #expect(!ancsd.standardError.contains("Before the reload"), "no notification content at the info level")
+        #expect(ancsd.standardError.contains("AA:BB:CC:DD:EE:01: notification 1 added (social)"), "that it arrived is logged")
 
         try "format = json\nlog-level = debug\n".write(toFile: config, atomically: true, encoding: .utf8)
         ancsd.signal(SIGHUP)
