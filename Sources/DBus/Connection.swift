@@ -263,8 +263,9 @@ public actor DBusConnection {
     /// Runs in the caller's isolation (`isolation`, which `#isolation` fills in: what Swift
     /// 6.2 calls `nonisolated(nonsending)`, in a form Swift 6.0 accepts too): the message is
     /// built and validated on the caller's thread and handed to libdbus on the connection's
-    /// queue without a thread hop, and the reply resumes the caller on its own executor. An actor
-    /// that shares the connection's executor (see `unownedExecutor`) calls with no hop at all.
+    /// queue without a thread hop, and the reply resumes the caller on its own executor. An
+    /// actor that shares the connection's executor (see `unownedExecutor`) calls with no hop
+    /// at all.
     /// Cancelling the awaiting task cancels the pending call and throws `CancellationError`.
     /// - Throws: `DBusError.remote` for an error reply, `.timeout`, `.disconnected`,
     ///   `.invalidArgument` for arguments refused before sending.
