@@ -29,6 +29,11 @@ RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
 .PHONY: all build release release-static deb check-deb demo test system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
+# What building or testing in a Debian root of another architecture needs (scripts/trixie-root).
+CROSS_DEPS  := mmdebstrap qemu-user-static binfmt-support arch-test
+HOST_ARCH   := $(shell dpkg --print-architecture)
+# The architecture of make deb and check-deb.
+ARCH        ?= $(HOST_ARCH)
 
 all: build
 
@@ -61,14 +66,18 @@ install: release-static
 
 ## deb: the Debian package, built by dpkg-buildpackage from debian/ under .build/deb
 ## (scripts/build-deb); lintian must report no error. The last line printed is the .deb's path.
+## ARCH=arm64 (on another machine): built by Debian 13's swiftlang in an arm64 trixie root
+## under qemu-user emulation.
 deb:
-	@scripts/install-deps $(DEB_DEPS)
-	@scripts/build-deb
+	@scripts/install-deps $(DEB_DEPS) $(if $(filter $(HOST_ARCH),$(ARCH)),,$(CROSS_DEPS))
+	@scripts/build-deb $(ARCH)
 
 ## check-deb: the package into a clean bookworm minbase root with apt: runs without Swift,
 ## ancsd --version, decode and doctor work, remove and purge leave nothing (SystemTest/root-checks).
+## ARCH=arm64: a trixie root under emulation, and decode must print what the native build prints
+## (scripts/check-deb).
 check-deb: deb
-	SystemTest/make-root bookworm "$$(ls .build/deb/ancsd_*_$$(dpkg --print-architecture).deb)" .build/check-deb --checks-only
+	scripts/check-deb $(ARCH)
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \

@@ -223,8 +223,8 @@ struct Samples: Sendable {
 }
 
 /// Times `calls` round trips after `warmup` untimed ones, in the caller's isolation.
-nonisolated(nonsending) func measure(
-    calls: Int, warmup: Int, _ body: () async throws -> Message
+func measure(
+    calls: Int, warmup: Int, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> Message
 ) async throws -> Samples {
     var samples: [Int64] = []
     samples.reserveCapacity(calls)

@@ -482,8 +482,8 @@ public actor Daemon {
         }
     }
 
-    /// One Control Point write round trip; the GATT call runs on this actor's executor
-    /// (`nonisolated(nonsending)`), so the only hop is to the bus connection and back.
+    /// One Control Point write round trip; the GATT call runs on this actor's executor (in the
+    /// caller's isolation), so the only hop is to the bus connection and back.
     private func write(_ bytes: [UInt8], to characteristic: ObjectPath, gatt: GattClient, linkID: UInt64, path: ObjectPath) async {
         let result: WriteResult
         do {

@@ -2,9 +2,10 @@ public import DBus
 
 /// Calls on `org.bluez.GattCharacteristic1` objects.
 ///
-/// The calls are `nonisolated(nonsending)`: they run on the caller's executor (an actor's, or
-/// the task's preferred one) instead of hopping to Swift's global executor and back around
-/// the one hop that matters, to the bus connection.
+/// The calls run in the caller's isolation (`isolation`, which `#isolation` fills in: Swift
+/// 6.2's `nonisolated(nonsending)`, in a form Swift 6.0 accepts too): on the caller's executor
+/// (an actor's, or the task's preferred one) instead of hopping to Swift's global executor and
+/// back around the one hop that matters, to the bus connection.
 public struct GattClient: Sendable {
     public let connection: DBusConnection
     /// How long one GATT call may take; BlueZ's own ATT timeout is 30 s.
@@ -16,7 +17,9 @@ public struct GattClient: Sendable {
     }
 
     /// `AcquireNotify`: a SOCK_SEQPACKET descriptor that carries one datagram per notification, and the MTU.
-    public nonisolated(nonsending) func acquireNotify(_ characteristic: ObjectPath) async throws -> (fd: UnixFD, mtu: UInt16) {
+    public func acquireNotify(
+        _ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation
+    ) async throws -> (fd: UnixFD, mtu: UInt16) {
         let reply = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "AcquireNotify", arguments: [.variantDictionary([:])], expecting: "hq", timeout: timeout)
@@ -27,21 +30,23 @@ public struct GattClient: Sendable {
     }
 
     /// `StartNotify`: notifications then arrive as PropertiesChanged of `Value`.
-    public nonisolated(nonsending) func startNotify(_ characteristic: ObjectPath) async throws {
+    public func startNotify(_ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "StartNotify", expecting: .empty, timeout: timeout)
     }
 
     /// `StopNotify`.
-    public nonisolated(nonsending) func stopNotify(_ characteristic: ObjectPath) async throws {
+    public func stopNotify(_ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "StopNotify", expecting: .empty, timeout: timeout)
     }
 
     /// `WriteValue` with `type: request` (a write with response, as the Control Point needs).
-    public nonisolated(nonsending) func writeRequest(_ characteristic: ObjectPath, _ value: [UInt8]) async throws {
+    public func writeRequest(
+        _ characteristic: ObjectPath, _ value: [UInt8], isolation: isolated (any Actor)? = #isolation
+    ) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
             member: "WriteValue",

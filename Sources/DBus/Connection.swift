@@ -232,7 +232,7 @@ public actor DBusConnection {
     }
 
     /// Sends an already validated message, in the caller's isolation.
-    nonisolated(nonsending) func send(_ message: OwnedMessage) async throws {
+    func send(_ message: OwnedMessage, isolation: isolated (any Actor)? = #isolation) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             perform { connection in
                 do {
@@ -260,16 +260,19 @@ public actor DBusConnection {
 
     /// Calls a method and awaits its reply.
     ///
-    /// Runs in the caller's isolation (`nonisolated(nonsending)`): the message is built and
-    /// validated on the caller's thread and handed to libdbus on the connection's queue
-    /// without a thread hop, and the reply resumes the caller on its own executor. An actor
-    /// that shares the connection's executor (see `unownedExecutor`) calls with no hop at all.
+    /// Runs in the caller's isolation (`isolation`, which `#isolation` fills in: what Swift
+    /// 6.2 calls `nonisolated(nonsending)`, in a form Swift 6.0 accepts too): the message is
+    /// built and validated on the caller's thread and handed to libdbus on the connection's
+    /// queue without a thread hop, and the reply resumes the caller on its own executor. An
+    /// actor that shares the connection's executor (see `unownedExecutor`) calls with no hop
+    /// at all.
     /// Cancelling the awaiting task cancels the pending call and throws `CancellationError`.
     /// - Throws: `DBusError.remote` for an error reply, `.timeout`, `.disconnected`,
     ///   `.invalidArgument` for arguments refused before sending.
-    public nonisolated(nonsending) func call(
+    public func call(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
-        arguments: [DBusValue] = [], timeout: Duration = DBusConnection.defaultTimeout
+        arguments: [DBusValue] = [], timeout: Duration = DBusConnection.defaultTimeout,
+        isolation: isolated (any Actor)? = #isolation
     ) async throws -> Message {
         let ms = try Self.milliseconds(timeout)
         let message = try OwnedMessage.methodCall(
@@ -290,10 +293,10 @@ public actor DBusConnection {
 
     /// Calls a method and returns the reply's arguments after checking their signature.
     /// - Throws: as `call`, plus `DBusError.unexpectedSignature`.
-    public nonisolated(nonsending) func call(
+    public func call(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue] = [], expecting signature: Signature,
-        timeout: Duration = DBusConnection.defaultTimeout
+        timeout: Duration = DBusConnection.defaultTimeout, isolation: isolated (any Actor)? = #isolation
     ) async throws -> [DBusValue] {
         try await call(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments,
@@ -302,9 +305,9 @@ public actor DBusConnection {
     }
 
     /// Sends a method call flagged "no reply expected" and returns once it is queued.
-    public nonisolated(nonsending) func callNoReply(
+    public func callNoReply(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
-        arguments: [DBusValue] = []
+        arguments: [DBusValue] = [], isolation: isolated (any Actor)? = #isolation
     ) async throws {
         let message = try OwnedMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments,
@@ -313,9 +316,9 @@ public actor DBusConnection {
     }
 
     /// Emits a signal (broadcast, or unicast to `destination`).
-    public nonisolated(nonsending) func emitSignal(
+    public func emitSignal(
         path: ObjectPath, interface: InterfaceName, member: MemberName, arguments: [DBusValue] = [],
-        destination: BusName? = nil
+        destination: BusName? = nil, isolation: isolated (any Actor)? = #isolation
     ) async throws {
         let message = try OwnedMessage.signal(
             path: path, interface: interface, member: member, destination: destination, arguments: arguments)
@@ -383,10 +386,16 @@ public actor DBusConnection {
     /// Installs `rule` with the bus and returns the signals matching it, starting with the
     /// first one sent after this returns. The stream ends when the connection closes;
     /// ending (or cancelling) the iteration removes the rule — a stream never iterated keeps
-    /// it until the connection closes. Buffering is unbounded by default.
+    /// it until the connection closes. Buffering is unbounded.
+    public func signals(matching rule: MatchRule) async throws -> AsyncStream<Signal> {
+        // An overload rather than a default argument: Swift 6.0 rejects a default argument
+        // of an actor's method at call sites in other actors (region isolation).
+        try await signals(matching: rule, bufferingPolicy: .unbounded)
+    }
+
+    /// `signals(matching:)` with the stream's buffering policy.
     public func signals(
-        matching rule: MatchRule,
-        bufferingPolicy: AsyncStream<Signal>.Continuation.BufferingPolicy = .unbounded
+        matching rule: MatchRule, bufferingPolicy: AsyncStream<Signal>.Continuation.BufferingPolicy
     ) async throws -> AsyncStream<Signal> {
         let (stream, continuation) = AsyncStream<Signal>.makeStream(bufferingPolicy: bufferingPolicy)
         let id = core.newID()

@@ -18,7 +18,13 @@ final class QueueExecutor: SerialExecutor, TaskExecutor, @unchecked Sendable {
     let queue: DispatchQueue
     private let key = DispatchSpecificKey<Bool>()
     /// Set on the queues of all connections.
+    #if compiler(>=6.2)
     private static let anyConnectionKey = DispatchSpecificKey<Bool>()
+    #else
+    // Swift 6.0's Dispatch does not declare DispatchSpecificKey Sendable; the key is only
+    // compared by identity, never mutated.
+    nonisolated(unsafe) private static let anyConnectionKey = DispatchSpecificKey<Bool>()
+    #endif
     // Touched only on `queue`.
     private var inHandler = false
     private var localJobs: [UnownedJob] = []

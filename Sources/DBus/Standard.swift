@@ -1,10 +1,11 @@
 // Clients of the standard interfaces: Properties, ObjectManager, and the bus's signals.
+// The calls run in the caller's isolation, as `DBusConnection.call` does.
 
 extension DBusConnection {
     /// `org.freedesktop.DBus.Properties.Get`: the property's value, variant unwrapped.
-    public nonisolated(nonsending) func getProperty(
+    public func getProperty(
         destination: BusName?, path: ObjectPath, interface: InterfaceName, name: String,
-        timeout: Duration = DBusConnection.defaultTimeout
+        timeout: Duration = DBusConnection.defaultTimeout, isolation: isolated (any Actor)? = #isolation
     ) async throws -> DBusValue {
         try checkNoNUL(name, what: "property name")
         let reply = try await call(
@@ -14,9 +15,9 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.Properties.GetAll`: name → value, variants unwrapped.
-    public nonisolated(nonsending) func getAllProperties(
+    public func getAllProperties(
         destination: BusName?, path: ObjectPath, interface: InterfaceName,
-        timeout: Duration = DBusConnection.defaultTimeout
+        timeout: Duration = DBusConnection.defaultTimeout, isolation: isolated (any Actor)? = #isolation
     ) async throws -> [String: DBusValue] {
         let reply = try await call(
             destination: destination, path: path, interface: "org.freedesktop.DBus.Properties", member: "GetAll",
@@ -25,9 +26,9 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.Properties.Set` (the value is wrapped in a variant here).
-    public nonisolated(nonsending) func setProperty(
+    public func setProperty(
         destination: BusName?, path: ObjectPath, interface: InterfaceName, name: String, value: DBusValue,
-        timeout: Duration = DBusConnection.defaultTimeout
+        timeout: Duration = DBusConnection.defaultTimeout, isolation: isolated (any Actor)? = #isolation
     ) async throws {
         try checkNoNUL(name, what: "property name")
         _ = try await call(
@@ -37,8 +38,9 @@ extension DBusConnection {
     }
 
     /// `org.freedesktop.DBus.ObjectManager.GetManagedObjects`: path → interface → property → value.
-    public nonisolated(nonsending) func getManagedObjects(
-        destination: BusName?, path: ObjectPath = .root, timeout: Duration = DBusConnection.defaultTimeout
+    public func getManagedObjects(
+        destination: BusName?, path: ObjectPath = .root, timeout: Duration = DBusConnection.defaultTimeout,
+        isolation: isolated (any Actor)? = #isolation
     ) async throws -> [ObjectPath: [String: [String: DBusValue]]] {
         let reply = try await call(
             destination: destination, path: path, interface: "org.freedesktop.DBus.ObjectManager",

@@ -12,8 +12,13 @@ import Testing
             let bytes = Array(text.utf8)
             return [id, UInt8(bytes.count), 0] + bytes
         }
-        encoder = [0x00, 9, 0, 0, 0] + tuple(0, "com.apple.MobileSMS") + tuple(1, "Grace Hopper") + tuple(3, "A moth 🦋 in relay 70")
-            + tuple(4, "22") + tuple(5, "20261130T101200")
+        // Appended one by one: Swift 6.0 cannot type-check the whole sum in reasonable time.
+        encoder = [0x00, 9, 0, 0, 0]
+        encoder += tuple(0, "com.apple.MobileSMS")
+        encoder += tuple(1, "Grace Hopper")
+        encoder += tuple(3, "A moth 🦋 in relay 70")
+        encoder += tuple(4, "22")
+        encoder += tuple(5, "20261130T101200")
         var redactor = DataSourceRedactor()
         redactor.expect(controlPointWrite: try request.encoded())
         var out: [UInt8] = []

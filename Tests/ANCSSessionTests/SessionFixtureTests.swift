@@ -37,11 +37,15 @@ import Testing
         }
     }()
 
+    // Properties rather than closures inside `@Test(arguments:)`, which crash Swift 6.0's compiler.
+    static let notificationAttributeCaptures = captures.filter { $0.request.commandID == .getNotificationAttributes }
+    static let appAttributeCaptures = captures.filter { $0.request.commandID == .getAppAttributes }
+
     @Test func everyDataSourceCaptureIsUsed() {
         #expect(Self.captures.count == 20)
     }
 
-    @Test(arguments: captures.filter { $0.request.commandID == .getNotificationAttributes })
+    @Test(arguments: notificationAttributeCaptures)
     func notificationCaptures(capture: Capture) throws {
         guard case .getNotificationAttributes(let uid, _) = capture.request else { return }
         var h = Harness()
@@ -80,7 +84,7 @@ import Testing
         #expect(h.logs.allSatisfy { $0.0 < .warning }, "\(h.logs)")
     }
 
-    @Test(arguments: captures.filter { $0.request.commandID == .getAppAttributes })
+    @Test(arguments: appAttributeCaptures)
     func appCaptures(capture: Capture) throws {
         guard case .getAppAttributes(let app, _) = capture.request else { return }
         var h = Harness()

@@ -150,8 +150,12 @@ func expected(_ conn: String, connect: Bool = true, disconnect: Bool = true) -> 
         b.write(handle: 0x40, attribute: cp, request)
         b.writeResponse(handle: 0x40)
         let first = Array(response.prefix(20)), rest = Array(response.dropFirst(20))
-        b.att([0x23] + le(ns) + le(8) + added + le(ds) + le(UInt16(first.count)) + first + le(0x50) + le(1) + [9] + le(ds) + le(UInt16(rest.count)) + rest,
-              handle: 0x40, from: .phone)
+        // In parts: Swift 6.0 cannot type-check the whole sum in reasonable time.
+        let nsPart: [UInt8] = le(ns) + le(8) + added
+        let firstPart: [UInt8] = le(ds) + le(UInt16(first.count)) + first
+        let otherPart: [UInt8] = le(0x50) + le(1) + [9]
+        let restPart: [UInt8] = le(ds) + le(UInt16(rest.count)) + rest
+        b.att([0x23] + nsPart + firstPart + otherPart + restPart, handle: 0x40, from: .phone)
         let records = extract(b.bytes).records.map(summary)
         #expect(records == ["hci0/0x0040 connected", "hci0/0x0040 cp \(encodeHex(request))", "hci0/0x0040 ns \(encodeHex(added))",
                             "hci0/0x0040 ds \(encodeHex(first))", "hci0/0x0040 ds \(encodeHex(rest))"])

@@ -67,7 +67,10 @@ let conn = "hci0/0x0040"
         var b = eattConnection()
         b.sdu([0x12] + le(cp) + request, cid: hostA, handle: 0x40, from: .host)
         b.sdu([0x13], cid: phoneA, handle: 0x40, from: .phone)
-        b.sdu([0x23] + le(ns) + le(8) + added + le(ds) + le(UInt16(response.count)) + response, cid: phoneA, mps: 40, handle: 0x40, from: .phone)
+        // In parts: Swift 6.0 cannot type-check the whole sum in reasonable time.
+        let nsPart: [UInt8] = le(ns) + le(8) + added
+        let dsPart: [UInt8] = le(ds) + le(UInt16(response.count)) + response
+        b.sdu([0x23] + nsPart + dsPart, cid: phoneA, mps: 40, handle: 0x40, from: .phone)
         var extractor = BtsnoopExtractor(datalink: .monitor)
         var extracted: [ExtractedRecord] = []
         for record in try records(of: b.bytes) { extracted += try extractor.process(record) }
