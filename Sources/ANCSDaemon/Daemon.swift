@@ -136,7 +136,7 @@ public actor Daemon {
     /// Sends the status line to systemd, at most once a second (only under systemd, and only
     /// after something changed: no wakeups otherwise).
     private func scheduleStatus() {
-        guard notifier.isActive, !statusPending else { return }
+        guard notifier.isActive, !statusPending, statusLine != sentStatus else { return }
         statusPending = true
         executor.queue.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in
             self?.assumeIsolated { $0.sendStatus() }
@@ -189,7 +189,7 @@ public actor Daemon {
             if options.advertise {  // pairing support: see Presence.swift
                 let presence = Presence(connection: connection, adapter: options.adapter, logger: logger)
                 self.presence = presence
-                updatePresence()
+                tellPresence()
                 group.addTask { await presence.run() }
             }
             await group.next()  // the bus went away, or we were cancelled
@@ -262,15 +262,22 @@ public actor Daemon {
         }
     }
 
-    /// Tells `presence` on which adapters a paired iPhone is known. Each task reads the latest
-    /// answer when it runs, so tasks that run out of order still leave the last one in force.
+    /// Works out on which adapters a paired iPhone is known and tells `presence` when that changed.
     private func updatePresence() {
-        phoneAdapters = Set(tree.devices.compactMap { device -> ObjectPath? in
+        let adapters = Set(tree.devices.compactMap { device -> ObjectPath? in
             guard device.isBonded, device.offersANCS || tree.ancsCharacteristics(of: device.path) != nil,
                   options.allows(address: device.address, adapterName: device.adapterName)
             else { return nil }
             return device.adapter
         })
+        guard adapters != phoneAdapters else { return }
+        phoneAdapters = adapters
+        tellPresence()
+    }
+
+    /// Hands `phoneAdapters` to `presence`. Each task reads the latest set when it runs, so tasks
+    /// that run out of order still leave the last one in force.
+    private func tellPresence() {
         guard let presence else { return }
         Task { await presence.setPhoneAdapters(self.phoneAdapters) }
     }

@@ -9,7 +9,7 @@ public import DBus
 /// that refuses every request — `ancsd run` never pairs; `ancsd pair` opens a window for that.
 ///
 /// Both are registered only while a paired iPhone is known (a bonded device on which BlueZ has
-/// seen ANCS, `setWanted`): on a machine with no phone yet, ancsd changes nothing (the desktop's
+/// seen ANCS, `setPhoneAdapters`): on a machine with no phone yet, ancsd changes nothing (the desktop's
 /// own pairing agent stays the default one, nothing is advertised). Both are registered again
 /// when bluetoothd calls `Release` and when bluetoothd restarts. Both objects answer only the
 /// current owner of `org.bluez`.
