@@ -107,6 +107,10 @@ extension PhoneSimulator {
             }
         case .midResponseDisconnect:
             state.withLock { $0.devices[device].midResponseDisconnect = true }
+        case .cpTimeout(let count):
+            state.withLock { $0.devices[device].silentRequests = count }
+        case .disconnectOnWrite:
+            state.withLock { $0.devices[device].disconnectOnWrite = true }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)
         case .appear:

@@ -137,6 +137,10 @@ public enum ScenarioAction: Hashable, Sendable {
     case omit(NotificationAttributeID?)
     /// Send half of the next Data Source response, then disconnect.
     case midResponseDisconnect
+    /// Acknowledge the next `count` attribute requests but never answer them on the Data Source.
+    case cpTimeout(count: Int)
+    /// The next Control Point write drops the link before it is answered.
+    case disconnectOnWrite
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)
     /// bluetoothd learns of the phone (InterfacesAdded of its Device1, not paired).
@@ -480,6 +484,8 @@ private struct ObjectReader {
                 step.action = .omit(nil)
             }
         case "mid_response_disconnect": step.action = .midResponseDisconnect
+        case "cp_timeout": step.action = .cpTimeout(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
+        case "disconnect_on_write": step.action = .disconnectOnWrite
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
         case "appear": step.action = .appear
         case "pair":
