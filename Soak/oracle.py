@@ -22,11 +22,16 @@ as the items arrive in time order (both sides stamp CLOCK_MONOTONIC):
                 phone removed is shown removed, and the connection shown is the phone's current one
 """
 import collections
+import os
 import heapq
 import re
 
-STALL_SECONDS = 1.0
+STALL_SECONDS = float(os.environ.get("SOAK_STALL_SECONDS", "1.0"))
 NS = 1_000_000_000
+# ancsd's own waits, as its configuration states them (SessionConfiguration): a request may go
+# unanswered for 5 s; after part of a response, 0.4 s of silence ends it. Margins for scheduling.
+REQUEST_TIMEOUT = 5.6
+QUIET_PERIOD = 0.5
 
 # Notification attribute IDs in the simulator's log → ancsd's output field names.
 FIELDS = {"0": "app_id", "1": "title", "2": "subtitle", "3": "message", "5": "date",
@@ -118,7 +123,7 @@ def matches(line, served, complete):
 
 
 class Oracle:
-    def __init__(self, devices, log=print):
+    def __init__(self, devices, log=print, starvation=lambda t0, t1: 0):
         self.devices = devices                      # addresses, by index
         self.index = {a: i for i, a in enumerate(devices)}
         self.log = log
@@ -132,13 +137,19 @@ class Oracle:
         self.conns = [None for _ in devices]
         self.pending = [dict() for _ in devices]    # uid → since (t_ns) of an output owed
         self.last_output = [0 for _ in devices]
-        self.exempt_until = [0 for _ in devices]
+        # Spans in which a phone was silent on purpose: a `slow` answer's delay, the quiet period
+        # ancsd waits out after a response that lacks an omitted tuple, a request never answered.
+        self.phone_waits = [collections.deque() for _ in devices]
         self.calls = {}                            # call id → call dict
         self.checks = collections.Counter()
         self.shown = collections.Counter()
         self.recent_sim = collections.deque(maxlen=25)
         self.recent_ancsd = collections.deque(maxlen=25)
         self.horizon = 0
+        # starvation(t0, t1): how long (ns) the processes on the path from phone to output
+        # waited for a CPU between t0 and t1; a stall that only this explains is no stall of ancsd.
+        self.starvation = starvation
+        self.excused = set()      # (phone, since) of pauses a CPU shortage explains
 
     # Feeding
 
@@ -238,12 +249,19 @@ class Oracle:
                     inc.served.append(served)
                     inc.gone = False
                 elif outcome == "0xa2":
+                    # The phone says it is gone: nothing is owed for it until its next event.
                     inc.gone = True
-                    conn = self.conns[dev]
-                    if not (conn and e["uid"] in conn.shown and not conn.shown[e["uid"]].removed):
-                        self.pending[dev].pop(e["uid"], None)
+                    self.pending[dev].pop(e["uid"], None)
+            waits = self.phone_waits[dev]
+            delay = int(e.get("delay", 0) * NS)
+            if delay:
+                waits.append((t, t + delay))
+            if e.get("incomplete"):
+                waits.append((t + delay, t + delay + int(QUIET_PERIOD * NS)))
             if outcome == "silent":
-                self.exempt_until[dev] = t + int(5.6 * NS)
+                waits.append((t, t + int(REQUEST_TIMEOUT * NS)))
+            while waits and waits[0][1] < t - 60 * NS:
+                waits.popleft()
             if request == "action":
                 self.checks["actions"] += 1
                 key = (dev, e["uid"], e["action"])
@@ -346,11 +364,27 @@ class Oracle:
                 continue
             self.checks["stall"] += 1
             oldest = min(pending.values())
-            since = max(oldest, self.last_output[dev], self.exempt_until[dev])
+            since = max(oldest, self.last_output[dev])
             if horizon - since > STALL_SECONDS * NS:
+                waited = self.starvation(since, horizon) + self.phone_silence(dev, since, horizon)
+                if horizon - since - waited <= STALL_SECONDS * NS:
+                    self.excused.add((dev, since))
+                    continue
                 uid = min(pending, key=pending.get)
                 self.fail(f"ancsd's output for {self.devices[dev]} stalled {(horizon - since) / NS:.2f} s while the "
-                          f"phone was sending ({len(pending)} events owed, the oldest for UID {uid})")
+                          f"phone was sending ({len(pending)} events owed, the oldest for UID {uid}; "
+                          f"{waited / NS:.2f} s of it spent waiting for a CPU)")
+
+    def phone_silence(self, dev, t0, t1):
+        """How much of [t0, t1] phone `dev` spent silent on purpose (overlaps counted once)."""
+        spans = sorted((max(a, t0), min(b, t1)) for a, b in self.phone_waits[dev] if b > t0 and a < t1)
+        total, end = 0, t0
+        for a, b in spans:
+            a = max(a, end)
+            if b > a:
+                total += b - a
+                end = b
+        return total
 
     def settled(self):
         """At a quiet point (every item processed): what the phones hold is what ancsd shows."""

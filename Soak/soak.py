@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle import NS, Oracle, Violation  # noqa: E402
+from oracle import NS, STALL_SECONDS, Oracle, Violation  # noqa: E402
 
 SAMPLE_SECONDS = 2.0
 LAG = 0.3                     # seconds the oracle stays behind, so both sides' items are in
@@ -177,7 +177,9 @@ class Run:
         self.dir = workdir
         self.settings, self.plan, self.digest = make_plan(seed, seconds)
         self.devices = [d["address"] for d in self.settings["devices"]]
-        self.oracle = Oracle(self.devices)
+        self.waits = collections.deque(maxlen=4000)   # (t_ns, run-queue wait ns of the pipeline)
+        self.waits_lock = threading.Lock()
+        self.oracle = Oracle(self.devices, starvation=self.starvation)
         self.inbox = queue.Queue()          # (t, source, item) from the reader threads
         self.faults = collections.Counter()
         self.stdout_lines = set()           # every line ancsd printed (for FIFO/subscriber checks)
@@ -449,6 +451,37 @@ class Run:
 
     # sampling
 
+    def watch_cpu(self):
+        """Every 50 ms: how long the simulator, the bus and ancsd have waited for a CPU so far
+        (/proc/PID/task/*/schedstat, run-queue delay), so a pause of the output that a busy
+        machine explains is told apart from a stall of ancsd."""
+        totals = {}
+        while True:
+            t = now_ns()
+            worst = 0
+            for name, process in (("sim", self.sim), ("bus", self.bus), ("ancsd", self.ancsd)):
+                pid = process.pid
+                total = 0
+                try:
+                    for task in os.listdir(f"/proc/{pid}/task"):
+                        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                            total += int(f.read().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                key = (name, pid)
+                totals[key] = total
+            with self.waits_lock:
+                self.waits.append((t, dict(totals)))
+            time.sleep(0.05)
+
+    def starvation(self, t0, t1):
+        """The longest time one process of the pipeline waited for a CPU between t0 and t1."""
+        with self.waits_lock:
+            samples = list(self.waits)
+        before = next((w for t, w in reversed(samples) if t <= t0), samples[0][1] if samples else {})
+        after = next((w for t, w in reversed(samples) if t <= t1), {})
+        return max([after[k] - before.get(k, 0) for k in after] + [0])
+
     def control_request(self, request, timeout=5):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)
@@ -507,9 +540,7 @@ class Run:
     def settle(self):
         """Clears the faults that can be cleared, reconnects every phone, waits until both
         sides are quiet, and lets the oracle compare what the phones hold with what is shown."""
-        steps = [{"do": "allow_sharing", "device": d} for d in range(len(self.devices))]
-        steps += [{"do": "omit", "device": d} for d in range(len(self.devices))]
-        steps += [{"do": "slow", "device": d, "delay": 0} for d in range(len(self.devices))]
+        steps = [{"do": "heal", "device": d} for d in range(len(self.devices))]
         steps += [{"do": "connect", "device": d} for d in range(len(self.devices))]
         steps += [{"do": "wait_subscribed", "device": d, "timeout": 30} for d in range(len(self.devices))]
         began = time.monotonic()
@@ -548,6 +579,7 @@ class Run:
         self.start_bus()
         self.start_sim()
         self.start_ancsd()
+        self.spawn(self.watch_cpu)
         self.started = time.monotonic()
         next_sample = 0.0
         rng = random.Random(self.seed ^ 0x5EED)
@@ -650,7 +682,8 @@ def report(run):
         f"(the phones sent {run.work['added']} adds, {run.work['modified']} modifications, {run.work['removed']} removals)")
     say("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(run.faults.items())))
     say(f"oracle checks: {sum(o.checks.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(o.checks.items())) +
-        f"), {run.settles} quiet points; capture and state lines checked after kill -9: {run.file_lines}; "
+        f"), {run.settles} quiet points, {len(o.excused)} output pauses over {STALL_SECONDS:g} s "
+        f"explained by CPU shortage; capture and state lines checked after kill -9: {run.file_lines}; "
         f"FIFO lines checked {run.fifo_lines}, subscriber lines checked "
         f"{run.subscriber_lines}; action calls " + ", ".join(
             f"{'live' if live else 'gone'}→{'performed' if rc == 0 else 'refused' if rc == 1 else rc} {n}"

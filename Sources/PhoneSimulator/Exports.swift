@@ -380,6 +380,7 @@ extension PhoneSimulator {
     private func noteWrite(_ value: [UInt8], _ outcome: String, response: [UInt8]?, _ d: DeviceState, _ device: Int) {
         guard events != nil else { return }
         var fields: JSONObject = ["session": .int(Int(d.session)), "outcome": .string(outcome)]
+        if d.slowDelay > 0, response != nil { fields.append("delay", .double(d.slowDelay)) }
         guard let request = try? ControlPointRequest(decoding: value) else {
             fields.append("request", .string("malformed"))
             return note(device, "cp", fields)
@@ -404,6 +405,7 @@ extension PhoneSimulator {
                 var attributes = JSONObject()
                 for a in decoded.attributes { attributes.append(String(a.rawID), .string(String(decoding: a.value, as: UTF8.self))) }
                 fields.append("attributes", .object(attributes))
+                if !decoded.isComplete { fields.append("incomplete", .bool(true)) }
             }
         }
         note(device, "cp", fields)

@@ -111,6 +111,16 @@ extension PhoneSimulator {
             state.withLock { $0.devices[device].silentRequests = count }
         case .disconnectOnWrite:
             state.withLock { $0.devices[device].disconnectOnWrite = true }
+        case .heal:
+            state.withLock { s in
+                s.devices[device].model.injectedError = nil
+                s.devices[device].model.sharingDenied = false
+                s.devices[device].model.omitted = []
+                s.devices[device].silentRequests = 0
+                s.devices[device].disconnectOnWrite = false
+                s.devices[device].midResponseDisconnect = false
+                s.devices[device].slowDelay = 0
+            }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)
         case .appear:

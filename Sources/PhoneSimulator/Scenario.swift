@@ -141,6 +141,9 @@ public enum ScenarioAction: Hashable, Sendable {
     case cpTimeout(count: Int)
     /// The next Control Point write drops the link before it is answered.
     case disconnectOnWrite
+    /// Every misbehaviour switched on for the phone is off again: injected errors, requests
+    /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing.
+    case heal
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)
     /// bluetoothd learns of the phone (InterfacesAdded of its Device1, not paired).
@@ -486,6 +489,7 @@ private struct ObjectReader {
         case "mid_response_disconnect": step.action = .midResponseDisconnect
         case "cp_timeout": step.action = .cpTimeout(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "disconnect_on_write": step.action = .disconnectOnWrite
+        case "heal": step.action = .heal
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
         case "appear": step.action = .appear
         case "pair":
