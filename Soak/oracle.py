@@ -375,6 +375,10 @@ class Oracle:
                           f"phone was sending ({len(pending)} events owed, the oldest for UID {uid}; "
                           f"{waited / NS:.2f} s of it spent waiting for a CPU)")
 
+    def silence_end(self):
+        """When the last span of deliberate phone silence known so far ends."""
+        return max((end for waits in self.phone_waits for _, end in waits), default=0)
+
     def phone_silence(self, dev, t0, t1):
         """How much of [t0, t1] phone `dev` spent silent on purpose (overlaps counted once)."""
         spans = sorted((max(a, t0), min(b, t1)) for a, b in self.phone_waits[dev] if b > t0 and a < t1)

@@ -276,7 +276,7 @@ class Run:
                                       stderr=open(self.path("ancsd.log"), "a"), bufsize=0)
         self.instance_started = time.monotonic()
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-started"}))
-        self.spawn(self.read_ancsd, self.ancsd)
+        self.reader = self.spawn(self.read_ancsd, self.ancsd)
 
     def read_ancsd(self, process):
         for raw in process.stdout:
@@ -337,6 +337,7 @@ class Run:
         process = self.ancsd
         process.kill()
         process.wait()
+        self.reader.join(10)      # what it printed before it died is read (and stamped) first
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
         self.faults["kill-9"] += 1
         self.file_lines = self.check_files("after kill -9")
@@ -556,7 +557,9 @@ class Run:
         quiet_since = time.monotonic()
         seen = self.oracle.seq
         deadline = time.monotonic() + 60
-        while time.monotonic() - quiet_since < 1.5:
+        # Quiet: nothing said for 1.5 s, and no request left unanswered on purpose still pending
+        # (ancsd waits for those before it shows what it has).
+        while time.monotonic() - quiet_since < 1.5 or now_ns() < self.oracle.silence_end():
             time.sleep(0.05)
             self.pump()
             if self.oracle.seq != seen:
@@ -650,6 +653,7 @@ class Run:
             self.fail("ancsd did not stop within 30 s of SIGTERM")
         if status != 0:
             self.fail(f"ancsd exited with status {status} on SIGTERM")
+        self.reader.join(10)
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
         time.sleep(0.5)
         self.pump_final()
