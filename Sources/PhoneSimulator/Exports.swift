@@ -310,6 +310,10 @@ extension PhoneSimulator {
             guard characteristic.notifies else { throw BlueZError.notSupported }
             let sub = d.subscription(characteristic)
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if d.refusedSubscriptions > 0 {
+                d.refusedSubscriptions -= 1
+                throw BlueZError.notPermitted("Notify acquired")
+            }
             if sub.clients.contains(call.sender) { return [] }
             let wasActive = sub.isActive
             d.modifySubscription(characteristic) { _ = $0.clients.insert(call.sender) }
@@ -350,6 +354,10 @@ extension PhoneSimulator {
             guard settings.acquireNotify else { throw BlueZError.notSupported }
             let sub = d.subscription(characteristic)
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if d.refusedSubscriptions > 0, characteristic.notifies {
+                d.refusedSubscriptions -= 1
+                throw BlueZError.notPermitted("Notify acquired")
+            }
             if !sub.clients.isEmpty { throw BlueZError.inProgress }
             guard characteristic.notifies else { throw BlueZError.notSupported }
             guard let (socket, clientEnd) = NotifySocket.makePair(

@@ -111,6 +111,8 @@ extension PhoneSimulator {
             state.withLock { $0.devices[device].silentRequests = count }
         case .disconnectOnWrite:
             state.withLock { $0.devices[device].disconnectOnWrite = true }
+        case .refuseSubscribe(let count):
+            state.withLock { $0.devices[device].refusedSubscriptions = count }
         case .heal:
             state.withLock { s in
                 s.devices[device].model.injectedError = nil
@@ -120,6 +122,7 @@ extension PhoneSimulator {
                 s.devices[device].disconnectOnWrite = false
                 s.devices[device].midResponseDisconnect = false
                 s.devices[device].slowDelay = 0
+                s.devices[device].refusedSubscriptions = 0
             }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)

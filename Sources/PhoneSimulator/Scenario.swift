@@ -141,6 +141,9 @@ public enum ScenarioAction: Hashable, Sendable {
     case cpTimeout(count: Int)
     /// The next Control Point write drops the link before it is answered.
     case disconnectOnWrite
+    /// The next `count` StartNotify/AcquireNotify calls fail with NotPermitted "Notify acquired",
+    /// as when bluetoothd still holds the socket of a link that just went away.
+    case refuseSubscribe(count: Int)
     /// Every misbehaviour switched on for the phone is off again: injected errors, requests
     /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing.
     case heal
@@ -490,6 +493,7 @@ private struct ObjectReader {
         case "cp_timeout": step.action = .cpTimeout(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "disconnect_on_write": step.action = .disconnectOnWrite
         case "heal": step.action = .heal
+        case "refuse_subscribe": step.action = .refuseSubscribe(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
         case "appear": step.action = .appear
         case "pair":

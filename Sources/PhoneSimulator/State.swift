@@ -116,6 +116,8 @@ struct DeviceState {
     var silentRequests = 0
     /// The next Control Point write drops the link before it is answered.
     var disconnectOnWrite = false
+    /// How many more StartNotify/AcquireNotify calls fail with "Notify acquired".
+    var refusedSubscriptions = 0
 
     init(settings: DeviceSettings, apps: [String: String]) {
         self.settings = settings
