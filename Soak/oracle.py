@@ -93,13 +93,6 @@ def normalise_date(text):
     return re.sub(r"\D", "", text or "")
 
 
-def expected_value(field, served):
-    for key, name in FIELDS.items():
-        if name == field:
-            return served.get(key)
-    return None
-
-
 def matches(line, served, complete):
     """True when the shown line carries the attributes of this answer of the phone."""
     for key, field in FIELDS.items():
@@ -123,10 +116,9 @@ def matches(line, served, complete):
 
 
 class Oracle:
-    def __init__(self, devices, log=print, starvation=lambda t0, t1: 0):
+    def __init__(self, devices, starvation=lambda t0, t1: 0):
         self.devices = devices                      # addresses, by index
         self.index = {a: i for i, a in enumerate(devices)}
-        self.log = log
         self.heap = []
         self.seq = 0
         self.sessions = [{0: Session(0)} for _ in devices]
