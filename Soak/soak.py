@@ -18,6 +18,7 @@ import json
 import os
 import queue
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -496,7 +497,7 @@ class Run:
         self.action_results[(live, result.returncode)] += 1
         if result.returncode != 0:
             # "…: the notification is gone" and the like, without the UID: the reasons, counted.
-            reason = (result.stdout.strip() + result.stderr.strip()).split(": ")[-1][:60]
+            reason = re.sub(r"\d+", "N", (result.stdout.strip() + " " + result.stderr.strip()).strip())[:90]
             self.action_refusals[reason] += 1
 
     # sampling
