@@ -313,6 +313,18 @@ class Run:
         self.instance_started = time.monotonic()
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-started"}))
         self.reader = self.spawn(self.read_ancsd, self.ancsd)
+        # Ready once its control socket answers: a SIGHUP before it handles the signal would
+        # end it (systemd, too, reloads a service only once it is started).
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.control_request({"cmd": "status"}, timeout=2).get("ok"):
+                    break
+            except (OSError, ValueError):
+                pass
+            if self.ancsd.poll() is not None or time.monotonic() > deadline:
+                self.fail(f"ancsd did not come up (status {self.ancsd.poll()}; see {self.path('ancsd.log')})")
+            time.sleep(0.05)
 
     def read_ancsd(self, process):
         """Reads ancsd's output in large chunks, each line stamped when its chunk arrived: one
