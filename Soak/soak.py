@@ -225,6 +225,7 @@ class Run:
         self.threads = []
         self.config_toggle = False
         self.marks = {}
+        self.fifo_lock = threading.Lock()
         self.unchecked = []       # (source, lines) from FIFO readers and subscribers
         self.stdout_file = None
         self.action_refusals = collections.Counter()
@@ -419,6 +420,12 @@ class Run:
         self.start_ancsd()
 
     def fifo_reader(self, read, stall, again):
+        # One reader at a time: two readers of one pipe split its bytes between them, so each
+        # would see lines spliced together; a reader the plan starts meanwhile waits its turn.
+        with self.fifo_lock:
+            self.read_fifo(read, stall, again)
+
+    def read_fifo(self, read, stall, again):
         try:
             fd = os.open(self.path("fifo"), os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
