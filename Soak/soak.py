@@ -702,6 +702,8 @@ class Run:
             dev = params["device"]
             if params["live"]:
                 live = self.oracle.live_uids(dev)
+                # Those that offer an action, when there are any (bursts offer none).
+                live = {u: a for u, a in live.items() if a.get("positive_action") or a.get("negative_action")} or live
                 if not live:
                     return
                 uid = sorted(live)[int(params["pick"] * len(live))]
