@@ -794,6 +794,11 @@ def check_bounds(run, steady):
         if peak > BOUNDS[name]:
             problems.append(f"{name} reached {peak} after warm-up (bound {BOUNDS[name]})")
     growth = steady[-1][2] - steady[0][2]
+    ts, rs = [s[0] for s in steady], [s[2] for s in steady]
+    if len(ts) > 2 and max(ts) > min(ts):
+        mt, mr = sum(ts) / len(ts), sum(rs) / len(rs)
+        slope = sum((t - mt) * (r - mr) for t, r in zip(ts, rs)) / sum((t - mt) ** 2 for t in ts)
+        say(f"RSS trend after warm-up (least squares over {len(ts)} samples): {slope * 60:+.0f} kB/min")
     say(f"RSS end - start: {growth:+d} kB (bound: under {RSS_GROWTH_KB} kB); bounds after warm-up: "
         + ", ".join(f"{k} <= {v}" for k, v in BOUNDS.items()))
     if growth >= RSS_GROWTH_KB:
