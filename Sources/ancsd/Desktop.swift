@@ -1,7 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ANCSDaemon
+import ANCSDesktop
+import ANCSRuntime
 import ANCSSession
 import DBus
 import Dispatch

@@ -1,4 +1,4 @@
-import ANCSDaemon
+import ANCSDesktop
 import DBus
 import JSON
 import Testing

@@ -1,6 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSControl
+public import ANCSRuntime
 public import DBus
 import Dispatch
 import JSON
@@ -31,7 +33,7 @@ public actor DesktopCompanion {
     }
 
     /// Where `ancsd run` listens under systemd.
-    public static let defaultControlPath = "/run/ancsd/control"
+    public static let defaultControlPath = ControlSocket.defaultPath
     /// The first and the longest wait before connecting to the daemon again.
     static let firstRetry: Duration = .milliseconds(500)
     static let longestRetry: Duration = .seconds(10)
@@ -64,7 +66,7 @@ public actor DesktopCompanion {
     private let logger: Logger
     private let executor: DaemonExecutor
     private var bus: DBusConnection?
-    private var link: DesktopControlLink?
+    private var link: ControlLink?
     private var shown: [Key: Shown] = [:]
     private var keys: [UInt32: Key] = [:]
     private var pending: [Int: Request] = [:]
@@ -123,7 +125,7 @@ public actor DesktopCompanion {
         var delay = Self.firstRetry
         var failures = 0
         while !Task.isCancelled {
-            switch DesktopControlLink.connect(path: options.controlPath, queue: executor.queue) {
+            switch ControlLink.connect(path: options.controlPath, queue: executor.queue) {
             case .failure(let error):
                 failures += 1
                 if failures == 1 {
@@ -147,7 +149,7 @@ public actor DesktopCompanion {
 
     /// One connection: subscribe, list, then every event and reply until it closes. True if
     /// the daemon confirmed the subscription.
-    private func session(_ link: DesktopControlLink) async -> Bool {
+    private func session(_ link: ControlLink) async -> Bool {
         self.link = link
         pending = [:]
         for key in Array(shown.keys) { shown[key]?.stale = true }
@@ -406,4 +408,10 @@ private final class PauseState: @unchecked Sendable {
         continuation?.resume()
         continuation = nil
     }
+}
+
+/// A failure of `ancsd desktop`, as text.
+public struct DesktopError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
