@@ -13,9 +13,19 @@ import JSON
 /// `org.freedesktop.Notifications`. It `subscribe`s to the daemon's events and `list`s what the
 /// phones have now; each notification becomes one desktop notification (`Notify`), replaced
 /// in place when modified and closed when removed or when its phone disconnects. The action
-/// buttons a user clicks (`ActionInvoked`) go back to the phone as `action` requests. When the
-/// daemon goes away it reconnects, backing off from 0.5 s to 10 s, and reconciles what it
-/// shows with the new `list`: nothing is shown twice, nothing stale is left.
+/// buttons a user clicks (`ActionInvoked`) go back to the phone as `action` requests; a click
+/// on the popup itself (`default`) never does anything on the phone.
+///
+/// Identical notifications (same app, title, message: two "ok"s) share one popup, which
+/// remembers every one behind it and closes when the last is gone; servers such as dunst
+/// would merge them anyway, and the companion would lose track of the older.
+///
+/// When the daemon stops or the connection to it breaks, the popups stay: the companion
+/// reconnects (backing off from 0.5 s to 10 s), finds each again in the new `list` or among
+/// the phone's replays (by its content: UIDs may change) and keeps showing it without a
+/// second pop-up; what is still not found `replaySettle` after the phone came back is closed.
+/// A replayed notification is never popped up again when the daemon marks it `seen_before`
+/// or when this companion showed it before (the user saw it, or dismissed it).
 ///
 /// Everything runs on the executor's one serial queue (the D-Bus connection's too); no task
 /// runs on Swift's global executor.
@@ -25,18 +35,31 @@ public actor DesktopCompanion {
         public var controlPath: String
         /// Where the notification server is: the session bus by default.
         public var bus: BusAddress
+        /// How long after the daemon or a phone comes back its replays may take: popups not
+        /// found again by then are closed.
+        public var replaySettle: Duration
 
-        public init(controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session) {
+        public init(
+            controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session,
+            replaySettle: Duration = DesktopCompanion.defaultReplaySettle
+        ) {
             self.controlPath = controlPath
             self.bus = bus
+            self.replaySettle = replaySettle
         }
     }
 
     /// Where `ancsd run` listens under systemd.
     public static let defaultControlPath = ControlSocket.defaultPath
+    /// A phone replays a few dozen notifications in a second or two; ten leaves room.
+    public static let defaultReplaySettle: Duration = .seconds(10)
     /// The first and the longest wait before connecting to the daemon again.
     static let firstRetry: Duration = .milliseconds(500)
     static let longestRetry: Duration = .seconds(10)
+    /// The `disconnected` reason the daemon gives for every phone when it stops.
+    static let daemonStopped = "ancsd stopped"
+    /// How many shown notifications the companion remembers, to pop none of them up again.
+    static let recordCapacity = 4096
 
     static let server: BusName = "org.freedesktop.Notifications"
     static let serverPath: ObjectPath = "/org/freedesktop/Notifications"
@@ -48,17 +71,35 @@ public actor DesktopCompanion {
         var uid: UInt32
     }
 
-    /// A notification on the desktop: its server ID, what it shows, and whether it belongs to
-    /// an earlier connection to the daemon and still has to be found in the new `list`.
-    private struct Shown {
-        var id: UInt32
+    /// A popup on the desktop: what it shows and the phone notifications behind it, the newest
+    /// last (the one its buttons act on).
+    private struct Popup {
         var content: DesktopNotification.Content
-        var stale = false
+        var members: [Key]
+    }
+
+    /// A notification as shown once: the phone, what it said, and when.
+    private struct Fingerprint: Hashable {
+        var device: String
+        var appName: String
+        var summary: String
+        var body: String
+        var date: String
+
+        init(_ notification: DesktopNotification) {
+            device = notification.device
+            appName = notification.content.appName
+            summary = notification.content.summary
+            body = notification.content.body
+            date = notification.date
+        }
     }
 
     private enum Request {
         case subscribe
         case list
+        /// The `list` after the replays settled: what is still stale goes.
+        case sweep
         case action(Key, String)
     }
 
@@ -67,8 +108,17 @@ public actor DesktopCompanion {
     private let executor: DaemonExecutor
     private var bus: DBusConnection?
     private var link: ControlLink?
-    private var shown: [Key: Shown] = [:]
-    private var keys: [UInt32: Key] = [:]
+    /// Server ID → popup.
+    private var popups: [UInt32: Popup] = [:]
+    /// Phone notification → the ID of its popup.
+    private var popupOf: [Key: UInt32] = [:]
+    /// Notifications shown under an earlier connection to the daemon, not found again yet:
+    /// their UIDs may name other notifications now.
+    private var stale: Set<Key> = []
+    /// What was popped up (hashes, oldest first, at most `recordCapacity`).
+    private var record: Set<Int> = []
+    private var recordOrder: [Int] = []
+    private var sweepTimer: (any DispatchSourceTimer)?
     private var pending: [Int: Request] = [:]
     private var nextRequest = 0
     /// Whether the server takes body markup (`GetCapabilities`), once known.
@@ -111,6 +161,8 @@ public actor DesktopCompanion {
         } catch {
             failure = error
         }
+        sweepTimer?.cancel()
+        sweepTimer = nil
         // Cleaning up must not be cancelled with the caller: a task of its own.
         await Task(executorPreference: executor) { await self.closeEverything() }.value
         await bus.close()
@@ -152,7 +204,7 @@ public actor DesktopCompanion {
     private func session(_ link: ControlLink) async -> Bool {
         self.link = link
         pending = [:]
-        for key in Array(shown.keys) { shown[key]?.stale = true }
+        stale.formUnion(popupOf.keys)
         send(.subscribe, ["cmd": "subscribe"])
         send(.list, ["cmd": "list"])
         var subscribed = false
@@ -170,6 +222,7 @@ public actor DesktopCompanion {
         link.close()
         self.link = nil
         pending = [:]
+        stale.formUnion(popupOf.keys)
         return subscribed
     }
 
@@ -192,22 +245,27 @@ public actor DesktopCompanion {
         case .subscribe:
             if ok { return true }
             logger.error("ancsd refused the subscription: \(error)")
-        case .list:
-            if ok {
-                var count = 0
-                for device in object["devices"]?.arrayValue ?? [] {
-                    for entry in device["notifications"]?.arrayValue ?? [] {
-                        guard let entry = entry.objectValue, let notification = DesktopNotification(entry) else { continue }
-                        count += 1
-                        await show(notification, why: "listed")
-                    }
-                }
-                logger.info("ancsd has \(count) notification(s)")
-            } else {
+        case .list, .sweep:
+            guard ok else {
                 logger.warning("ancsd refused to list the notifications: \(error)")
+                break
             }
-            // What an earlier connection showed and the daemon no longer has goes away.
-            for (key, entry) in shown where entry.stale { await close(key) }
+            var count = 0
+            for device in object["devices"]?.arrayValue ?? [] {
+                for entry in device["notifications"]?.arrayValue ?? [] {
+                    guard let entry = entry.objectValue, let notification = DesktopNotification(entry) else { continue }
+                    count += 1
+                    await show(notification, why: "listed")
+                }
+            }
+            if case .list = request { logger.info("ancsd has \(count) notification(s)") }
+            if case .sweep = request {
+                // What the phones no longer have, now that their replays are over, goes away.
+                if !stale.isEmpty { logger.info("closing \(stale.count) notification(s) the phones no longer have") }
+                for key in stale { await close(key) }
+            } else if !stale.isEmpty {
+                scheduleSweep()
+            }
         case .action(let key, let action):
             if ok {
                 logger.info("\(action) action on \(key.device) #\(key.uid): \(object["result"]?.stringValue ?? "performed")")
@@ -230,35 +288,72 @@ public actor DesktopCompanion {
             await close(Key(device: device, uid: uid))
         case "connected":
             logger.info("\(device) connected")
+            // It replays what it holds now: give that time before closing what is not found.
+            if stale.contains(where: { $0.device == device }) { scheduleSweep() }
         case "disconnected":
-            let gone = shown.keys.filter { $0.device == device }
-            logger.info("\(device) disconnected; closing its \(gone.count) notification(s)")
-            for key in gone { await close(key) }
+            let keys = popupOf.keys.filter { $0.device == device }
+            if object["reason"]?.stringValue == Self.daemonStopped {
+                // The phone did not go anywhere: keep its notifications until the daemon is back.
+                logger.info("ancsd stopped; keeping \(device)'s \(keys.count) notification(s) until it is back")
+                stale.formUnion(keys)
+                return
+            }
+            logger.info("\(device) disconnected; closing its \(keys.count) notification(s)")
+            for key in keys { await close(key) }
         default:
             break
         }
     }
 
+    /// In `replaySettle`, lists again and closes what is still stale; again restarts the wait.
+    private func scheduleSweep() {
+        if sweepTimer == nil {
+            sweepTimer = executor.makeTimer { [weak self] in
+                guard let self else { return }
+                Task(executorPreference: self.executor) { await self.sweep() }
+            }
+        }
+        let (seconds, attoseconds) = options.replaySettle.components
+        let nanoseconds = Int(clamping: seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        sweepTimer?.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .never, leeway: .milliseconds(100))
+    }
+
+    private func sweep() {
+        guard !stale.isEmpty, link != nil else { return }
+        send(.sweep, ["cmd": "list"])
+    }
+
     // MARK: The notification server
 
-    /// Shows a notification, or replaces the one shown for its UID; shows nothing new for one
-    /// already shown the same (under this UID, or under an earlier connection's).
+    /// Shows a notification, or updates the popup shown for it. Shows nothing new for one
+    /// shown before under an earlier connection (found again by its content), one the daemon
+    /// marks `seen_before`, or a listed or replayed one this companion popped up before.
     private func show(_ notification: DesktopNotification, why: String) async {
         let key = Key(device: notification.device, uid: notification.uid)
         let content = notification.content
         logger.debug("\(why) \(key.device) #\(key.uid): \(content.appName) · \(content.summary): \(content.body)")
-        if let existing = shown[key] {
-            shown[key]?.stale = false
-            guard existing.content != content else { return }
-            guard let id = await notify(notification, replacing: existing.id) else { return }
-            record(key, id: id, content: content)
+        if let id = popupOf[key], let popup = popups[id] {
+            stale.remove(key)
+            guard popup.content != content else { return }
+            // Modified: news, whatever was shown before.
+            if popup.members == [key], self.popup(showing: content) == nil {
+                guard let newID = await notify(notification, replacing: id) else { return }
+                move(id, to: newID, content: content)
+                remember(notification)
+                return
+            }
+            await detach(key)
+            await present(notification)
             return
         }
-        if let (old, entry) = shown.first(where: { $0.value.stale && $0.key.device == key.device && $0.value.content == content }) {
-            // The same notification under a new UID (the phone's new session): keep showing it.
-            shown[old] = nil
-            shown[key] = Shown(id: entry.id, content: content)
-            keys[entry.id] = key
+        if let old = stale.first(where: { $0.device == key.device && popupOf[$0].flatMap { popups[$0] }?.content == content }),
+           let id = popupOf[old] {
+            // The same notification after the daemon came back (maybe under a new UID): the
+            // popup stays as it is.
+            stale.remove(old)
+            popupOf[old] = nil
+            popups[id]?.members = (popups[id]?.members ?? []).map { $0 == old ? key : $0 }
+            popupOf[key] = id
             return
         }
         guard !notification.seenBefore else {
@@ -266,14 +361,57 @@ public actor DesktopCompanion {
             logger.debug("\(why) \(key.device) #\(key.uid): seen before, not shown again")
             return
         }
-        guard let id = await notify(notification, replacing: 0) else { return }
-        record(key, id: id, content: content)
+        if why == "listed" || notification.preExisting, record.contains(Fingerprint(notification).hashValue) {
+            // This companion showed it already; the user saw it, or dismissed it.
+            logger.debug("\(why) \(key.device) #\(key.uid): shown before by this companion, not shown again")
+            return
+        }
+        await present(notification)
     }
 
-    private func record(_ key: Key, id: UInt32, content: DesktopNotification.Content) {
-        if let old = shown[key]?.id, old != id, keys[old] == key { keys[old] = nil }
-        shown[key] = Shown(id: id, content: content)
-        keys[id] = key
+    /// A new popup for a notification, or, when one shows the same, that popup for both.
+    private func present(_ notification: DesktopNotification) async {
+        let key = Key(device: notification.device, uid: notification.uid)
+        if let id = popup(showing: notification.content) {
+            popups[id]?.members.append(key)
+            popupOf[key] = id
+            remember(notification)
+            // Shown again (with its sound, unless quiet): the same message came again.
+            if !notification.content.quiet, let newID = await notify(notification, replacing: id) {
+                move(id, to: newID, content: notification.content)
+            }
+            return
+        }
+        guard let id = await notify(notification, replacing: 0) else { return }
+        if let earlier = popups[id] {
+            // A server that reuses IDs: the earlier popup is gone.
+            for member in earlier.members { popupOf[member] = nil }
+        }
+        popups[id] = Popup(content: notification.content, members: [key])
+        popupOf[key] = id
+        remember(notification)
+    }
+
+    /// The live popup (not stale) that shows `content`, if any.
+    private func popup(showing content: DesktopNotification.Content) -> UInt32? {
+        popups.first { $0.value.content == content && $0.value.members.contains { !stale.contains($0) } }?.key
+    }
+
+    /// The server answered a replacement with another ID: the popup moves.
+    private func move(_ id: UInt32, to newID: UInt32, content: DesktopNotification.Content) {
+        guard var popup = popups.removeValue(forKey: id) else { return }
+        popup.content = content
+        popups[newID] = popup
+        for member in popup.members { popupOf[member] = newID }
+    }
+
+    private func remember(_ notification: DesktopNotification) {
+        let hash = Fingerprint(notification).hashValue
+        guard record.insert(hash).inserted else { return }
+        recordOrder.append(hash)
+        if recordOrder.count > Self.recordCapacity {
+            record.remove(recordOrder.removeFirst())
+        }
     }
 
     /// `Notify`; the server's ID, or nil (logged) if it failed.
@@ -317,40 +455,67 @@ public actor DesktopCompanion {
         }
     }
 
-    /// Closes the notification shown for `key`, if any.
+    /// The phone no longer has `key`: its popup closes unless it still shows another one.
     private func close(_ key: Key) async {
-        guard let entry = shown.removeValue(forKey: key) else { return }
-        if keys[entry.id] == key { keys[entry.id] = nil }
+        guard popupOf[key] != nil else { return }
+        await detach(key)
+    }
+
+    /// Takes `key` off its popup, closing the popup when nothing is left behind it.
+    private func detach(_ key: Key) async {
+        stale.remove(key)
+        guard let id = popupOf.removeValue(forKey: key) else { return }
+        popups[id]?.members.removeAll { $0 == key }
+        guard popups[id]?.members.isEmpty ?? false else { return }
+        popups[id] = nil
+        await closePopup(id)
+    }
+
+    private func closePopup(_ id: UInt32) async {
         guard let bus else { return }
         do {
             _ = try await bus.call(
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface,
-                member: "CloseNotification", arguments: [.uint32(entry.id)], timeout: Self.callTimeout)
+                member: "CloseNotification", arguments: [.uint32(id)], timeout: Self.callTimeout)
         } catch {
-            logger.debug("CloseNotification(\(entry.id)): \(error)")
+            logger.debug("CloseNotification(\(id)): \(error)")
         }
     }
 
     /// On the way out: close what we show, whose buttons nobody would answer any more.
     private func closeEverything() async {
         guard let bus, await bus.isConnected else { return }
-        let count = shown.count
-        for key in Array(shown.keys) { await close(key) }
-        if count > 0 { logger.info("closed \(count) notification(s)") }
+        let ids = Array(popups.keys)
+        popups = [:]
+        popupOf = [:]
+        stale = []
+        for id in ids { await closePopup(id) }
+        if !ids.isEmpty { logger.info("closed \(ids.count) notification(s)") }
     }
 
     private func handle(signal: Signal) async {
         switch signal.member.rawValue {
         case "ActionInvoked":
             guard let arguments = try? signal.arguments(matching: "us"), let id = arguments[0].uint32Value,
-                  let action = arguments[1].stringValue, let key = keys[id]
+                  let action = arguments[1].stringValue, let popup = popups[id]
             else { return }
-            // "default" is a click on the notification itself: the phone has nothing for it.
-            guard action == "positive" || action == "negative" else { return }
-            guard link != nil, shown[key]?.stale == false else {
-                // Stale: shown under an earlier connection and not yet found in the new list,
-                // so its UID may name another notification now.
-                logger.warning("not connected to ancsd: the \(action) action on \(key.device) #\(key.uid) is lost")
+            guard action == "positive" || action == "negative" else {
+                // A click on the popup itself ("default"): it goes away; the phone is not asked anything.
+                if action == DesktopNotification.defaultAction {
+                    logger.debug("popup \(id) clicked: closing it, nothing sent to the phone")
+                    for member in popup.members {
+                        popupOf[member] = nil
+                        stale.remove(member)
+                    }
+                    popups[id] = nil
+                    await closePopup(id)
+                }
+                return
+            }
+            guard link != nil, let key = popup.members.last(where: { !stale.contains($0) }) else {
+                // Stale: shown under an earlier connection and not yet found again, so its UID
+                // may name another notification now.
+                logger.warning("not connected to ancsd: the \(action) action on popup \(id) is lost")
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")
@@ -359,9 +524,13 @@ public actor DesktopCompanion {
             ])
         case "NotificationClosed":
             guard let arguments = try? signal.arguments(matching: "uu"), let id = arguments[0].uint32Value,
-                  let key = keys.removeValue(forKey: id)
+                  let popup = popups.removeValue(forKey: id)
             else { return }
-            if shown[key]?.id == id { shown[key] = nil }
+            // Dismissed or expired: forgotten, and (recorded) never popped up again.
+            for member in popup.members where popupOf[member] == id {
+                popupOf[member] = nil
+                stale.remove(member)
+            }
         default:
             break
         }
