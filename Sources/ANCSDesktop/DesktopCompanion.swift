@@ -333,7 +333,9 @@ public actor DesktopCompanion {
         let content = notification.content
         logger.debug("\(why) \(key.device) #\(key.uid): \(content.appName) · \(content.summary): \(content.body)")
         if let id = popupOf[key], let popup = popups[id] {
-            stale.remove(key)
+            if stale.remove(key) != nil, popup.content == content {
+                logger.debug("\(why) \(key.device) #\(key.uid): found again, still shown")
+            }
             guard popup.content != content else { return }
             // Modified: news, whatever was shown before.
             if popup.members == [key], self.popup(showing: content) == nil {
@@ -350,6 +352,7 @@ public actor DesktopCompanion {
            let id = popupOf[old] {
             // The same notification after the daemon came back (maybe under a new UID): the
             // popup stays as it is.
+            logger.debug("\(why) \(key.device) #\(key.uid): found again (as #\(old.uid) before), still shown")
             stale.remove(old)
             popupOf[old] = nil
             popups[id]?.members = (popups[id]?.members ?? []).map { $0 == old ? key : $0 }

@@ -149,16 +149,23 @@ final class DunstDesktop {
     func contextMenu(choosing choice: String) throws -> [String] {
         try? FileManager.default.removeItem(atPath: directory + "/menu")
         try (choice.isEmpty ? "\u{1}nothing" : choice).write(toFile: directory + "/choice", atomically: true, encoding: .utf8)
-        let result = try dunstctl(["context"])
-        guard result.status == 0 else { throw TestFailure("dunstctl context failed: \(result.text)") }
+        // dunst refuses a menu while the last one is still being answered (its result is
+        // dispatched 50 ms after dmenu ends): ask again until it opens.
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            if let data = FileManager.default.contents(atPath: directory + "/menu") {
-                return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
-            }
-            Thread.sleep(forTimeInterval: 0.05)
+            let result = try dunstctl(["context"])
+            guard result.status == 0 else { throw TestFailure("dunstctl context failed: \(result.text)") }
+            let retry = ContinuousClock.now + .seconds(1)
+            repeat {
+                Thread.sleep(forTimeInterval: 0.05)
+                // Checked last right before asking again: a menu that answered after this
+                // check is still locked (for 50 ms) when dunst gets the next request.
+                if let data = FileManager.default.contents(atPath: directory + "/menu") {
+                    return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+                }
+            } while ContinuousClock.now < retry
         }
-        throw TestFailure("dunst never opened its context menu")
+        throw TestFailure("dunst never opened its context menu:\n\(dunst?.standardError ?? "")")
     }
 
     /// A screenshot of the whole screen as PNG at `path`.

@@ -145,10 +145,13 @@ extension DaemonTests {
         #expect(try daemon.stop() == 0)
         try companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
         daemon = try dunstDaemon(bus: system, control: control)
-        for uid in [1, 2, 3, 7] {
-            try daemon.waitForLine { $0.contains("\"type\":\"added\"") && $0.contains("\"uid\":\(uid),") }
+        for uid in [1, 2] {
+            try companion.waitForStandardError(containing: "\(phone) #\(uid): shown before by this companion, not shown again")
         }
-        Thread.sleep(forTimeInterval: 1)
+        for uid in [3, 7] {
+            try companion.waitForStandardError(containing: "\(phone) #\(uid): found again")
+        }
+        Thread.sleep(forTimeInterval: 0.5)
         #expect(desktop.popups.count == before.popups, "nothing shown again: \(desktop.popups.dropFirst(before.popups))")
         #expect(try desktop.displayedIDs() == before.displayed)
         #expect(try desktop.history().count == before.history, "nothing closed")
