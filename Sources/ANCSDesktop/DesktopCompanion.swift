@@ -12,7 +12,7 @@ import JSON
 /// A client of the daemon's control socket (docs/control.md) and of the session bus's
 /// `org.freedesktop.Notifications`. It `subscribe`s to the daemon's events and `list`s what the
 /// phones have now; each notification becomes one desktop notification (`Notify`), replaced
-/// in place when modified and closed when removed or when its phone disconnects. The action
+/// in place when modified and closed when removed or when its phone stays away. The action
 /// buttons a user clicks (`ActionInvoked`) go back to the phone as `action` requests; a click
 /// on the popup itself (`default`) never does anything on the phone.
 ///
@@ -20,10 +20,11 @@ import JSON
 /// remembers every one behind it and closes when the last is gone; servers such as dunst
 /// would merge them anyway, and the companion would lose track of the older.
 ///
-/// When the daemon stops or the connection to it breaks, the popups stay: the companion
-/// reconnects (backing off from 0.5 s to 10 s), finds each again in the new `list` or among
-/// the phone's replays (by its content: UIDs may change) and keeps showing it without a
-/// second pop-up; what is still not found `replaySettle` after the phone came back is closed.
+/// When a phone disconnects, the daemon stops or the connection to it breaks, the popups stay:
+/// the companion reconnects (backing off from 0.5 s to 10 s), finds each again in the new
+/// `list` or among the phone's replays (by its content: UIDs may change) and keeps showing it
+/// without a second pop-up; what is still not found `replaySettle` after the phone came back
+/// (or did not) is closed.
 /// A replayed notification is never popped up again when the daemon marks it `seen_before`
 /// or when this companion showed it before (the user saw it, or dismissed it).
 ///
@@ -72,10 +73,15 @@ public actor DesktopCompanion {
     }
 
     /// A popup on the desktop: what it shows and the phone notifications behind it, the newest
-    /// last (the one its buttons act on).
+    /// last (the one its buttons act on); `stale`, those it showed under an earlier session of
+    /// the phone or connection to the daemon, not found again yet (their UIDs may name other
+    /// notifications now, so they answer to nothing but their content).
     private struct Popup {
         var content: DesktopNotification.Content
         var members: [Key]
+        var stale: [Key] = []
+
+        var isEmpty: Bool { members.isEmpty && stale.isEmpty }
     }
 
     /// A notification as shown once: the phone, what it said, and when.
@@ -110,11 +116,8 @@ public actor DesktopCompanion {
     private var link: ControlLink?
     /// Server ID → popup.
     private var popups: [UInt32: Popup] = [:]
-    /// Phone notification → the ID of its popup.
+    /// Phone notification (of the current session) → the ID of its popup.
     private var popupOf: [Key: UInt32] = [:]
-    /// Notifications shown under an earlier connection to the daemon, not found again yet:
-    /// their UIDs may name other notifications now.
-    private var stale: Set<Key> = []
     /// What was popped up (hashes, oldest first, at most `recordCapacity`).
     private var record: Set<Int> = []
     private var recordOrder: [Int] = []
@@ -204,7 +207,7 @@ public actor DesktopCompanion {
     private func session(_ link: ControlLink) async -> Bool {
         self.link = link
         pending = [:]
-        stale.formUnion(popupOf.keys)
+        markStale { _ in true }
         send(.subscribe, ["cmd": "subscribe"])
         send(.list, ["cmd": "list"])
         var subscribed = false
@@ -222,7 +225,7 @@ public actor DesktopCompanion {
         link.close()
         self.link = nil
         pending = [:]
-        stale.formUnion(popupOf.keys)
+        markStale { _ in true }
         return subscribed
     }
 
@@ -260,10 +263,8 @@ public actor DesktopCompanion {
             }
             if case .list = request { logger.info("ancsd has \(count) notification(s)") }
             if case .sweep = request {
-                // What the phones no longer have, now that their replays are over, goes away.
-                if !stale.isEmpty { logger.info("closing \(stale.count) notification(s) the phones no longer have") }
-                for key in stale { await close(key) }
-            } else if !stale.isEmpty {
+                await closeStale()
+            } else if hasStale {
                 scheduleSweep()
             }
         case .action(let key, let action):
@@ -289,17 +290,18 @@ public actor DesktopCompanion {
         case "connected":
             logger.info("\(device) connected")
             // It replays what it holds now: give that time before closing what is not found.
-            if stale.contains(where: { $0.device == device }) { scheduleSweep() }
+            if popups.values.contains(where: { $0.stale.contains { $0.device == device } }) { scheduleSweep() }
         case "disconnected":
-            let keys = popupOf.keys.filter { $0.device == device }
+            // The popups stay until the phone (or the daemon) is back and has replayed; what it
+            // no longer has, or all of it if it does not come back, closes after that.
+            let count = popupOf.keys.filter { $0.device == device }.count
             if object["reason"]?.stringValue == Self.daemonStopped {
-                // The phone did not go anywhere: keep its notifications until the daemon is back.
-                logger.info("ancsd stopped; keeping \(device)'s \(keys.count) notification(s) until it is back")
-                stale.formUnion(keys)
-                return
+                logger.info("ancsd stopped; keeping \(device)'s \(count) notification(s) until it is back")
+            } else {
+                logger.info("\(device) disconnected; keeping its \(count) notification(s) for \(options.replaySettle) in case it comes back")
             }
-            logger.info("\(device) disconnected; closing its \(keys.count) notification(s)")
-            for key in keys { await close(key) }
+            markStale { $0.device == device }
+            scheduleSweep()
         default:
             break
         }
@@ -319,8 +321,33 @@ public actor DesktopCompanion {
     }
 
     private func sweep() {
-        guard !stale.isEmpty, link != nil else { return }
+        guard hasStale, link != nil else { return }
         send(.sweep, ["cmd": "list"])
+    }
+
+    private var hasStale: Bool { popups.values.contains { !$0.stale.isEmpty } }
+
+    /// The notifications of the current session that `which` picks become stale.
+    private func markStale(_ which: (Key) -> Bool) {
+        for (key, id) in popupOf where which(key) {
+            popupOf[key] = nil
+            popups[id]?.members.removeAll { $0 == key }
+            popups[id]?.stale.append(key)
+        }
+    }
+
+    /// The replays are over: what was not found again is gone from the phones.
+    private func closeStale() async {
+        let count = popups.values.reduce(0) { $0 + $1.stale.count }
+        guard count > 0 else { return }
+        logger.info("closing \(count) notification(s) the phones no longer have")
+        for id in Array(popups.keys) {
+            popups[id]?.stale = []
+            if popups[id]?.isEmpty == true {
+                popups[id] = nil
+                await closePopup(id)
+            }
+        }
     }
 
     // MARK: The notification server
@@ -333,12 +360,9 @@ public actor DesktopCompanion {
         let content = notification.content
         logger.debug("\(why) \(key.device) #\(key.uid): \(content.appName) · \(content.summary): \(content.body)")
         if let id = popupOf[key], let popup = popups[id] {
-            if stale.remove(key) != nil, popup.content == content {
-                logger.debug("\(why) \(key.device) #\(key.uid): found again, still shown")
-            }
             guard popup.content != content else { return }
             // Modified: news, whatever was shown before.
-            if popup.members == [key], self.popup(showing: content) == nil {
+            if popup.members == [key], popup.stale.isEmpty, self.popup(showing: content) == nil {
                 guard let newID = await notify(notification, replacing: id) else { return }
                 move(id, to: newID, content: content)
                 remember(notification)
@@ -348,14 +372,14 @@ public actor DesktopCompanion {
             await present(notification)
             return
         }
-        if let old = stale.first(where: { $0.device == key.device && popupOf[$0].flatMap { popups[$0] }?.content == content }),
-           let id = popupOf[old] {
-            // The same notification after the daemon came back (maybe under a new UID): the
-            // popup stays as it is.
-            logger.debug("\(why) \(key.device) #\(key.uid): found again (as #\(old.uid) before), still shown")
-            stale.remove(old)
-            popupOf[old] = nil
-            popups[id]?.members = (popups[id]?.members ?? []).map { $0 == old ? key : $0 }
+        let candidates = popups.filter { $0.value.content == content && $0.value.stale.contains { $0.device == key.device } }
+        if let (id, popup) = candidates.first(where: { $0.value.stale.contains(key) }) ?? candidates.first,
+           let old = popup.stale.first(where: { $0 == key }) ?? popup.stale.first(where: { $0.device == key.device }) {
+            // The same notification after the phone or the daemon came back (maybe under a new
+            // UID): the popup stays as it is.
+            logger.debug("\(why) \(key.device) #\(key.uid): found again (#\(old.uid) before), still shown")
+            popups[id]?.stale.removeAll { $0 == old }
+            popups[id]?.members.append(key)
             popupOf[key] = id
             return
         }
@@ -395,9 +419,9 @@ public actor DesktopCompanion {
         remember(notification)
     }
 
-    /// The live popup (not stale) that shows `content`, if any.
+    /// The popup of current notifications that shows `content`, if any.
     private func popup(showing content: DesktopNotification.Content) -> UInt32? {
-        popups.first { $0.value.content == content && $0.value.members.contains { !stale.contains($0) } }?.key
+        popups.first { $0.value.content == content && !$0.value.members.isEmpty }?.key
     }
 
     /// The server answered a replacement with another ID: the popup moves.
@@ -466,10 +490,9 @@ public actor DesktopCompanion {
 
     /// Takes `key` off its popup, closing the popup when nothing is left behind it.
     private func detach(_ key: Key) async {
-        stale.remove(key)
         guard let id = popupOf.removeValue(forKey: key) else { return }
         popups[id]?.members.removeAll { $0 == key }
-        guard popups[id]?.members.isEmpty ?? false else { return }
+        guard popups[id]?.isEmpty ?? false else { return }
         popups[id] = nil
         await closePopup(id)
     }
@@ -491,7 +514,6 @@ public actor DesktopCompanion {
         let ids = Array(popups.keys)
         popups = [:]
         popupOf = [:]
-        stale = []
         for id in ids { await closePopup(id) }
         if !ids.isEmpty { logger.info("closed \(ids.count) notification(s)") }
     }
@@ -506,19 +528,16 @@ public actor DesktopCompanion {
                 // A click on the popup itself ("default"): it goes away; the phone is not asked anything.
                 if action == DesktopNotification.defaultAction {
                     logger.debug("popup \(id) clicked: closing it, nothing sent to the phone")
-                    for member in popup.members {
-                        popupOf[member] = nil
-                        stale.remove(member)
-                    }
+                    for member in popup.members { popupOf[member] = nil }
                     popups[id] = nil
                     await closePopup(id)
                 }
                 return
             }
-            guard link != nil, let key = popup.members.last(where: { !stale.contains($0) }) else {
-                // Stale: shown under an earlier connection and not yet found again, so its UID
-                // may name another notification now.
-                logger.warning("not connected to ancsd: the \(action) action on popup \(id) is lost")
+            guard link != nil, let key = popup.members.last else {
+                // Shown under an earlier session and not found again yet: its UID may name
+                // another notification now.
+                logger.warning("the phone or ancsd is not back yet: the \(action) action on popup \(id) is lost")
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")
@@ -530,10 +549,7 @@ public actor DesktopCompanion {
                   let popup = popups.removeValue(forKey: id)
             else { return }
             // Dismissed or expired: forgotten, and (recorded) never popped up again.
-            for member in popup.members where popupOf[member] == id {
-                popupOf[member] = nil
-                stale.remove(member)
-            }
+            for member in popup.members where popupOf[member] == id { popupOf[member] = nil }
         default:
             break
         }

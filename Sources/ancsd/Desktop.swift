@@ -15,11 +15,12 @@ enum DesktopCommand {
     Shows the notifications of the phones that "ancsd run" follows as desktop notifications
     (org.freedesktop.Notifications on the session bus), in the user's graphical session: one
     per phone notification, updated when the phone modifies it and closed when the phone
-    removes it or disconnects. The phone's actions (Reply/Clear, Answer/Decline, ...) become
+    removes it or stays away. The phone's actions (Reply/Clear, Answer/Decline, ...) become
     the notification's buttons, and a click on one is sent back to the phone; a click on the
     notification itself only closes it. Identical notifications share one. Follows the daemon
-    as it restarts, keeping what it shows (nothing pops up twice, nothing the user dismissed
-    comes back); stops cleanly (closing what it shows) on SIGTERM or SIGINT.
+    as it restarts and the phones as they reconnect, keeping what it shows (nothing pops up
+    twice, nothing the user dismissed comes back); stops cleanly (closing what it shows) on
+    SIGTERM or SIGINT.
 
     The systemd user unit ancsd-desktop.service runs it:
       systemctl --user enable --now ancsd-desktop.service

@@ -263,16 +263,12 @@ extension DaemonTests {
         #expect(desktop.standardError.contains("stopping (SIGTERM)"))
     }
 
-    /// Whatever the daemon's --replays, what the phone replays on coming back is never popped
-    /// up again: held back by the daemon (unseen), or marked seen_before (all).
+    /// A phone that walks away and comes back: its popups stay (no flicker), what it replays is
+    /// never popped up again (held back by the daemon, or marked seen_before), and when it stays
+    /// away, they close once --replay-settle has passed. Whatever the daemon's --replays.
     @Test(arguments: [[], ["--replays", "all"]])
-    func desktopClosesAPhonesNotificationsWhenItDisconnectsAndAllWhenItStops(daemonArguments: [String]) async throws {
-        let system = try PrivateBus()
-        let session = try PrivateBus()
-        let server = try await FakeNotificationServer.start(address: session.address)
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/walk-away.jsonl"
-        try """
+    func desktopKeepsAPhonesNotificationsThroughAReconnectAndClosesThemWhenItStaysAway(daemonArguments: [String]) async throws {
+        let run = try await desktopRun("""
             {"scenario":"walk-away","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
             {"do":"wait_subscribed","timeout":30}
             {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"One","message":"1"}
@@ -280,42 +276,51 @@ extension DaemonTests {
             {"after":1.5,"do":"disconnect"}
             {"after":1,"do":"connect"}
             {"do":"wait_subscribed","timeout":30}
-            {"after":1.5,"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Three","message":"3"}
+            {"after":4,"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Three","message":"3"}
+            {"after":1,"do":"disconnect"}
             {"do":"sleep","seconds":300}
             {"do":"end"}
-            """.write(toFile: scenario, atomically: true, encoding: .utf8)
-        let daemon = try startDaemon(bus: system, control: control, daemonArguments)
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        let desktop = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"), ["desktop", "--control", control, "--bus", session.address])
-        defer { _ = try? desktop.stop(timeout: .seconds(5)) }
-        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let phone = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? phone.stop(timeout: .seconds(5)) }
-
+            """, daemonArguments: daemonArguments, desktopArguments: ["--replay-settle", "3"])
+        defer { for process in [run.phone, run.desktop, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let server = run.server
         let first = try server.wait("both notifications") { $0.open.count == 2 ? $0.open : nil }
         let two = try #require(first.values.first { $0.summary == "Two" })
         #expect(two.appName == "com.apple.mobilephone" && two.hints["urgency"] == .byte(2))
         #expect(two.hints["category"] == .string("call.unanswered") && two.hints["suppress-sound"] == .bool(true))
-        // The phone walks away: its notifications close. It comes back and replays them.
-        try server.wait("the phone's notifications closed") { state in
-            Set(first.keys).isSubset(of: Set(state.closes)) ? true : nil
-        }
-        #expect(desktop.standardError.contains("\(adaPhone) disconnected; closing its 2 notification(s)"))
+        // The phone walks away and comes back (with new UIDs): its popups stay, once each.
+        try run.desktop.waitForStandardError(containing: "\(adaPhone) disconnected; keeping its 2 notification(s)")
         let three = try server.wait("the next new notification") { state in state.open.values.first { $0.summary == "Three" } }
+        #expect(server.snapshot.closes.isEmpty, "no flicker: \(server.snapshot.closes)")
         #expect(server.snapshot.notifies.count == 3, "the replayed One and Two did not pop up again: \(server.snapshot.notifies.map(\.summary))")
-        #expect(server.snapshot.open.count == 1)
+        #expect(run.desktop.standardError.contains("found again (#1 before)") && run.desktop.standardError.contains("found again (#2 before)"))
         if daemonArguments.isEmpty {
-            #expect(!events(daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["pre_existing"] == true })
+            #expect(!events(run.daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["pre_existing"] == true })
         } else {
-            #expect(events(daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["seen_before"] == true })
+            #expect(events(run.daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["seen_before"] == true })
         }
-        // Stopping closes what it shows: nobody would answer their buttons.
-        #expect(try desktop.stop() == 0)
-        #expect(server.snapshot.closes.contains(three.id))
-        #expect(server.snapshot.open.isEmpty)
+        // It walks away for good: after --replay-settle, its popups close.
+        try server.wait("the phone's notifications closed") { state in
+            Set(first.keys).union([three.id]).isSubset(of: Set(state.closes)) ? true : nil
+        }
+        #expect(run.desktop.standardError.contains("closing 3 notification(s) the phones no longer have"))
+        #expect(server.snapshot.open.isEmpty && server.snapshot.closes.count == 3)
+        #expect(try run.desktop.stop() == 0)
+        #expect(server.snapshot.closes.count == 3, "nothing left to close")
+    }
+
+    /// Stopping closes what it shows: nobody would answer their buttons.
+    @Test func desktopClosesEverythingWhenItStops() async throws {
+        let run = try await desktopRun("""
+            {"scenario":"stop","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"One","message":"1"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """)
+        defer { for process in [run.phone, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let one = try run.server.wait("One") { $0.open.values.first { $0.summary == "One" } }
+        #expect(try run.desktop.stop() == 0)
+        #expect(run.server.snapshot.closes == [one.id] && run.server.snapshot.open.isEmpty)
     }
 
     /// The companion and its daemon on private buses, the phone playing `scenario`.
