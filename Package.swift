@@ -11,6 +11,8 @@ import PackageDescription
 ///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
+/// - `ANCSDaemon`: the daemon: phones, sessions, presence, the control server, and the outputs,
+///   each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
