@@ -129,7 +129,7 @@ public actor Daemon {
         }
         if let newOutput, newOutput !== output {
             output.moveAttached(to: newOutput)
-            output.stop()
+            output.stop(keeping: newOutput)
             output = newOutput
             newOutput.start(OutputContext(actions: self, executor: executor))
         }

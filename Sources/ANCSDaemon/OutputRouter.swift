@@ -66,9 +66,10 @@ public final class OutputRouter: Sendable {
         for (key, sink) in moved { other.attach(sink, key: key) }
     }
 
-    /// Stops the configured sinks (the router was replaced or the daemon is ending).
-    public func stop() {
-        for sink in sinks { sink.stop() }
+    /// Stops the configured sinks (the router was replaced or the daemon is ending), except
+    /// those `successor` keeps.
+    public func stop(keeping successor: OutputRouter? = nil) {
+        for sink in sinks where !(successor?.sinks.contains { $0 === sink } ?? false) { sink.stop() }
     }
 
     /// Waits up to `timeout` for every configured sink to deliver what it holds; true if all did.
