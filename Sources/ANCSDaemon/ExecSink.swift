@@ -85,17 +85,22 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         return idle || done.wait(timeout: .now() + timeout) == .success
     }
 
-    /// Drops the waiting events (counted and logged); running commands finish (or time out)
-    /// and are reaped.
+    /// Drops the waiting events (counted and logged) and kills the running commands with their
+    /// process groups (a reload that changed the command, or the daemon ending: none is left
+    /// running behind it). Commands killed here are reaped as usual if the daemon lives on.
     public func stop() {
-        queue.async {
-            self.stopped = true
-            for phone in self.phones.values {
-                self.counters.dropped += phone.waiting.count
+        queue.sync {
+            stopped = true
+            for (device, phone) in phones {
+                counters.dropped += phone.waiting.count
                 phone.dropped += phone.waiting.count
                 phone.waiting.removeAll()
+                if let child = phone.running {
+                    child.stop()
+                } else {
+                    finishQueue(of: device, phone)
+                }
             }
-            for (device, phone) in self.phones where phone.running == nil { self.finishQueue(of: device, phone) }
         }
     }
 
@@ -152,7 +157,10 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             logger.warning("exec: lost track of the command: \(String(cString: strerror(ECHILD))) (\(what))")
             return next(after: child)
         }
-        if child.timedOut {
+        if child.stopped {
+            counters.failed += 1
+            logger.info("exec: killed the running command as the output stopped (\(what))")
+        } else if child.timedOut {
             counters.timedOut += 1
             counters.failed += 1
             logger.warning("exec: the command ran longer than \(Self.seconds(timeout)); killed it (\(what))")
@@ -242,6 +250,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         private(set) var stderrKept: [UInt8] = []
         private(set) var stderrTotal = 0
         private(set) var timedOut = false
+        private(set) var stopped = false
         private var done = false
         private let sink: ExecSink
 
@@ -344,6 +353,13 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
                 source.cancel()  // end of file (every writer closed it) or an error
                 stderrSource = nil
             }
+        }
+
+        /// Kills the command and its process group now.
+        func stop() {
+            guard !done else { return }
+            stopped = true
+            kill(-pid, SIGKILL)
         }
 
         private func timeUp() {

@@ -15,8 +15,9 @@ public protocol OutputSink: AnyObject, Sendable {
     /// A name for log lines ("standard output", the FIFO's path, "exec", "control client 3").
     var name: String { get }
 
-    /// Called once, before the first event, with the way back into the daemon (sinks that take
-    /// commands, such as MQTT actions, keep `context.actions`). The default does nothing.
+    /// Called before the first event with the way back into the daemon (sinks that take
+    /// commands, such as MQTT actions, keep `context.actions`): once per router that feeds the
+    /// sink, so again for a sink a reload keeps; make it idempotent. The default does nothing.
     func start(_ context: OutputContext)
 
     /// Takes one event. Must not block: queue it, or drop by the sink's own policy.

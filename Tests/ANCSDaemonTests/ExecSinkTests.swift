@@ -105,6 +105,27 @@ import Testing
         #expect(state == "gone" || state == "Z", "the process group's sleep is \(state)")
     }
 
+    /// Stopping the sink (a reload that changed the command, the daemon ending) drops what
+    /// waits and kills what runs.
+    @Test func stopKillsTheRunningCommandAndDropsTheWaiting() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(command: #"echo $$ > "\#(dir)/pid"; exec sleep 60"#, logger: Self.quiet)
+        for uid in UInt32(1)...4 { sink.send(Self.event(uid: uid)) }
+        var pid: Int32 = 0
+        for _ in 0..<500 where pid == 0 {
+            pid = Int32(Self.read("\(dir)/pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            usleep(10_000)
+        }
+        #expect(pid > 0)
+        sink.stop()
+        sink.send(Self.event(uid: 5))  // after stop: ignored
+        #expect(sink.flush(timeout: .seconds(30)))
+        let counts = sink.counts
+        #expect(counts.started == 1 && counts.failed == 1 && counts.timedOut == 0 && counts.dropped == 3)
+        #expect(kill(pid, 0) != 0, "reaped")
+    }
+
     /// Megabytes on stderr are read (never blocking the command) and only a bounded part is kept.
     @Test func aStderrFloodIsReadAndBounded() throws {
         let sink = ExecSink(command: "head -c 8000000 /dev/zero | tr '\\0' x >&2; exit 1", logger: Self.quiet)

@@ -44,6 +44,37 @@ import TestSupport
         for text in ["To Ada", "To Grace", "Still here", "Only Ada", "UIDs are per phone"] { #expect(!log.contains(text), "\(text) in the log") }
     }
 
+    /// SIGHUP with a new `exec` command: later events run the new one, none is lost or run twice.
+    @Test func aReloadChangesTheCommand() throws {
+        let bus = try PrivateBus()
+        let dir = bus.directory
+        let config = dir + "/ancsd.conf"
+        func settings(_ name: String) -> String {
+            "format = json\nexec = [ \"$ANCSD_TYPE\" != added ] || echo \(name) $ANCSD_UID >> '\(dir)/ran'\n"
+        }
+        try settings("A").write(toFile: config, atomically: true, encoding: .utf8)
+        let scenario = dir + "/phone.jsonl"
+        try #"""
+            {"scenario":"reload","devices":[{"address":"AA:BB:CC:DD:EE:01","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"One","message":"1"}
+            {"after":4,"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"Two","message":"2"}
+            {"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Three","message":"3"}
+            {"after":1,"do":"end"}
+            """#.write(toFile: scenario, atomically: true, encoding: .utf8)
+        let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--config", config])
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running")
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", scenario])
+        try ancsd.waitForLine { $0.contains(#""title":"One""#) }
+        try settings("B").write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try ancsd.waitForStandardError(containing: "reloaded the configuration")
+        #expect(try phone.wait(timeout: .seconds(30)) == 0)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try ancsd.stop() == 0)
+        #expect((try? String(contentsOfFile: dir + "/ran", encoding: .utf8)) == "A 1\nB 2\nB 3\n")
+    }
+
     @Test func badSettingsAreRefused() throws {
         for arguments in [["--exec", ""], ["--exec", "true", "--exec-timeout", "0"], ["--exec-timeout", "soon"]] {
             let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["run"] + arguments)
