@@ -390,13 +390,17 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
 
     // MARK: Helpers
 
-    /// The daemon's environment without ANCSD_ variables, then the event's.
+    /// Variables of the daemon's environment a command does not get: systemd's messages to
+    /// the daemon itself (a command must not answer the watchdog or claim readiness for it).
+    static let withheld = ["NOTIFY_SOCKET=", "WATCHDOG_PID=", "WATCHDOG_USEC=", "LISTEN_PID=", "LISTEN_FDS=", "LISTEN_FDNAMES="]
+
+    /// The daemon's environment without ANCSD_ variables and `withheld`, then the event's.
     static func environment(for event: OutputRecord) -> [String] {
         var result: [String] = []
         var pointer = environ
         while let entry = pointer.pointee {
             let text = String(cString: entry)
-            if !text.hasPrefix("ANCSD_") { result.append(text) }
+            if !text.hasPrefix("ANCSD_") && !withheld.contains(where: text.hasPrefix) { result.append(text) }
             pointer += 1
         }
         result.append("ANCSD_DEVICE=\(event.device)")

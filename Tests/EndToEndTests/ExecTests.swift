@@ -17,11 +17,14 @@ import TestSupport
             f="$1/$(echo "$ANCSD_DEVICE" | tr -d :)"
             echo "$ANCSD_TYPE $ANCSD_DEVICE ${ANCSD_UID:--} ${ANCSD_APP_ID:--} ${ANCSD_CATEGORY:--}" >> "$f.env"
             cat >> "$f.stdin"
+            [ -z "${WATCHDOG_USEC+set}" ] || echo "WATCHDOG_USEC leaked" >> "$1/leaks"
             if [ "$ANCSD_TYPE" = disconnected ]; then echo "cannot reach the lamp" >&2; exit 3; fi
             """#.write(toFile: script, atomically: true, encoding: .utf8)
         chmod(script, 0o755)
         let run = try DaemonRun(
-            scenario: "two-phones", ancsdArguments: ["--exec", "\(script) '\(dir)'", "--exec-timeout", "5", "--log-level", "info"])
+            scenario: "two-phones", ancsdArguments: ["--exec", "\(script) '\(dir)'", "--exec-timeout", "5", "--log-level", "info"],
+            // The daemon's own ANCSD_ variables and systemd's messages to it are not passed on.
+            environment: ["ANCSD_UID": "inherited", "ANCSD_APP_ID": "inherited", "WATCHDOG_USEC": "30000000"])
         let events = try run.finish()
         #expect(events.count >= 6)
         for device in ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02"] {
@@ -38,6 +41,7 @@ import TestSupport
             }
             #expect(environment == expected.joined())
         }
+        #expect(!FileManager.default.fileExists(atPath: dir + "/leaks"))
         let log = run.ancsd.standardError
         #expect(log.contains("exec: the command exited with status 3 (event disconnected AA:BB:CC:DD:EE:02)"), "\(log)")
         #expect(log.contains("cannot reach the lamp"))
