@@ -137,7 +137,7 @@ public struct RunSettings: Sendable {
             execCommand = value
         case "exec-timeout":
             guard let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
-                throw SettingError("exec-timeout needs a number of seconds from 0 to 86400, such as 10 or 0.5, not '\(value)'")
+                throw SettingError("exec-timeout needs a number of seconds above 0 and at most 86400, such as 10 or 0.5, not '\(value)'")
             }
             execTimeout = .milliseconds(max(1, Int((seconds * 1000).rounded())))
         case "state-dir":
