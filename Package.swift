@@ -11,6 +11,9 @@ import PackageDescription
 ///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
+/// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
+/// - `ANCSDaemon`: the daemon: phones, sessions, presence, the control server, and the outputs,
+///   each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -32,7 +35,8 @@ let package = Package(
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
+        .target(
+            name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus", "CSpawn"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -40,6 +44,8 @@ let package = Package(
         ),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
+        // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
+        .systemLibrary(name: "CSpawn"),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
