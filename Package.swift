@@ -11,11 +11,13 @@ import PackageDescription
 ///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
+/// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
 /// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one serial executor.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
 ///   path and a non-blocking client connection.
-/// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, outputs, the control server.
+/// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
+///   server, and the outputs, each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
 /// - `ANCSDesktop`: the desktop companion (`ancsd desktop`), a client of the control socket
 ///   and of the session bus's notification server; it knows nothing of the daemon's insides.
 /// - `ancsd`: the executable.
@@ -42,7 +44,8 @@ let package = Package(
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["JSON"], swiftSettings: strict),
         .target(
-            name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus"],
+            name: "ANCSDaemon",
+            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn"],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -52,6 +55,8 @@ let package = Package(
         ),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
+        // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
+        .systemLibrary(name: "CSpawn"),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
