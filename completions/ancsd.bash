@@ -33,7 +33,7 @@ _ancsd() {
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--control --fifo --bus --help" -- "$cur")) ;;
-        desktop) COMPREPLY=($(compgen -W "--control --bus --help" -- "$cur")) ;;
+        desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --log-level --help" -- "$cur")) ;;
     esac
 }
 complete -F _ancsd ancsd

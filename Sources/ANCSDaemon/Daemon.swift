@@ -1,4 +1,5 @@
 import ANCS
+public import ANCSRuntime
 import ANCSSession
 import BlueZ
 import DBus

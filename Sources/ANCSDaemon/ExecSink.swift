@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSSession
+public import ANCSRuntime
 import CSpawn
 public import Dispatch
 

@@ -1,4 +1,5 @@
 public import ANCS
+public import ANCSRuntime
 public import Dispatch
 public import JSON
 import Synchronization

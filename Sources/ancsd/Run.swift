@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSDaemon
+import ANCSRuntime
 import ANCSSession
 import BlueZ
 import DBus

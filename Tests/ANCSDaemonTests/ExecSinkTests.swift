@@ -1,5 +1,6 @@
 import ANCS
 import ANCSDaemon
+import ANCSRuntime
 import ANCSSession
 import Foundation
 import JSON
