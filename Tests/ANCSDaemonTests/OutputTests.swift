@@ -102,6 +102,12 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         let reader = open(path, O_RDONLY | O_NONBLOCK)
         #expect(reader >= 0)
         defer { close(reader) }
+        // The sink writes from its own queue: wait (bounded) until it has refilled the pipe.
+        var available: Int32 = 0
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ioctl(reader, UInt(FIONREAD), &available) == 0, available < 4096, ContinuousClock.now < deadline {
+            usleep(1000)
+        }
         var buffer = [UInt8](repeating: 0, count: 4096)
         let count = read(reader, &buffer, buffer.count)
         #expect(count == 4096)
