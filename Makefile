@@ -6,7 +6,9 @@ SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev pkg-config
-TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark
+# The desktop companion's test runs a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool.
+DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji
+TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark $(DESKTOP_TEST_DEPS)
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
 	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
@@ -93,7 +95,9 @@ demo:
 	$(SWIFT) build -c release $(STRICT) --product ancs-phone-sim
 	@scripts/demo
 
-## test: installs the test dependencies, builds everything with warnings as errors, runs every test.
+## test: installs the test dependencies, builds everything with warnings as errors, runs every test
+## (ancsd desktop on a real dunst under Xvfb among them: its screenshot lands in
+## .build/artifacts/desktop-dunst.png).
 test:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build --build-tests $(STRICT)

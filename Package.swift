@@ -11,6 +11,15 @@ import PackageDescription
 ///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
+/// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
+/// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
+/// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one serial executor.
+/// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
+///   path and a non-blocking client connection.
+/// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
+///   server, and the outputs, each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
+/// - `ANCSDesktop`: the desktop companion (`ancsd desktop`), a client of the control socket
+///   and of the session bus's notification server; it knows nothing of the daemon's insides.
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -32,7 +41,13 @@ let package = Package(
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
+        .target(name: "ANCSRuntime", dependencies: ["ANCSSession"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["JSON"], swiftSettings: strict),
+        .target(
+            name: "ANCSDaemon",
+            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn"],
+            swiftSettings: strict),
+        .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "JSON"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -40,13 +55,19 @@ let package = Package(
         ),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
+        // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
+        .systemLibrary(name: "CSpawn"),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
-            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop", "CBluetooth"],
+            name: "ancsd",
+            dependencies: [
+                "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
+                "DBus", "Btsnoop", "CBluetooth",
+            ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
@@ -64,8 +85,9 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],
             swiftSettings: strict),
+        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],

@@ -20,11 +20,11 @@ _ancsd() {
         --ignore-category) COMPREPLY=($(compgen -W "other incoming_call missed_call voicemail social schedule email news health_and_fitness business_and_finance location entertainment reserved" -- "$cur")); return ;;
         --only-app|--ignore-app) return ;;
         --adapter|--index) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
-        --device|--fifo-mode|--bus|--name|--timeout|--handles|--duration|--count) return ;;
+        --device|--fifo-mode|--bus|--name|--timeout|--handles|--duration|--count|--exec|--exec-timeout) return ;;
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --exec --exec-timeout --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
@@ -33,7 +33,7 @@ _ancsd() {
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--control --fifo --bus --help" -- "$cur")) ;;
-        desktop) COMPREPLY=($(compgen -W "--control --bus --help" -- "$cur")) ;;
+        desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --log-level --help" -- "$cur")) ;;
     esac
 }
 complete -F _ancsd ancsd

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 public import Glibc
 #endif
+public import ANCSRuntime
 import Dispatch
 public import JSON
 

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSRuntime
 import BlueZ
 public import DBus
 

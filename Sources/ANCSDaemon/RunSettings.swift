@@ -19,13 +19,17 @@ public struct RunSettings: Sendable {
     public var controlPath: String?
     /// The group that may use the control socket (mode 0660); nil for the daemon's own.
     public var controlGroup: String?
+    /// The shell command run for each event (`ExecSink`); nil for none.
+    public var execCommand: String?
+    /// How long a command may run before it is killed.
+    public var execTimeout: Duration = .seconds(10)
 
     public init() {}
 
     /// The keys a configuration file may use (the long options without `--`).
     public static let keys = [
         "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact",
-        "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir",
+        "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir", "exec", "exec-timeout",
     ]
 
     /// The keys that add to a list each time they are given; a command line that gives one
@@ -128,6 +132,14 @@ public struct RunSettings: Sendable {
         case "replays":
             guard let policy = ReplayPolicy(rawValue: value) else { throw SettingError("replays must be all, unseen or none, not '\(value)'") }
             options.replays = policy
+        case "exec":
+            guard !value.isEmpty else { throw SettingError("exec needs a command") }
+            execCommand = value
+        case "exec-timeout":
+            guard let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+                throw SettingError("exec-timeout needs a number of seconds above 0 and at most 86400, such as 10 or 0.5, not '\(value)'")
+            }
+            execTimeout = .milliseconds(max(1, Int((seconds * 1000).rounded())))
         case "state-dir":
             guard value.hasPrefix("/") else { throw SettingError("state-dir needs an absolute directory path, not '\(value)'") }
             options.stateDirectory = value

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+public import ANCSRuntime
 public import ANCSSession
 
 /// What a notification shows, reduced to 64 bits: FNV-1a over its app identifier, title,

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ANCS
 import ANCSCapture
+import ANCSRuntime
 import ANCSSession
 import BlueZ
 import Dispatch

@@ -1,12 +1,13 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSControl
 import JSON
 
 /// A blocking client of the daemon's control socket, for the command-line clients.
 final class ControlClient {
     /// Where `ancsd run` listens under systemd.
-    static let defaultPath = "/run/ancsd/control"
+    static let defaultPath = ControlSocket.defaultPath
 
     private let fd: Int32
     private var buffer: [UInt8] = []

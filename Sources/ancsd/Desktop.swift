@@ -1,7 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ANCSDaemon
+import ANCSDesktop
+import ANCSRuntime
 import ANCSSession
 import DBus
 import Dispatch
@@ -14,9 +15,12 @@ enum DesktopCommand {
     Shows the notifications of the phones that "ancsd run" follows as desktop notifications
     (org.freedesktop.Notifications on the session bus), in the user's graphical session: one
     per phone notification, updated when the phone modifies it and closed when the phone
-    removes it or disconnects. The phone's actions (Reply/Clear, Answer/Decline, ...) become
-    the notification's buttons, and a click is sent back to the phone. Follows the daemon as
-    it restarts; stops cleanly (closing what it shows) on SIGTERM or SIGINT.
+    removes it or stays away. The phone's actions (Reply/Clear, Answer/Decline, ...) become
+    the notification's buttons, and a click on one is sent back to the phone; a click on the
+    notification itself only closes it. Identical notifications share one. Follows the daemon
+    as it restarts and the phones as they reconnect, keeping what it shows (nothing pops up
+    twice, nothing the user dismissed comes back); stops cleanly (closing what it shows) on
+    SIGTERM or SIGINT.
 
     The systemd user unit ancsd-desktop.service runs it:
       systemctl --user enable --now ancsd-desktop.service
@@ -26,6 +30,9 @@ enum DesktopCommand {
       --control PATH       the daemon's control socket (default \(DesktopCompanion.defaultControlPath))
       --bus ADDRESS        the D-Bus bus of the notification server (default: the session bus,
                            DBUS_SESSION_BUS_ADDRESS)
+      --replay-settle SECONDS
+                           after the daemon or a phone comes back, how long its replay may take
+                           before notifications it no longer has are closed (default 10)
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       -h, --help           show this help
@@ -46,6 +53,12 @@ enum DesktopCommand {
                 let address = try scanner.value(of: "--bus", inline: inline)
                 guard !address.isEmpty else { throw UsageError("--bus needs a D-Bus address") }
                 options.bus = .address(address)
+            case .option("--replay-settle", let inline):
+                let text = try scanner.value(of: "--replay-settle", inline: inline)
+                guard let seconds = Double(text), seconds.isFinite, seconds >= 0, seconds <= 3600 else {
+                    throw UsageError("--replay-settle takes seconds from 0 to 3600, not '\(text)'")
+                }
+                options.replaySettle = .milliseconds(Int(seconds * 1000))
             case .option("--log-level", let inline):
                 let name = try scanner.value(of: "--log-level", inline: inline)
                 guard let parsed = LogLevel(name: name) else {

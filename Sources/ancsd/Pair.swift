@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSDaemon
+import ANCSRuntime
 import BlueZ
 import DBus
 import Dispatch

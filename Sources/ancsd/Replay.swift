@@ -1,6 +1,7 @@
 import ANCS
 import ANCSCapture
 import ANCSDaemon
+import ANCSRuntime
 import ANCSSession
 import JSON
 

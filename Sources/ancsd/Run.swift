@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSDaemon
+import ANCSRuntime
 import ANCSSession
 import BlueZ
 import DBus
@@ -60,6 +61,14 @@ enum RunCommand {
       --state-dir DIR      remember what each phone showed in DIR across restarts (default:
                            systemd's $STATE_DIRECTORY; without either, until ancsd stops);
                            at most 4096 fingerprints (no content) per phone, 140 kB a file
+      --exec CMD           run CMD through /bin/sh -c for each event: the event's JSON object
+                           (as --format json prints it) on its standard input, ANCSD_TYPE,
+                           ANCSD_DEVICE, ANCSD_UID, ANCSD_APP_ID and ANCSD_CATEGORY in its
+                           environment; one at a time per phone, in order, at most 64
+                           waiting per phone (the oldest dropped); its standard error and a
+                           failing exit status are logged (docs/output.md)
+      --exec-timeout SECONDS
+                           kill the command (and its process group) after SECONDS (default 10)
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -236,7 +245,9 @@ enum RunCommand {
             logger.error("\(describe(error))")
             status = 1
         }
-        for sink in await reloader.currentSinks { _ = sink.flush(timeout: .seconds(2)) }
+        let finalOutput = await reloader.output
+        _ = finalOutput.flush(timeout: .seconds(2))
+        finalOutput.stop()
         return status
     }
 
@@ -244,19 +255,28 @@ enum RunCommand {
     ///
     /// Standard output is left out when it is the journal (a systemd unit's default): events carry
     /// the phone's titles and messages, which anyone who may read the system log would read there.
-    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger) throws(FIFOError) -> OutputRouter {
+    ///
+    /// Every output is an `OutputSink`; a new kind of output is made here and nowhere else.
+    /// A reload passes the `current` router: its exec sink is kept if its settings did not change
+    /// (commands in flight and waiting keep their order).
+    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, current: OutputRouter? = nil) throws(FIFOError) -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
-        var sinks: [LineSink] = []
+        var sinks: [any OutputSink] = []
         if Logger.isJournal(STDOUT_FILENO) {
             logger.info("standard output is the journal: events are not written there (their content is private); read them from the FIFO or the control socket")
         } else {
+            stdout.format = format
             sinks.append(stdout)
         }
         if let path = settings.fifoPath {
             let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
-            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, logger: logger))
+            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, format: format, logger: logger))
         }
-        return OutputRouter(format: format, sinks: sinks)
+        if let command = settings.execCommand {
+            let kept = current?.sinks.lazy.compactMap { $0 as? ExecSink }.first { $0.command == command && $0.timeout == settings.execTimeout }
+            sinks.append(kept ?? ExecSink(command: command, timeout: settings.execTimeout, logger: logger))
+        }
+        return OutputRouter(sinks: sinks)
     }
 
     /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.
@@ -275,8 +295,6 @@ enum RunCommand {
             self.executor = executor
         }
 
-        var currentSinks: [LineSink] { output.sinks }
-
         func reload(daemon: Daemon, stdout: LineSink, logger: Logger, notifier: SystemdNotifier) async {
             notifier.reloading()
             let fresh: RunSettings
@@ -289,9 +307,10 @@ enum RunCommand {
             }
             logger.threshold = fresh.logLevel
             var newOutput: OutputRouter? = nil
-            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode {
+            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode
+                || fresh.execCommand != settings.execCommand || fresh.execTimeout != settings.execTimeout {
                 do {
-                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger)
+                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, current: output)
                     output = newOutput ?? output
                 } catch {
                     logger.error("reload: \(error); keeping the current outputs")

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSDaemon
+import ANCSRuntime
 
 let topLevelHelp = """
 Usage: ancsd [--bus ADDRESS] <command> [options]

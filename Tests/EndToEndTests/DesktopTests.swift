@@ -190,16 +190,16 @@ extension DaemonTests {
 
         // added: one Notify each, as the specification wants it.
         let ada = try server.wait("Ada") { $0.notifies.first { $0.summary == "Ada — Tea" } }
-        #expect(ada.appName == "Messages" && ada.replacesID == 0 && ada.icon == "" && ada.timeout == -1)
-        #expect(ada.body == "Tea at &lt;five&gt; &amp; scones?", "escaped: the server takes body markup")
-        #expect(ada.actions == ["positive", "Reply", "negative", "Clear"])
+        #expect(ada.appName == "Messages" && ada.replacesID == 0 && ada.icon == "chat-message-new-symbolic" && ada.timeout == -1)
+        #expect(ada.body == "Tea at &lt;five> &amp; scones?", "escaped: the server takes body markup")
+        #expect(ada.actions == ["default", "Close", "positive", "Reply", "negative", "Clear"])
         #expect(ada.hints["urgency"] == .byte(1) && ada.hints["category"] == .string("im"))
         #expect(ada.hints["desktop-entry"] == .string("ancsd"))
         #expect(ada.device == adaPhone && ada.uid == 1)
 
         let grace = try server.wait("Grace") { $0.notifies.first { $0.summary == "Grace" } }
         #expect(grace.appName == "Phone" && grace.body == "")
-        #expect(grace.actions == ["positive", "Answer", "negative", "Decline"])
+        #expect(grace.actions == ["default", "Close", "positive", "Answer", "negative", "Decline"])
         #expect(grace.hints["urgency"] == .byte(2) && grace.hints["category"] == .string("call.incoming"))
 
         // modified: the same notification, replaced in place.
@@ -228,17 +228,22 @@ extension DaemonTests {
         let undebugged = desktop.standardError.split(separator: "\n").filter { !$0.contains("debug:") }
         #expect(!undebugged.contains { $0.contains("Tea") || $0.contains("Ada") || $0.contains("Grace") })
 
-        // The daemon restarts: the companion reconnects and shows what the phone has, once.
+        // The daemon restarts: the companion reconnects and keeps showing what the phone has:
+        // nothing closes, nothing pops up again.
+        let (notifies, closes) = (server.snapshot.notifies.count, server.snapshot.closes.count)
         #expect(try daemon.stop() == 0)
+        try desktop.waitForStandardError(containing: "ancsd stopped; keeping \(adaPhone)'s 2 notification(s) until it is back")
         try desktop.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
         daemon = try startDaemon(bus: system, control: control)
         try daemon.waitForLine { $0.contains("\"type\":\"added\"") && $0.contains("\"uid\":3") }
-        let current = try server.wait("the notifications shown again") { state -> [FakeNotificationServer.Shown]? in
+        let current = try server.wait("the notifications still shown") { state -> [FakeNotificationServer.Shown]? in
             let open = state.open.values.sorted { $0.summary < $1.summary }
             return open.map(\.summary) == ["Ada — Tea", "Charles"] && open.map(\.uid) == [1, 3] ? open : nil
         }
         try await Task.sleep(for: .seconds(0.5))
         #expect(server.snapshot.open.count == 2, "no duplicates")
+        #expect(server.snapshot.notifies.count == notifies, "nothing shown again: \(server.snapshot.notifies.dropFirst(notifies).map(\.summary))")
+        #expect(server.snapshot.closes.count == closes, "nothing closed: no flicker")
         #expect(desktop.standardError.components(separatedBy: "connected to ancsd at").count - 1 >= 2)
         #expect(current.allSatisfy { $0.device == adaPhone })
 
@@ -252,22 +257,18 @@ extension DaemonTests {
         let charles = try #require(server.snapshot.open.values.first { $0.summary == "Charles" })
         try await server.dismiss(charles.id)
         try await Task.sleep(for: .seconds(0.3))
-        let closes = server.snapshot.closes.count
+        let closesNow = server.snapshot.closes.count
         #expect(try desktop.stop() == 0)
-        #expect(server.snapshot.closes.count == closes, "nothing left to close: \(server.snapshot.closes)")
+        #expect(server.snapshot.closes.count == closesNow, "nothing left to close: \(server.snapshot.closes)")
         #expect(desktop.standardError.contains("stopping (SIGTERM)"))
     }
 
-    /// Whatever the daemon's --replays, what the phone replays on coming back is never popped
-    /// up again: held back by the daemon (unseen), or marked seen_before (all).
+    /// A phone that walks away and comes back: its popups stay (no flicker), what it replays is
+    /// never popped up again (held back by the daemon, or marked seen_before), and when it stays
+    /// away, they close once --replay-settle has passed. Whatever the daemon's --replays.
     @Test(arguments: [[], ["--replays", "all"]])
-    func desktopClosesAPhonesNotificationsWhenItDisconnectsAndAllWhenItStops(daemonArguments: [String]) async throws {
-        let system = try PrivateBus()
-        let session = try PrivateBus()
-        let server = try await FakeNotificationServer.start(address: session.address)
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/walk-away.jsonl"
-        try """
+    func desktopKeepsAPhonesNotificationsThroughAReconnectAndClosesThemWhenItStaysAway(daemonArguments: [String]) async throws {
+        let run = try await desktopRun("""
             {"scenario":"walk-away","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
             {"do":"wait_subscribed","timeout":30}
             {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"One","message":"1"}
@@ -275,42 +276,170 @@ extension DaemonTests {
             {"after":1.5,"do":"disconnect"}
             {"after":1,"do":"connect"}
             {"do":"wait_subscribed","timeout":30}
-            {"after":1.5,"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Three","message":"3"}
+            {"after":4,"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Three","message":"3"}
+            {"after":1,"do":"disconnect"}
             {"do":"sleep","seconds":300}
             {"do":"end"}
-            """.write(toFile: scenario, atomically: true, encoding: .utf8)
-        let daemon = try startDaemon(bus: system, control: control, daemonArguments)
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        let desktop = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"), ["desktop", "--control", control, "--bus", session.address])
-        defer { _ = try? desktop.stop(timeout: .seconds(5)) }
-        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let phone = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? phone.stop(timeout: .seconds(5)) }
-
+            """, daemonArguments: daemonArguments, desktopArguments: ["--replay-settle", "3"])
+        defer { for process in [run.phone, run.desktop, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let server = run.server
         let first = try server.wait("both notifications") { $0.open.count == 2 ? $0.open : nil }
         let two = try #require(first.values.first { $0.summary == "Two" })
         #expect(two.appName == "com.apple.mobilephone" && two.hints["urgency"] == .byte(2))
         #expect(two.hints["category"] == .string("call.unanswered") && two.hints["suppress-sound"] == .bool(true))
-        // The phone walks away: its notifications close. It comes back and replays them.
-        try server.wait("the phone's notifications closed") { state in
-            Set(first.keys).isSubset(of: Set(state.closes)) ? true : nil
-        }
-        #expect(desktop.standardError.contains("\(adaPhone) disconnected; closing its 2 notification(s)"))
+        // The phone walks away and comes back (with new UIDs): its popups stay, once each.
+        try run.desktop.waitForStandardError(containing: "\(adaPhone) disconnected; keeping its 2 notification(s)")
         let three = try server.wait("the next new notification") { state in state.open.values.first { $0.summary == "Three" } }
+        #expect(server.snapshot.closes.isEmpty, "no flicker: \(server.snapshot.closes)")
         #expect(server.snapshot.notifies.count == 3, "the replayed One and Two did not pop up again: \(server.snapshot.notifies.map(\.summary))")
-        #expect(server.snapshot.open.count == 1)
+        #expect(run.desktop.standardError.contains("found again (#1 before)") && run.desktop.standardError.contains("found again (#2 before)"))
         if daemonArguments.isEmpty {
-            #expect(!events(daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["pre_existing"] == true })
+            #expect(!events(run.daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["pre_existing"] == true })
         } else {
-            #expect(events(daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["seen_before"] == true })
+            #expect(events(run.daemon).contains { $0["type"] == "added" && $0["title"] == "One" && $0["seen_before"] == true })
         }
-        // Stopping closes what it shows: nobody would answer their buttons.
-        #expect(try desktop.stop() == 0)
-        #expect(server.snapshot.closes.contains(three.id))
-        #expect(server.snapshot.open.isEmpty)
+        // It walks away for good: after --replay-settle, its popups close.
+        try server.wait("the phone's notifications closed") { state in
+            Set(first.keys).union([three.id]).isSubset(of: Set(state.closes)) ? true : nil
+        }
+        #expect(run.desktop.standardError.contains("closing 3 notification(s) the phones no longer have"))
+        #expect(server.snapshot.open.isEmpty && server.snapshot.closes.count == 3)
+        #expect(try run.desktop.stop() == 0)
+        #expect(server.snapshot.closes.count == 3, "nothing left to close")
+    }
+
+    /// Stopping closes what it shows: nobody would answer their buttons.
+    @Test func desktopClosesEverythingWhenItStops() async throws {
+        let run = try await desktopRun("""
+            {"scenario":"stop","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"One","message":"1"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """)
+        defer { for process in [run.phone, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let one = try run.server.wait("One") { $0.open.values.first { $0.summary == "One" } }
+        #expect(try run.desktop.stop() == 0)
+        #expect(run.server.snapshot.closes == [one.id] && run.server.snapshot.open.isEmpty)
+    }
+
+    /// The companion and its daemon on private buses, the phone playing `scenario`.
+    private func desktopRun(
+        _ scenario: String, daemonArguments: [String] = [], desktopArguments: [String] = []
+    ) async throws -> (system: PrivateBus, session: PrivateBus, server: FakeNotificationServer, daemon: ChildProcess, desktop: ChildProcess, phone: ChildProcess) {
+        let system = try PrivateBus()
+        let session = try PrivateBus()
+        let server = try await FakeNotificationServer.start(address: session.address)
+        let control = system.directory + "/control"
+        let path = system.directory + "/scenario.jsonl"
+        try scenario.write(toFile: path, atomically: true, encoding: .utf8)
+        let daemon = try startDaemon(bus: system, control: control, daemonArguments)
+        try daemon.waitForStandardError(containing: "bluetoothd is not running")
+        let desktop = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug"] + desktopArguments)
+        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
+        let phone = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", path])
+        return (system, session, server, daemon, desktop, phone)
+    }
+
+    /// (a) A click on a popup (its `default` action) closes it and never acts on the phone,
+    /// even when the phone offers one action only, and that one destructive.
+    @Test func desktopClickNeverActsOnThePhone() async throws {
+        let run = try await desktopRun("""
+            {"scenario":"click","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.mobilemail":"Mail","com.apple.mobilecal":"Calendar"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"email","app":"com.apple.mobilemail","title":"Charles","message":"Invoice","flags":["negative_action"],"negative_action":"Trash"}
+            {"do":"add","uid":2,"category":"schedule","app":"com.apple.mobilecal","title":"Standup","flags":["negative_action"],"negative_action":"Dismiss"}
+            {"do":"add","uid":3,"category":"email","app":"com.apple.mobilemail","title":"Quiet","message":"no actions"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """)
+        defer { for process in [run.phone, run.desktop, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let mail = try run.server.wait("the mail") { $0.notifies.first { $0.summary == "Charles" } }
+        let event = try run.server.wait("the event") { $0.notifies.first { $0.summary == "Standup" } }
+        let quiet = try run.server.wait("the mail without actions") { $0.notifies.first { $0.summary == "Quiet" } }
+        #expect(mail.actions == ["default", "Close", "negative", "Trash"], "a click is not the lone Trash")
+        #expect(event.actions == ["default", "Close", "negative", "Dismiss"])
+        #expect(quiet.actions.isEmpty, "no actions: nothing to click for")
+        for popup in [mail, event] {
+            try await run.server.invoke(popup.id, action: "default")
+            try run.server.wait("the clicked popup closed") { $0.closes.contains(popup.id) ? true : nil }
+        }
+        try await Task.sleep(for: .seconds(0.5))
+        #expect(!run.phone.standardError.contains("Perform Notification Action"), "\(run.phone.standardError)")
+        #expect(!events(run.daemon).contains { $0["type"] == "removed" })
+        let list = try AncsdProcess.run(["list", "--control", run.system.directory + "/control"])
+        #expect(list.stdout.contains("Charles") && list.stdout.contains("Standup"), "still on the phone: \(list.stdout)")
+    }
+
+    /// (b) A daemon restart keeps the popups (no flicker), pops up nothing the user saw or
+    /// dismissed, and closes, once the replays settled, what the phone no longer has.
+    @Test func desktopKeepsItsPopupsAcrossADaemonRestart() async throws {
+        let scenario = """
+            {"scenario":"restart","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages","com.example.news":"News"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Keep","message":"still here"}
+            {"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"Dismissed","message":"seen"}
+            {"do":"add","uid":3,"category":"news","app":"com.example.news","title":"Ignored","message":"filtered after the restart"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """
+        var run = try await desktopRun(scenario, desktopArguments: ["--replay-settle", "3"])
+        defer { for process in [run.phone, run.desktop, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let shown = try run.server.wait("three popups") { $0.open.count == 3 ? $0.open.values : nil }
+        let keep = try #require(shown.first { $0.summary == "Keep" })
+        let dismissed = try #require(shown.first { $0.summary == "Dismissed" })
+        let ignored = try #require(shown.first { $0.summary == "Ignored" })
+        try await run.server.dismiss(dismissed.id)
+        try await Task.sleep(for: .seconds(0.3))
+        let (notifies, closes) = (run.server.snapshot.notifies.count, run.server.snapshot.closes.count)
+
+        #expect(try run.daemon.stop() == 0)
+        try run.desktop.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
+        #expect(run.server.snapshot.closes.count == closes, "no popup closed when ancsd stopped")
+        // Back without the news app (a filter): its popup goes once the replay settled.
+        run.daemon = try startDaemon(bus: run.system, control: run.system.directory + "/control", ["--ignore-app", "com.example.news"])
+        try run.daemon.waitForLine { $0.contains("\"type\":\"added\"") && $0.contains("\"uid\":2,") }
+        try run.server.wait("the filtered popup closed") { $0.closes.contains(ignored.id) ? true : nil }
+        try await Task.sleep(for: .seconds(0.5))
+        #expect(run.server.snapshot.notifies.count == notifies, "nothing popped up again: \(run.server.snapshot.notifies.dropFirst(notifies).map(\.summary))")
+        #expect(run.server.snapshot.closes.count == closes + 1)
+        #expect(Array(run.server.snapshot.open.keys) == [keep.id])
+        #expect(run.desktop.standardError.contains("closing 1 notification(s) the phones no longer have"))
+    }
+
+    /// (c) Two identical messages share a popup that remembers both; a link in the body keeps
+    /// its `&`.
+    @Test func desktopIdenticalMessagesAndLinks() async throws {
+        let run = try await desktopRun("""
+            {"scenario":"same","devices":[{"address":"\(adaPhone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Bob","message":"ok","flags":["negative_action"],"negative_action":"Clear"}
+            {"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"Bob","message":"ok","flags":["negative_action"],"negative_action":"Clear"}
+            {"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Link","message":"see https://example.com/?a=1&b=2 & <https://x.org> &amp;"}
+            {"do":"sleep","seconds":300}
+            {"do":"end"}
+            """)
+        defer { for process in [run.phone, run.desktop, run.daemon] { _ = try? process.stop(timeout: .seconds(5)) } }
+        let link = try run.server.wait("the link") { $0.notifies.first { $0.summary == "Link" } }
+        #expect(link.body == "see https://example.com/?a=1&b=2 &amp; &lt;https://x.org> &amp;amp;")
+        let bobs = try run.server.wait("both Bobs") { state in
+            state.notifies.filter { $0.summary == "Bob" }.count == 2 ? state.notifies.filter { $0.summary == "Bob" } : nil
+        }
+        #expect(bobs[1].replacesID == bobs[0].id && bobs[1].id == bobs[0].id, "the second shows again in the first's popup")
+        #expect(bobs[1].uid == 2)
+        #expect(run.server.snapshot.open.count == 2)
+        // Clear acts on the newer; the popup stays for the older, and goes with it.
+        try await run.server.invoke(bobs[0].id, action: "negative")
+        try run.phone.waitForStandardError(containing: "Perform Notification Action negative on UID 2")
+        try run.daemon.waitForLine { $0.contains("\"type\":\"removed\"") && $0.contains("\"uid\":2,") }
+        try await Task.sleep(for: .seconds(0.5))
+        #expect(run.server.snapshot.open[bobs[0].id] != nil, "uid 1 is still on the phone")
+        try await run.server.invoke(bobs[0].id, action: "negative")
+        try run.phone.waitForStandardError(containing: "Perform Notification Action negative on UID 1")
+        try run.server.wait("Bob closed") { $0.closes.contains(bobs[0].id) ? true : nil }
     }
 
     @Test func desktopUsage() throws {

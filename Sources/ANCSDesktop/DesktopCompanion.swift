@@ -1,6 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSControl
+public import ANCSRuntime
 public import DBus
 import Dispatch
 import JSON
@@ -10,10 +12,21 @@ import JSON
 /// A client of the daemon's control socket (docs/control.md) and of the session bus's
 /// `org.freedesktop.Notifications`. It `subscribe`s to the daemon's events and `list`s what the
 /// phones have now; each notification becomes one desktop notification (`Notify`), replaced
-/// in place when modified and closed when removed or when its phone disconnects. The action
-/// buttons a user clicks (`ActionInvoked`) go back to the phone as `action` requests. When the
-/// daemon goes away it reconnects, backing off from 0.5 s to 10 s, and reconciles what it
-/// shows with the new `list`: nothing is shown twice, nothing stale is left.
+/// in place when modified and closed when removed or when its phone stays away. The action
+/// buttons a user clicks (`ActionInvoked`) go back to the phone as `action` requests; a click
+/// on the popup itself (`default`) never does anything on the phone.
+///
+/// Identical notifications (same app, title, message: two "ok"s) share one popup, which
+/// remembers every one behind it and closes when the last is gone; servers such as dunst
+/// would merge them anyway, and the companion would lose track of the older.
+///
+/// When a phone disconnects, the daemon stops or the connection to it breaks, the popups stay:
+/// the companion reconnects (backing off from 0.5 s to 10 s), finds each again in the new
+/// `list` or among the phone's replays (by its content: UIDs may change) and keeps showing it
+/// without a second pop-up; what is still not found `replaySettle` after the phone came back
+/// (or did not) is closed.
+/// A replayed notification is never popped up again when the daemon marks it `seen_before`
+/// or when this companion showed it before (the user saw it, or dismissed it).
 ///
 /// Everything runs on the executor's one serial queue (the D-Bus connection's too); no task
 /// runs on Swift's global executor.
@@ -23,18 +36,31 @@ public actor DesktopCompanion {
         public var controlPath: String
         /// Where the notification server is: the session bus by default.
         public var bus: BusAddress
+        /// How long after the daemon or a phone comes back its replays may take: popups not
+        /// found again by then are closed.
+        public var replaySettle: Duration
 
-        public init(controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session) {
+        public init(
+            controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session,
+            replaySettle: Duration = DesktopCompanion.defaultReplaySettle
+        ) {
             self.controlPath = controlPath
             self.bus = bus
+            self.replaySettle = replaySettle
         }
     }
 
     /// Where `ancsd run` listens under systemd.
-    public static let defaultControlPath = "/run/ancsd/control"
+    public static let defaultControlPath = ControlSocket.defaultPath
+    /// A phone replays a few dozen notifications in a second or two; ten leaves room.
+    public static let defaultReplaySettle: Duration = .seconds(10)
     /// The first and the longest wait before connecting to the daemon again.
     static let firstRetry: Duration = .milliseconds(500)
     static let longestRetry: Duration = .seconds(10)
+    /// The `disconnected` reason the daemon gives for every phone when it stops.
+    static let daemonStopped = "ancsd stopped"
+    /// How many shown notifications the companion remembers, to pop none of them up again.
+    static let recordCapacity = 4096
 
     static let server: BusName = "org.freedesktop.Notifications"
     static let serverPath: ObjectPath = "/org/freedesktop/Notifications"
@@ -46,17 +72,40 @@ public actor DesktopCompanion {
         var uid: UInt32
     }
 
-    /// A notification on the desktop: its server ID, what it shows, and whether it belongs to
-    /// an earlier connection to the daemon and still has to be found in the new `list`.
-    private struct Shown {
-        var id: UInt32
+    /// A popup on the desktop: what it shows and the phone notifications behind it, the newest
+    /// last (the one its buttons act on); `stale`, those it showed under an earlier session of
+    /// the phone or connection to the daemon, not found again yet (their UIDs may name other
+    /// notifications now, so they answer to nothing but their content).
+    private struct Popup {
         var content: DesktopNotification.Content
-        var stale = false
+        var members: [Key]
+        var stale: [Key] = []
+
+        var isEmpty: Bool { members.isEmpty && stale.isEmpty }
+    }
+
+    /// A notification as shown once: the phone, what it said, and when.
+    private struct Fingerprint: Hashable {
+        var device: String
+        var appName: String
+        var summary: String
+        var body: String
+        var date: String
+
+        init(_ notification: DesktopNotification) {
+            device = notification.device
+            appName = notification.content.appName
+            summary = notification.content.summary
+            body = notification.content.body
+            date = notification.date
+        }
     }
 
     private enum Request {
         case subscribe
         case list
+        /// The `list` after the replays settled: what is still stale goes.
+        case sweep
         case action(Key, String)
     }
 
@@ -64,9 +113,15 @@ public actor DesktopCompanion {
     private let logger: Logger
     private let executor: DaemonExecutor
     private var bus: DBusConnection?
-    private var link: DesktopControlLink?
-    private var shown: [Key: Shown] = [:]
-    private var keys: [UInt32: Key] = [:]
+    private var link: ControlLink?
+    /// Server ID → popup.
+    private var popups: [UInt32: Popup] = [:]
+    /// Phone notification (of the current session) → the ID of its popup.
+    private var popupOf: [Key: UInt32] = [:]
+    /// What was popped up (hashes, oldest first, at most `recordCapacity`).
+    private var record: Set<Int> = []
+    private var recordOrder: [Int] = []
+    private var sweepTimer: (any DispatchSourceTimer)?
     private var pending: [Int: Request] = [:]
     private var nextRequest = 0
     /// Whether the server takes body markup (`GetCapabilities`), once known.
@@ -109,6 +164,8 @@ public actor DesktopCompanion {
         } catch {
             failure = error
         }
+        sweepTimer?.cancel()
+        sweepTimer = nil
         // Cleaning up must not be cancelled with the caller: a task of its own.
         await Task(executorPreference: executor) { await self.closeEverything() }.value
         await bus.close()
@@ -123,7 +180,7 @@ public actor DesktopCompanion {
         var delay = Self.firstRetry
         var failures = 0
         while !Task.isCancelled {
-            switch DesktopControlLink.connect(path: options.controlPath, queue: executor.queue) {
+            switch ControlLink.connect(path: options.controlPath, queue: executor.queue) {
             case .failure(let error):
                 failures += 1
                 if failures == 1 {
@@ -147,10 +204,10 @@ public actor DesktopCompanion {
 
     /// One connection: subscribe, list, then every event and reply until it closes. True if
     /// the daemon confirmed the subscription.
-    private func session(_ link: DesktopControlLink) async -> Bool {
+    private func session(_ link: ControlLink) async -> Bool {
         self.link = link
         pending = [:]
-        for key in Array(shown.keys) { shown[key]?.stale = true }
+        markStale { _ in true }
         send(.subscribe, ["cmd": "subscribe"])
         send(.list, ["cmd": "list"])
         var subscribed = false
@@ -168,6 +225,7 @@ public actor DesktopCompanion {
         link.close()
         self.link = nil
         pending = [:]
+        markStale { _ in true }
         return subscribed
     }
 
@@ -190,22 +248,25 @@ public actor DesktopCompanion {
         case .subscribe:
             if ok { return true }
             logger.error("ancsd refused the subscription: \(error)")
-        case .list:
-            if ok {
-                var count = 0
-                for device in object["devices"]?.arrayValue ?? [] {
-                    for entry in device["notifications"]?.arrayValue ?? [] {
-                        guard let entry = entry.objectValue, let notification = DesktopNotification(entry) else { continue }
-                        count += 1
-                        await show(notification, why: "listed")
-                    }
-                }
-                logger.info("ancsd has \(count) notification(s)")
-            } else {
+        case .list, .sweep:
+            guard ok else {
                 logger.warning("ancsd refused to list the notifications: \(error)")
+                break
             }
-            // What an earlier connection showed and the daemon no longer has goes away.
-            for (key, entry) in shown where entry.stale { await close(key) }
+            var count = 0
+            for device in object["devices"]?.arrayValue ?? [] {
+                for entry in device["notifications"]?.arrayValue ?? [] {
+                    guard let entry = entry.objectValue, let notification = DesktopNotification(entry) else { continue }
+                    count += 1
+                    await show(notification, why: "listed")
+                }
+            }
+            if case .list = request { logger.info("ancsd has \(count) notification(s)") }
+            if case .sweep = request {
+                await closeStale()
+            } else if hasStale {
+                scheduleSweep()
+            }
         case .action(let key, let action):
             if ok {
                 logger.info("\(action) action on \(key.device) #\(key.uid): \(object["result"]?.stringValue ?? "performed")")
@@ -228,35 +289,98 @@ public actor DesktopCompanion {
             await close(Key(device: device, uid: uid))
         case "connected":
             logger.info("\(device) connected")
+            // It replays what it holds now: give that time before closing what is not found.
+            if popups.values.contains(where: { $0.stale.contains { $0.device == device } }) { scheduleSweep() }
         case "disconnected":
-            let gone = shown.keys.filter { $0.device == device }
-            logger.info("\(device) disconnected; closing its \(gone.count) notification(s)")
-            for key in gone { await close(key) }
+            // The popups stay until the phone (or the daemon) is back and has replayed; what it
+            // no longer has, or all of it if it does not come back, closes after that.
+            let count = popupOf.keys.filter { $0.device == device }.count
+            if object["reason"]?.stringValue == Self.daemonStopped {
+                logger.info("ancsd stopped; keeping \(device)'s \(count) notification(s) until it is back")
+            } else {
+                logger.info("\(device) disconnected; keeping its \(count) notification(s) for \(options.replaySettle) in case it comes back")
+            }
+            markStale { $0.device == device }
+            scheduleSweep()
         default:
             break
         }
     }
 
+    /// In `replaySettle`, lists again and closes what is still stale; again restarts the wait.
+    private func scheduleSweep() {
+        if sweepTimer == nil {
+            sweepTimer = executor.makeTimer { [weak self] in
+                guard let self else { return }
+                Task(executorPreference: self.executor) { await self.sweep() }
+            }
+        }
+        let (seconds, attoseconds) = options.replaySettle.components
+        let nanoseconds = Int(clamping: seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
+        sweepTimer?.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .never, leeway: .milliseconds(100))
+    }
+
+    private func sweep() {
+        guard hasStale, link != nil else { return }
+        send(.sweep, ["cmd": "list"])
+    }
+
+    private var hasStale: Bool { popups.values.contains { !$0.stale.isEmpty } }
+
+    /// The notifications of the current session that `which` picks become stale.
+    private func markStale(_ which: (Key) -> Bool) {
+        for (key, id) in popupOf where which(key) {
+            popupOf[key] = nil
+            popups[id]?.members.removeAll { $0 == key }
+            popups[id]?.stale.append(key)
+        }
+    }
+
+    /// The replays are over: what was not found again is gone from the phones.
+    private func closeStale() async {
+        let count = popups.values.reduce(0) { $0 + $1.stale.count }
+        guard count > 0 else { return }
+        logger.info("closing \(count) notification(s) the phones no longer have")
+        for id in Array(popups.keys) {
+            popups[id]?.stale = []
+            if popups[id]?.isEmpty == true {
+                popups[id] = nil
+                await closePopup(id)
+            }
+        }
+    }
+
     // MARK: The notification server
 
-    /// Shows a notification, or replaces the one shown for its UID; shows nothing new for one
-    /// already shown the same (under this UID, or under an earlier connection's).
+    /// Shows a notification, or updates the popup shown for it. Shows nothing new for one
+    /// shown before under an earlier connection (found again by its content), one the daemon
+    /// marks `seen_before`, or a listed or replayed one this companion popped up before.
     private func show(_ notification: DesktopNotification, why: String) async {
         let key = Key(device: notification.device, uid: notification.uid)
         let content = notification.content
         logger.debug("\(why) \(key.device) #\(key.uid): \(content.appName) · \(content.summary): \(content.body)")
-        if let existing = shown[key] {
-            shown[key]?.stale = false
-            guard existing.content != content else { return }
-            guard let id = await notify(notification, replacing: existing.id) else { return }
-            record(key, id: id, content: content)
+        if let id = popupOf[key], let popup = popups[id] {
+            guard popup.content != content else { return }
+            // Modified: news, whatever was shown before.
+            if popup.members == [key], popup.stale.isEmpty, self.popup(showing: content) == nil {
+                guard let newID = await notify(notification, replacing: id) else { return }
+                move(id, to: newID, content: content)
+                remember(notification)
+                return
+            }
+            await detach(key)
+            await present(notification)
             return
         }
-        if let (old, entry) = shown.first(where: { $0.value.stale && $0.key.device == key.device && $0.value.content == content }) {
-            // The same notification under a new UID (the phone's new session): keep showing it.
-            shown[old] = nil
-            shown[key] = Shown(id: entry.id, content: content)
-            keys[entry.id] = key
+        let candidates = popups.filter { $0.value.content == content && $0.value.stale.contains { $0.device == key.device } }
+        if let (id, popup) = candidates.first(where: { $0.value.stale.contains(key) }) ?? candidates.first,
+           let old = popup.stale.first(where: { $0 == key }) ?? popup.stale.first(where: { $0.device == key.device }) {
+            // The same notification after the phone or the daemon came back (maybe under a new
+            // UID): the popup stays as it is.
+            logger.debug("\(why) \(key.device) #\(key.uid): found again (#\(old.uid) before), still shown")
+            popups[id]?.stale.removeAll { $0 == old }
+            popups[id]?.members.append(key)
+            popupOf[key] = id
             return
         }
         guard !notification.seenBefore else {
@@ -264,14 +388,57 @@ public actor DesktopCompanion {
             logger.debug("\(why) \(key.device) #\(key.uid): seen before, not shown again")
             return
         }
-        guard let id = await notify(notification, replacing: 0) else { return }
-        record(key, id: id, content: content)
+        if why == "listed" || notification.preExisting, record.contains(Fingerprint(notification).hashValue) {
+            // This companion showed it already; the user saw it, or dismissed it.
+            logger.debug("\(why) \(key.device) #\(key.uid): shown before by this companion, not shown again")
+            return
+        }
+        await present(notification)
     }
 
-    private func record(_ key: Key, id: UInt32, content: DesktopNotification.Content) {
-        if let old = shown[key]?.id, old != id, keys[old] == key { keys[old] = nil }
-        shown[key] = Shown(id: id, content: content)
-        keys[id] = key
+    /// A new popup for a notification, or, when one shows the same, that popup for both.
+    private func present(_ notification: DesktopNotification) async {
+        let key = Key(device: notification.device, uid: notification.uid)
+        if let id = popup(showing: notification.content) {
+            popups[id]?.members.append(key)
+            popupOf[key] = id
+            remember(notification)
+            // Shown again (with its sound, unless quiet): the same message came again.
+            if !notification.content.quiet, let newID = await notify(notification, replacing: id) {
+                move(id, to: newID, content: notification.content)
+            }
+            return
+        }
+        guard let id = await notify(notification, replacing: 0) else { return }
+        if let earlier = popups[id] {
+            // A server that reuses IDs: the earlier popup is gone.
+            for member in earlier.members { popupOf[member] = nil }
+        }
+        popups[id] = Popup(content: notification.content, members: [key])
+        popupOf[key] = id
+        remember(notification)
+    }
+
+    /// The popup of current notifications that shows `content`, if any.
+    private func popup(showing content: DesktopNotification.Content) -> UInt32? {
+        popups.first { $0.value.content == content && !$0.value.members.isEmpty }?.key
+    }
+
+    /// The server answered a replacement with another ID: the popup moves.
+    private func move(_ id: UInt32, to newID: UInt32, content: DesktopNotification.Content) {
+        guard var popup = popups.removeValue(forKey: id) else { return }
+        popup.content = content
+        popups[newID] = popup
+        for member in popup.members { popupOf[member] = newID }
+    }
+
+    private func remember(_ notification: DesktopNotification) {
+        let hash = Fingerprint(notification).hashValue
+        guard record.insert(hash).inserted else { return }
+        recordOrder.append(hash)
+        if recordOrder.count > Self.recordCapacity {
+            record.remove(recordOrder.removeFirst())
+        }
     }
 
     /// `Notify`; the server's ID, or nil (logged) if it failed.
@@ -315,40 +482,62 @@ public actor DesktopCompanion {
         }
     }
 
-    /// Closes the notification shown for `key`, if any.
+    /// The phone no longer has `key`: its popup closes unless it still shows another one.
     private func close(_ key: Key) async {
-        guard let entry = shown.removeValue(forKey: key) else { return }
-        if keys[entry.id] == key { keys[entry.id] = nil }
+        guard popupOf[key] != nil else { return }
+        await detach(key)
+    }
+
+    /// Takes `key` off its popup, closing the popup when nothing is left behind it.
+    private func detach(_ key: Key) async {
+        guard let id = popupOf.removeValue(forKey: key) else { return }
+        popups[id]?.members.removeAll { $0 == key }
+        guard popups[id]?.isEmpty ?? false else { return }
+        popups[id] = nil
+        await closePopup(id)
+    }
+
+    private func closePopup(_ id: UInt32) async {
         guard let bus else { return }
         do {
             _ = try await bus.call(
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface,
-                member: "CloseNotification", arguments: [.uint32(entry.id)], timeout: Self.callTimeout)
+                member: "CloseNotification", arguments: [.uint32(id)], timeout: Self.callTimeout)
         } catch {
-            logger.debug("CloseNotification(\(entry.id)): \(error)")
+            logger.debug("CloseNotification(\(id)): \(error)")
         }
     }
 
     /// On the way out: close what we show, whose buttons nobody would answer any more.
     private func closeEverything() async {
         guard let bus, await bus.isConnected else { return }
-        let count = shown.count
-        for key in Array(shown.keys) { await close(key) }
-        if count > 0 { logger.info("closed \(count) notification(s)") }
+        let ids = Array(popups.keys)
+        popups = [:]
+        popupOf = [:]
+        for id in ids { await closePopup(id) }
+        if !ids.isEmpty { logger.info("closed \(ids.count) notification(s)") }
     }
 
     private func handle(signal: Signal) async {
         switch signal.member.rawValue {
         case "ActionInvoked":
             guard let arguments = try? signal.arguments(matching: "us"), let id = arguments[0].uint32Value,
-                  let action = arguments[1].stringValue, let key = keys[id]
+                  let action = arguments[1].stringValue, let popup = popups[id]
             else { return }
-            // "default" is a click on the notification itself: the phone has nothing for it.
-            guard action == "positive" || action == "negative" else { return }
-            guard link != nil, shown[key]?.stale == false else {
-                // Stale: shown under an earlier connection and not yet found in the new list,
-                // so its UID may name another notification now.
-                logger.warning("not connected to ancsd: the \(action) action on \(key.device) #\(key.uid) is lost")
+            guard action == "positive" || action == "negative" else {
+                // A click on the popup itself ("default"): it goes away; the phone is not asked anything.
+                if action == DesktopNotification.defaultAction {
+                    logger.debug("popup \(id) clicked: closing it, nothing sent to the phone")
+                    for member in popup.members { popupOf[member] = nil }
+                    popups[id] = nil
+                    await closePopup(id)
+                }
+                return
+            }
+            guard link != nil, let key = popup.members.last else {
+                // Shown under an earlier session and not found again yet: its UID may name
+                // another notification now.
+                logger.warning("the phone or ancsd is not back yet: the \(action) action on popup \(id) is lost")
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")
@@ -357,9 +546,10 @@ public actor DesktopCompanion {
             ])
         case "NotificationClosed":
             guard let arguments = try? signal.arguments(matching: "uu"), let id = arguments[0].uint32Value,
-                  let key = keys.removeValue(forKey: id)
+                  let popup = popups.removeValue(forKey: id)
             else { return }
-            if shown[key]?.id == id { shown[key] = nil }
+            // Dismissed or expired: forgotten, and (recorded) never popped up again.
+            for member in popup.members where popupOf[member] == id { popupOf[member] = nil }
         default:
             break
         }
@@ -406,4 +596,10 @@ private final class PauseState: @unchecked Sendable {
         continuation?.resume()
         continuation = nil
     }
+}
+
+/// A failure of `ancsd desktop`, as text.
+public struct DesktopError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }

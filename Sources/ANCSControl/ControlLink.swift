@@ -1,8 +1,8 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Dispatch
-import JSON
+public import Dispatch
+public import JSON
 
 /// A client connection to the daemon's control socket (docs/control.md), for `ancsd desktop`.
 ///
@@ -10,12 +10,12 @@ import JSON
 /// delivered in order through `lines`, which ends when the daemon closes the connection (or it
 /// fails, or `close()`). Requests are one short line each; one that does not fit into the
 /// socket's buffer means the daemon has stopped reading, and closes the connection.
-final class DesktopControlLink: @unchecked Sendable {  // mutable state only on `queue`
+public final class ControlLink: @unchecked Sendable {  // mutable state only on `queue`
     /// The longest line accepted from the daemon (a `list` of many notifications is long).
-    static let maxLineLength = 32 << 20
+    public static let maxLineLength = 32 << 20
 
     /// The lines the daemon sends, without their newline.
-    let lines: AsyncStream<[UInt8]>
+    public let lines: AsyncStream<[UInt8]>
     private let continuation: AsyncStream<[UInt8]>.Continuation
     private let fd: Int32
     private let queue: DispatchQueue
@@ -31,16 +31,16 @@ final class DesktopControlLink: @unchecked Sendable {  // mutable state only on 
     }
 
     /// Connects to the socket at `path`; the reason as text when that fails.
-    static func connect(path: String, queue: DispatchQueue) -> Result<DesktopControlLink, DesktopError> {
+    public static func connect(path: String, queue: DispatchQueue) -> Result<ControlLink, ControlLinkError> {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-            return .failure(DesktopError("the control socket path is empty or too long: \(path)"))
+            return .failure(ControlLinkError("the control socket path is empty or too long: \(path)"))
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { return .failure(DesktopError("socket: \(String(cString: strerror(errno)))")) }
+        guard fd >= 0 else { return .failure(ControlLinkError("socket: \(String(cString: strerror(errno)))")) }
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
@@ -49,9 +49,9 @@ final class DesktopControlLink: @unchecked Sendable {  // mutable state only on 
         guard connected == 0 else {
             let reason = String(cString: strerror(errno))
             Glibc.close(fd)
-            return .failure(DesktopError(reason))
+            return .failure(ControlLinkError(reason))
         }
-        let link = DesktopControlLink(fd: fd, queue: queue)
+        let link = ControlLink(fd: fd, queue: queue)
         queue.async { link.start() }
         return .success(link)
     }
@@ -67,7 +67,7 @@ final class DesktopControlLink: @unchecked Sendable {  // mutable state only on 
     /// Sends one request line; false (and the connection closed) if it could not be written.
     /// Call on the queue.
     @discardableResult
-    func send(_ request: JSONObject) -> Bool {
+    public func send(_ request: JSONObject) -> Bool {
         guard !closed else { return false }
         pendingOutput += Array(JSONValue.object(request).serialized.utf8) + [0x0A]
         while !pendingOutput.isEmpty {
@@ -111,7 +111,7 @@ final class DesktopControlLink: @unchecked Sendable {  // mutable state only on 
     }
 
     /// Closes the connection and ends `lines`. Call on the queue; again does nothing.
-    func close() {
+    public func close() {
         guard !closed else { return }
         closed = true
         continuation.finish()
@@ -139,8 +139,8 @@ final class DesktopControlLink: @unchecked Sendable {  // mutable state only on 
     }
 }
 
-/// A failure of `ancsd desktop`, as text.
-public struct DesktopError: Error, CustomStringConvertible, Sendable {
+/// Why connecting to the control socket failed, as text.
+public struct ControlLinkError: Error, CustomStringConvertible, Sendable {
     public var description: String
     public init(_ description: String) { self.description = description }
 }

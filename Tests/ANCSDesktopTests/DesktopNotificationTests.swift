@@ -1,4 +1,4 @@
-import ANCSDaemon
+import ANCSDesktop
 import DBus
 import JSON
 import Testing
@@ -17,10 +17,11 @@ struct DesktopNotificationTests {
             """)))
         let arguments = n.notifyArguments(replacesID: 5, markup: true)
         #expect(arguments.count == 8)
-        #expect(arguments[0] == .string("Messages") && arguments[1] == .uint32(5) && arguments[2] == .string(""))
+        #expect(arguments[0] == .string("Messages") && arguments[1] == .uint32(5))
+        #expect(arguments[2] == .string("chat-message-new-symbolic"), "an icon for the category")
         #expect(arguments[3] == .string("Ada — Tea"))
-        #expect(arguments[4] == .string("&lt;b&gt;&amp;&lt;/b&gt;"))
-        #expect(arguments[5].stringArray == ["positive", "Reply", "negative", "Clear"])
+        #expect(arguments[4] == .string("&lt;b>&amp;&lt;/b>"))
+        #expect(arguments[5].stringArray == ["default", "Close", "positive", "Reply", "negative", "Clear"])
         let hints = try #require(arguments[6].stringKeyedDictionary)
         #expect(hints["urgency"] == .byte(1) && hints["category"] == .string("im") && hints["desktop-entry"] == .string("ancsd"))
         #expect(hints["x-ancsd-device"] == .string("AA:BB:CC:DD:EE:01") && hints["x-ancsd-uid"] == .uint32(7))
@@ -52,5 +53,32 @@ struct DesktopNotificationTests {
         let other = try #require(DesktopNotification(try event(#"{"device":"x","uid":1,"title":"U"}"#)))
         #expect(live.content == replayed.content && replayed.content.quiet)
         #expect(live.content != other.content)
+    }
+
+    @Test func aLoneActionIsNeverTheClick() throws {
+        let mail = try #require(DesktopNotification(try event("""
+            {"device":"x","uid":1,"category":"email","flags":["negative_action"],"app_name":"Mail","title":"Charles","negative_action":"Trash"}
+            """)))
+        #expect(mail.serverActions == ["default", "Close", "negative", "Trash"], "dunst would make a lone action the click")
+        #expect(mail.notifyArguments(replacesID: 0, markup: true)[2] == .string("mail-unread-symbolic"))
+        let plain = try #require(DesktopNotification(try event(#"{"device":"x","uid":2,"category":"news","title":"T"}"#)))
+        #expect(plain.serverActions.isEmpty, "nothing to act on: no click action either")
+        #expect(plain.content.icon == "application-rss+xml-symbolic")
+    }
+
+    @Test(arguments: [
+        ("a < b > c & d", "a &lt; b > c &amp; d"),
+        ("<b>&amp;</b>", "&lt;b>&amp;amp;&lt;/b>"),
+        ("see https://example.com/?a=1&b=2 now", "see https://example.com/?a=1&b=2 now"),
+        ("<https://x.org/a?b=1&c=2>", "&lt;https://x.org/a?b=1&c=2>"),
+        ("www.example.com/?x&y and x&y", "www.example.com/?x&y and x&amp;y"),
+        ("https://e.com/?q=&lt;x", "https://e.com/?q=&amp;lt;x"),
+        ("mailto:a@b.org?subject=x&body=y", "mailto:a@b.org?subject=x&body=y"),
+        ("xhttps://e.com/?a&b", "xhttps://e.com/?a&amp;b"),
+        ("🍵 HTTPS://E.COM/?A&B 🍵 &", "🍵 HTTPS://E.COM/?A&B 🍵 &amp;"),
+        ("", ""),
+    ])
+    func markupShowsTheTextAndKeepsLinksWhole(text: String, markup: String) {
+        #expect(DesktopNotification.escapeMarkup(text) == markup)
     }
 }

@@ -1,0 +1,202 @@
+import ANCS
+import ANCSDaemon
+import ANCSRuntime
+import ANCSSession
+import Foundation
+import JSON
+import Testing
+
+/// `--exec` at sink level, with real /bin/sh commands.
+@Suite struct ExecSinkTests {
+    private static let quiet = Logger(threshold: .error, journald: false)
+
+    private static func event(uid: UInt32, device: String = "AA:BB:CC:DD:EE:01", message: String = "Tea at five?") -> OutputRecord {
+        var n = PhoneNotification(uid: uid, flags: [.positiveAction], category: .social, categoryCount: 1)
+        n.appIdentifier = "com.apple.MobileSMS"
+        n.appName = "Messages"
+        n.title = "Ada"
+        n.message = message
+        n.attributesComplete = true
+        return OutputRecord(.notification(NotificationEvent(kind: .added, notification: n), device: device))
+    }
+
+    private static func directory() throws -> String {
+        let path = NSTemporaryDirectory() + "ancsd-exec-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    private static func read(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
+
+    /// Each command gets the event's JSON line on stdin and its metadata in the environment, one
+    /// at a time per phone, in event order.
+    @Test func commandsGetTheEventInOrderPerPhone() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // Each phone's commands append to that phone's file; a slow first command shows that
+        // the next one waits for it.
+        let script = #"""
+            f="\#(dir)/$(echo "$ANCSD_DEVICE" | tr -d :)"
+            [ "$ANCSD_UID" = 0 ] && sleep 0.3
+            { printf 'env %s %s %s %s %s\n' "$ANCSD_TYPE" "$ANCSD_DEVICE" "$ANCSD_UID" "$ANCSD_APP_ID" "$ANCSD_CATEGORY"; cat; } >> "$f"
+            """#
+        let sink = ExecSink(command: script, logger: Self.quiet)
+        var sent: [String: [OutputRecord]] = [:]
+        for uid in UInt32(0)..<12 {
+            for device in ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02"] {
+                let record = Self.event(uid: uid, device: device, message: "line \(uid)\nwith \"quotes\" and é")
+                sent[device, default: []].append(record)
+                sink.send(record)
+            }
+        }
+        let connected = OutputRecord(.connected(device: "AA:BB:CC:DD:EE:01", name: "Ada's iPhone"))
+        sink.send(connected)
+        #expect(sink.flush(timeout: .seconds(30)))
+        for (device, records) in sent {
+            var expected = records.map { record -> String in
+                guard case .notification(let change, _, _) = record.event else { return "" }
+                return "env added \(device) \(change.notification.uid) com.apple.MobileSMS social\n" + record.jsonLine + "\n"
+            }
+            if device == "AA:BB:CC:DD:EE:01" { expected.append("env connected \(device)   \n" + connected.jsonLine + "\n") }
+            #expect(Self.read("\(dir)/\(device.filter { $0 != ":" })") == expected.joined())
+        }
+        #expect(sink.counts.started == 25 && sink.counts.succeeded == 25 && sink.counts.failed == 0)
+    }
+
+    /// A failing command is logged and counted; the next event still runs.
+    @Test func aFailingCommandDoesNotStopTheNext() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(command: #"echo "$ANCSD_UID" >> "\#(dir)/ran"; [ "$ANCSD_UID" != 1 ] || exit 3"#, logger: Self.quiet)
+        for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid)) }
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/ran") == "1\n2\n3\n")
+        #expect(sink.counts.failed == 1 && sink.counts.succeeded == 2)
+    }
+
+    /// A command that hangs is killed with its process group after the timeout; the next runs.
+    @Test func aHangingCommandIsKilledWithItsProcessGroup() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let command = #"""
+            if [ "$ANCSD_UID" = 1 ]; then sleep 60 & echo $! > "\#(dir)/child"; wait; fi
+            echo "$ANCSD_UID" >> "\#(dir)/ran"
+            """#
+        let sink = ExecSink(command: command, timeout: .milliseconds(300), logger: Self.quiet)
+        let start = ContinuousClock.now
+        sink.send(Self.event(uid: 1))
+        sink.send(Self.event(uid: 2))
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(ContinuousClock.now - start < .seconds(30))
+        #expect(Self.read("\(dir)/ran") == "2\n", "the killed command did not go on; the next one ran")
+        #expect(sink.counts.timedOut == 1 && sink.counts.failed == 1 && sink.counts.succeeded == 1)
+        // The background `sleep` was in the command's process group: killed too (gone, or a
+        // zombie waiting for whoever adopted it).
+        let pid = Int32(Self.read("\(dir)/child").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        #expect(pid > 0)
+        var state = "gone"
+        for _ in 0..<50 {
+            let stat = Self.read("/proc/\(pid)/stat")
+            state = stat.isEmpty ? "gone" : String(stat.split(separator: ")").last?.split(separator: " ").first ?? "?")
+            if state == "gone" || state == "Z" { break }
+            usleep(20_000)
+        }
+        #expect(state == "gone" || state == "Z", "the process group's sleep is \(state)")
+    }
+
+    /// Stopping the sink (a reload that changed the command, the daemon ending) drops what
+    /// waits and kills what runs.
+    @Test func stopKillsTheRunningCommandAndDropsTheWaiting() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(command: #"echo $$ > "\#(dir)/pid"; exec sleep 60"#, logger: Self.quiet)
+        for uid in UInt32(1)...4 { sink.send(Self.event(uid: uid)) }
+        var pid: Int32 = 0
+        for _ in 0..<500 where pid == 0 {
+            pid = Int32(Self.read("\(dir)/pid").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            usleep(10_000)
+        }
+        #expect(pid > 0)
+        sink.stop()
+        sink.send(Self.event(uid: 5))  // after stop: ignored
+        #expect(sink.flush(timeout: .seconds(30)))
+        let counts = sink.counts
+        #expect(counts.started == 1 && counts.failed == 1 && counts.timedOut == 0 && counts.dropped == 3)
+        #expect(kill(pid, 0) != 0, "reaped")
+    }
+
+    /// Megabytes on stderr are read (never blocking the command) and only a bounded part is kept.
+    @Test func aStderrFloodIsReadAndBounded() throws {
+        let sink = ExecSink(command: "head -c 8000000 /dev/zero | tr '\\0' x >&2; exit 1", logger: Self.quiet)
+        sink.send(Self.event(uid: 1))
+        sink.send(Self.event(uid: 2))
+        #expect(sink.flush(timeout: .seconds(60)))
+        #expect(sink.counts.stderrBytes == 16_000_000 && sink.counts.failed == 2 && sink.counts.timedOut == 0)
+    }
+
+    /// A command that never reads its input, given an event far larger than a pipe holds: no deadlock.
+    @Test func aCommandThatReadsNothingGetsABigEvent() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(command: #"sleep 0.2; echo "$ANCSD_UID" >> "\#(dir)/ran""#, logger: Self.quiet)
+        let big = String(repeating: "x", count: 4 << 20)
+        for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid, message: big)) }
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/ran") == "1\n2\n3\n")
+        #expect(sink.counts.succeeded == 3 && sink.counts.timedOut == 0)
+        // And one that reads it all gets every byte.
+        let reader = ExecSink(command: #"wc -c > "\#(dir)/size""#, logger: Self.quiet)
+        let record = Self.event(uid: 9, message: big)
+        reader.send(record)
+        #expect(reader.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/size").trimmingCharacters(in: .whitespacesAndNewlines) == "\(record.jsonLine.utf8.count + 1)")
+    }
+
+    /// Past the bound, the oldest waiting events of that phone are dropped; the newest run.
+    @Test func aFullQueueDropsTheOldestWaiting() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(command: #"[ "$ANCSD_UID" = 0 ] && sleep 1; echo "$ANCSD_UID" >> "\#(dir)/ran""#, maxWaiting: 4, logger: Self.quiet)
+        for uid in UInt32(0)..<20 { sink.send(Self.event(uid: uid)) }
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/ran") == "0\n16\n17\n18\n19\n")
+        #expect(sink.counts.dropped == 15 && sink.counts.started == 5)
+    }
+
+    /// The command sees only standard input, output and error: no descriptor of the daemon, and
+    /// no signal ignored or blocked.
+    @Test func theCommandInheritsNoDescriptorsAndDefaultSignals() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let leaked = open("/dev/null", O_RDONLY)  // not close-on-exec, as a careless library might open it
+        defer { close(leaked) }
+        signal(SIGPIPE, SIG_IGN)
+        let sink = ExecSink(
+            // (`exec >`: a plain redirection would make dash keep a copy of its standard output.)
+            // The masks are read by the shell itself: dash blocks every signal while it vforks a
+            // command, so a `grep` of its status could see that moment.
+            command: #"""
+                exec > "\#(dir)/fds"; ls /proc/$$/fd
+                while read -r key value; do case $key in SigBlk:|SigIgn:) echo "$key	$value";; esac; done < /proc/$$/status > "\#(dir)/signals"
+                """#,
+            logger: Self.quiet)
+        sink.send(Self.event(uid: 1))
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/fds").split(separator: "\n") == ["0", "1", "2"])
+        // The standard signals 1-31 (glibc keeps the real-time ones it uses itself out of reach).
+        let masks = Self.read("\(dir)/signals").split(separator: "\n").map { UInt64($0.split(separator: "\t").last ?? "", radix: 16) }
+        let text = Self.read("\(dir)/signals")
+        #expect(masks.count == 2 && masks.allSatisfy { $0.map { $0 & 0x7FFF_FFFF == 0 } ?? false }, "\(text)")
+    }
+
+    @Test func settingsAreChecked() throws {
+        var settings = RunSettings()
+        try settings.set("exec", "notify-send \"$ANCSD_TYPE\"")
+        try settings.set("exec-timeout", "2.5")
+        #expect(settings.execCommand == "notify-send \"$ANCSD_TYPE\"" && settings.execTimeout == .milliseconds(2500))
+        for bad in ["0", "-1", "x", "1e9", "nan"] { #expect(throws: SettingError.self) { try settings.set("exec-timeout", bad) } }
+        #expect(throws: SettingError.self) { try settings.set("exec", "") }
+    }
+}
