@@ -457,7 +457,7 @@ extension PhoneSimulator {
                 noteWrite(value, "accepted", response: nil, d, device)
                 // An action on a call or a dismissal takes the notification away, as on the phone.
                 guard case .performNotificationAction(let uid, let action)? = try? ControlPointRequest(decoding: value)
-                else { return [] }
+                else { return ([], false) }
                 log("\(d.settings.name): Perform Notification Action \(action == .positive ? "positive" : "negative") on UID \(uid)")
                 guard let n = d.model.notification(uid: uid),
                       action == .negative || n.category == .incomingCall,

@@ -1,4 +1,5 @@
 import ANCSDaemon
+import ANCSRuntime
 import Foundation
 import JSON
 import Synchronization
