@@ -799,9 +799,13 @@ def check_bounds(run, steady):
         mt, mr = sum(ts) / len(ts), sum(rs) / len(rs)
         slope = sum((t - mt) * (r - mr) for t, r in zip(ts, rs)) / sum((t - mt) ** 2 for t in ts)
         say(f"RSS trend after warm-up (least squares over {len(ts)} samples): {slope * 60:+.0f} kB/min")
-    say(f"RSS end - start: {growth:+d} kB (bound: under {RSS_GROWTH_KB} kB); bounds after warm-up: "
+    # The growth bound is the issue's, for a 600 s run; a shorter run reports its growth (its few
+    # minutes after warm-up tell little) and holds the fixed bounds.
+    enforced = run.seconds >= 600
+    say(f"RSS end - start: {growth:+d} kB (bound: under {RSS_GROWTH_KB} kB"
+        + ("" if enforced else ", checked on runs of 600 s and longer") + "); bounds after warm-up: "
         + ", ".join(f"{k} <= {v}" for k, v in BOUNDS.items()))
-    if growth >= RSS_GROWTH_KB:
+    if enforced and growth >= RSS_GROWTH_KB:
         problems.append(f"RSS grew {growth} kB after warm-up (bound {RSS_GROWTH_KB} kB)")
     return problems
 
