@@ -29,7 +29,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all build release release-static deb check-deb demo test system-test check-install bench fuzz deps install uninstall clean
+.PHONY: all build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
 # What building or testing in a Debian root of another architecture needs (scripts/trixie-root).
 CROSS_DEPS  := mmdebstrap qemu-user-static binfmt-support arch-test
@@ -102,6 +102,19 @@ test:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build --no-parallel
+
+## soak: a seeded chaos run of the release ancsd (the static binary make install ships) for
+## SOAK_SECONDS (default 600) against two or three simulated iPhones: notifications, bursts,
+## disconnects, bluetoothd restarts, Control Point errors and timeouts, FIFO readers and control
+## clients that misbehave, actions, reloads and kill -9, all checked as they happen by an oracle
+## built from the simulator's own log; RSS, descriptors and threads must stay bounded. Prints
+## its seed; SOAK_SEED=N replays that run (docs/soak.md).
+SOAK_SECONDS ?= 600
+soak:
+	@scripts/install-deps $(TEST_DEPS) python3
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-phone-sim
+	python3 Soak/soak.py $$($(SWIFT) build -c release --show-bin-path) --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 ## system-test: ancsd against the real kernel Bluetooth stack and bluetoothd, in a QEMU VM with
 ## two virtual LE controllers and an iPhone played by ancs-gatt-phone (docs/system-test.md).

@@ -72,7 +72,7 @@ let package = Package(
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
-        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus"], swiftSettings: strict),
+        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
         .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
         .executableTarget(
             name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),

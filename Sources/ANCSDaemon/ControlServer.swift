@@ -122,12 +122,14 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         }
     }
 
-    /// Sends a line to one client (a reply or an event); false if the client is gone.
+    /// Sends an event line to one client; false if the client is gone. While the client waits
+    /// for replies, the line waits behind them: a subscriber gets `{"ok":true,"subscribed":true}`
+    /// before the first event, however soon one comes.
     @discardableResult
     public func send(_ line: String, to id: ClientID) -> Bool {
         queue.async { [weak self] in
             guard let self, let client = self.clients[id] else { return }
-            if !client.enqueue(line) {
+            if !client.enqueueEvent(line) {
                 self.logger.warning("control client \(id) stopped reading; disconnected it")
                 self.drop(id)
             }
@@ -209,6 +211,9 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         private var issued = 0
         private var delivered = 0
         private var waiting: [Int: JSONObject] = [:]
+        /// Events that came while replies were pending, and their size.
+        private var heldEvents: [String] = []
+        private var heldBytes = 0
 
         init(id: ClientID, fd: Int32, queue: DispatchQueue, server: ControlServer) {
             self.id = id
@@ -226,7 +231,8 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             return issued
         }
 
-        /// Replies go out in request order, whichever finishes first.
+        /// Replies go out in request order, whichever finishes first; events that came while
+        /// replies were pending follow them.
         func deliver(_ reply: JSONObject, order: Int) {
             waiting[order] = reply
             while let next = waiting.removeValue(forKey: delivered) {
@@ -234,6 +240,25 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                 pendingReplies -= 1
                 enqueueReply(next)
             }
+            guard pendingReplies == 0, !heldEvents.isEmpty else { return }
+            let events = heldEvents
+            heldEvents = []
+            heldBytes = 0
+            for line in events where !enqueue(line) {
+                server?.logger.warning("control client \(id) stopped reading; disconnected it")
+                server?.drop(id)
+                return
+            }
+        }
+
+        /// Queues an event line, or holds it while replies are pending; false if the client's
+        /// buffer is full.
+        func enqueueEvent(_ line: String) -> Bool {
+            guard pendingReplies > 0 else { return enqueue(line) }
+            guard output.count + heldBytes + line.utf8.count + 1 <= ControlServer.maxPendingBytes else { return false }
+            heldEvents.append(line)
+            heldBytes += line.utf8.count + 1
+            return true
         }
 
         func enqueueReply(_ reply: JSONObject) {

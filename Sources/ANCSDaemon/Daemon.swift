@@ -33,6 +33,9 @@ public actor Daemon {
     /// The control socket, once `attach(control:)` gave it.
     private var control: ControlServer?
     private var ignoredDevices: Set<ObjectPath> = []
+    /// The next pause before subscribing again to a phone whose subscription failed, by device
+    /// (milliseconds); forgotten once a subscription succeeds or the phone disconnects.
+    private var subscribeRetryMilliseconds: [ObjectPath: Int] = [:]
     /// The advertisement and agent that let paired phones come back (nil with `--no-advertise`).
     private var presence: Presence?
     /// The adapters holding a paired iPhone's bond (BlueZ has seen ANCS on it, allowed by the
@@ -346,17 +349,52 @@ public actor Daemon {
             } catch {
                 guard link.state == .subscribing else { return }
                 link.state = .failed("\(error)")
-                logger.warning("\(link.device.address): cannot subscribe to ANCS: \(error)")
+                retrySubscription(of: link, error: error)
                 return
             }
         }
         guard link.state == .subscribing else { return }
         link.state = .running
+        subscribeRetryMilliseconds[path] = nil
         let how = link.delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
         logger.info("\(link.device.address): connected (\(link.device.name ?? "unnamed"), \(how))")
         output.emit(.connected(device: link.device.address, name: link.device.name))
         link.recorder?.connected(at: link.now)
         scheduleStatus()
+    }
+
+    /// Subscribing failed while the phone is still connected — bluetoothd still held the
+    /// notification socket of a link that had just dropped ("Notify acquired"), the link flapped
+    /// under the call: the link is started afresh after a pause (0.5 s, doubling up to 30 s while
+    /// it keeps failing), rather than leaving a connected phone unwatched until it reconnects.
+    private func retrySubscription(of link: PhoneLink, error: any Error) {
+        let path = link.device.path, linkID = link.id
+        let delay = subscribeRetryMilliseconds[path] ?? 500
+        subscribeRetryMilliseconds[path] = min(delay * 2, 30_000)
+        logger.warning("\(link.device.address): cannot subscribe to ANCS: \(error); trying again in \(Double(delay) / 1000) s")
+        executor.queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
+            self?.assumeIsolated { $0.restartFailedLink(path: path, linkID: linkID) }
+        }
+    }
+
+    /// Ends the StartNotify sessions a failed link holds, waiting for bluetoothd's answers (a
+    /// StopNotify that came after the next link's AcquireNotify would end that link's socket:
+    /// bluetoothd releases an acquired socket for whoever asks), then starts the link afresh.
+    private func restartFailedLink(path: ObjectPath, linkID: UInt64) {
+        guard let link = links[path], link.id == linkID, case .failed = link.state else { return }
+        let stale = link.delivery.compactMap { $0.value == .signals ? $0.key : nil }
+        link.delivery = [:]
+        let gatt = connection.map { GattClient(connection: $0) }
+        Task(executorPreference: executor) {
+            for characteristic in stale { try? await gatt?.stopNotify(characteristic) }
+            await self.replaceFailedLink(path: path, linkID: linkID)
+        }
+    }
+
+    private func replaceFailedLink(path: ObjectPath, linkID: UInt64) {
+        guard let link = links[path], link.id == linkID, case .failed = link.state else { return }
+        stopLink(at: path, reason: "subscribing failed")
+        reconcile()
     }
 
     private func enableNotifications(_ characteristic: ObjectPath, on link: PhoneLink, gatt: GattClient) async throws {
@@ -386,7 +424,12 @@ public actor Daemon {
             }
         }
         link.delivery[characteristic] = .signals  // before StartNotify: the first values may come at once
-        try await gatt.startNotify(characteristic)
+        do {
+            try await gatt.startNotify(characteristic)
+        } catch {
+            link.delivery[characteristic] = nil  // nothing to stop later
+            throw error
+        }
     }
 
     private func routeValue(_ value: [UInt8], from path: ObjectPath) {
@@ -557,6 +600,7 @@ public actor Daemon {
 
     private func stopLink(at path: ObjectPath, reason: String) {
         guard let link = links.removeValue(forKey: path) else { return }
+        if tree.device(at: path)?.connected != true { subscribeRetryMilliseconds[path] = nil }
         let wasRunning = link.state == .running
         link.tearDown()
         link.recorder?.finish(at: link.now, reason: wasRunning ? reason : nil)

@@ -124,7 +124,8 @@ extension GattPhone {
             try? await Task.sleep(for: .seconds(seconds))
         case .end:
             return
-        case .restartBlueZ, .slow, .midResponseDisconnect, .appear, .pair, .waitState, .releaseAdvertisements, .rogue:
+        case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
+             .releaseAdvertisements, .rogue:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

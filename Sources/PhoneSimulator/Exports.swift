@@ -1,5 +1,6 @@
 import ANCS
 import DBus
+import JSON
 
 /// The BlueZ object tree and its method handlers. Every handler is `immediate`: it runs on
 /// the connection's queue, inside its isolation, and its reply is sent before anything it
@@ -309,6 +310,10 @@ extension PhoneSimulator {
             guard characteristic.notifies else { throw BlueZError.notSupported }
             let sub = d.subscription(characteristic)
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if d.refusedSubscriptions > 0 {
+                d.refusedSubscriptions -= 1
+                throw BlueZError.notPermitted("Notify acquired")
+            }
             if sub.clients.contains(call.sender) { return [] }
             let wasActive = sub.isActive
             d.modifySubscription(characteristic) { _ = $0.clients.insert(call.sender) }
@@ -349,6 +354,10 @@ extension PhoneSimulator {
             guard settings.acquireNotify else { throw BlueZError.notSupported }
             let sub = d.subscription(characteristic)
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
+            if d.refusedSubscriptions > 0, characteristic.notifies {
+                d.refusedSubscriptions -= 1
+                throw BlueZError.notPermitted("Notify acquired")
+            }
             if !sub.clients.isEmpty { throw BlueZError.inProgress }
             guard characteristic.notifies else { throw BlueZError.notSupported }
             guard let (socket, clientEnd) = NotifySocket.makePair(
@@ -369,7 +378,45 @@ extension PhoneSimulator {
     func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
         guard characteristic == .notificationSource else { return }
         let outbox = outbox(device, .notificationSource)
-        for event in d.model.replay() { outbox.send(.value(event.encoded, session: d.session)) }
+        let replay = d.model.replay()
+        note(device, "subscribed", ["session": .int(Int(d.session)), "replay": .int(replay.count)])
+        for event in replay { outbox.send(.value(event.encoded, session: d.session)) }
+    }
+
+    /// Logs a Control Point write and how the phone answered it to the `--events` log, with the
+    /// attributes a response carried (keyed by attribute ID) as the Data Source sends them.
+    private func noteWrite(_ value: [UInt8], _ outcome: String, response: [UInt8]?, _ d: DeviceState, _ device: Int) {
+        guard events != nil else { return }
+        var fields: JSONObject = ["session": .int(Int(d.session)), "outcome": .string(outcome)]
+        if d.slowDelay > 0, response != nil { fields.append("delay", .double(d.slowDelay)) }
+        guard let request = try? ControlPointRequest(decoding: value) else {
+            fields.append("request", .string("malformed"))
+            return note(device, "cp", fields)
+        }
+        switch request {
+        case .getNotificationAttributes(let uid, _):
+            fields.append("request", .string("notification"))
+            fields.append("uid", .int(Int(uid)))
+        case .getAppAttributes(let identifier, _):
+            fields.append("request", .string("app"))
+            fields.append("app", .string(identifier))
+        case .performNotificationAction(let uid, let action):
+            fields.append("request", .string("action"))
+            fields.append("uid", .int(Int(uid)))
+            fields.append("action", .string(action == .positive ? "positive" : "negative"))
+        }
+        if let response {
+            var reassembler = DataSourceReassembler()
+            // A response missing an omitted tuple never completes: take what it carried.
+            if (try? reassembler.expect(request)) != nil,
+               let decoded = reassembler.feed(response).response ?? reassembler.finishEarly() {
+                var attributes = JSONObject()
+                for a in decoded.attributes { attributes.append(String(a.rawID), .string(String(decoding: a.value, as: UTF8.self))) }
+                fields.append("attributes", .object(attributes))
+                if !decoded.isComplete { fields.append("incomplete", .bool(true)) }
+            }
+        }
+        note(device, "cp", fields)
     }
 
     private func writeValue(
@@ -377,7 +424,7 @@ extension PhoneSimulator {
     ) throws -> [DBusValue] {
         let value = call.arguments.first?.bytes ?? []
         let options = call.arguments.count > 1 ? call.arguments[1].stringKeyedDictionary ?? [:] : [:]
-        let changes = try state.withLock { s throws -> [PropertyChange] in
+        let (changes, dropLink) = try state.withLock { s throws -> ([PropertyChange], Bool) in
             var d = s.devices[device]
             defer { s.devices[device] = d }
             guard d.connected else { throw BlueZError.notConnected }
@@ -386,27 +433,47 @@ extension PhoneSimulator {
                 throw BlueZError.notSupported
             }
             guard characteristic == .controlPoint else { throw BlueZError.forATT(.writeNotPermitted) }
+            if d.disconnectOnWrite {
+                d.disconnectOnWrite = false
+                noteWrite(value, "disconnect", response: nil, d, device)
+                return ([], true)
+            }
             switch d.model.handleControlPoint(value) {
             case .rejected(let code):
+                noteWrite(value, BlueZError.hex(code.rawValue), response: nil, d, device)
                 log("\(d.settings.name): CP write \(hexString(value)) refused with ATT \(BlueZError.hex(code.rawValue))")
                 throw BlueZError.forATT(code)
             case .accepted(let response?):
+                if d.silentRequests > 0 {
+                    d.silentRequests -= 1
+                    noteWrite(value, "silent", response: nil, d, device)
+                    log("\(d.settings.name): CP write \(hexString(value)) acknowledged, never answered")
+                    return ([], false)
+                }
+                noteWrite(value, "accepted", response: response, d, device)
                 queueResponse(response, &d, device)
-                return []
+                return ([], false)
             case .accepted(nil):
+                noteWrite(value, "accepted", response: nil, d, device)
                 // An action on a call or a dismissal takes the notification away, as on the phone.
                 guard case .performNotificationAction(let uid, let action)? = try? ControlPointRequest(decoding: value)
-                else { return [] }
+                else { return ([], false) }
                 log("\(d.settings.name): Perform Notification Action \(action == .positive ? "positive" : "negative") on UID \(uid)")
                 guard let n = d.model.notification(uid: uid),
                       action == .negative || n.category == .incomingCall,
                       let event = d.model.remove(key: n.key)
-                else { return [] }
+                else { return ([], false) }
                 Self.queueEvent(event, d, outbox(device, .notificationSource))
-                return []
+                return ([], false)
             }
         }
         apply(changes, c)
+        if dropLink {
+            // The link is lost with the write in flight: bluetoothd fails the call.
+            log("\(settings.devices[device].name): link lost during a Control Point write")
+            disconnect(device, c)
+            throw BlueZError.failed("Operation failed")
+        }
         return []
     }
 

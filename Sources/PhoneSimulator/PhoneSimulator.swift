@@ -1,6 +1,7 @@
 import ANCS
 public import DBus
 import Dispatch
+import JSON
 import Synchronization
 
 /// Why the simulator could not start or had to stop.
@@ -32,6 +33,8 @@ public final class PhoneSimulator: Sendable {
     let busAddress: BusAddress
     let log: @Sendable (String) -> Void
     let timeline: Timeline?
+    /// The `--events` log: what the phones did, for an oracle (docs/simulator.md).
+    let events: Timeline?
     let state: Mutex<SimState>
     let socketQueue = DispatchQueue(label: "ancs-phone-sim.sockets")
     /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
@@ -39,12 +42,13 @@ public final class PhoneSimulator: Sendable {
     let consumers = Mutex<[Task<Void, Never>]>([])
 
     public init(
-        settings: ScenarioSettings, bus: BusAddress, timeline: Timeline? = nil,
+        settings: ScenarioSettings, bus: BusAddress, timeline: Timeline? = nil, events: Timeline? = nil,
         log: @escaping @Sendable (String) -> Void = standardErrorLog
     ) {
         self.settings = settings
         self.busAddress = bus
         self.timeline = timeline
+        self.events = events
         self.log = log
         state = Mutex(SimState(devices: settings.devices.map { device in
             var d = DeviceState(settings: device, apps: settings.apps)
@@ -127,18 +131,34 @@ public final class PhoneSimulator: Sendable {
                     for i in s.devices.indices { s.devices[i].dropSubscriptions() }
                 }
             }
+            note(nil, "bluez", ["up": .bool(false)])
             _ = try? await old.releaseName(BlueZ.busName)
             await old.close()
             forgetRegistrations()
             log("bluetoothd stopped")
         }
         try await Task.sleep(for: .seconds(downtime))
-        state.withLock { s in
+        let sessions = state.withLock { s in
             for i in s.devices.indices where s.devices[i].connected {
                 s.devices[i].newSession(renumber: settings.renumberOnConnect)
             }
+            return s.devices.map { $0.connected ? $0.session : nil }
+        }
+        // Noted before the name is back, so a client can never react to it before the log has it.
+        note(nil, "bluez", ["up": .bool(true)])
+        for (device, session) in sessions.enumerated() {
+            if let session { note(device, "link", ["up": .bool(true), "session": .int(Int(session))]) }
         }
         try await comeUp()
+    }
+
+    /// Appends one record to the `--events` log: `{"t_ns", "kind", "dev"?, fields…}`.
+    func note(_ device: Int?, _ kind: String, _ fields: JSONObject, at t: UInt64 = monotonicNanoseconds()) {
+        guard let events else { return }
+        var record: JSONObject = ["t_ns": .int(Int(t)), "kind": .string(kind)]
+        if let device { record.append("dev", .int(device)) }
+        for (key, value) in fields { record.append(key, value) }
+        events.record(record)
     }
 
     // MARK: Outboxes
@@ -196,6 +216,7 @@ public final class PhoneSimulator: Sendable {
         _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
     ) -> Delivery {
         enum Target { case none, socket(NotifySocket), signal(ObjectPath, copies: Int) }
+        let sentAt = monotonicNanoseconds()
         let target = state.withLock { s -> Target in
             let d = s.devices[device]
             guard s.connection === c, d.connected, d.session == session else { return .none }
@@ -222,8 +243,12 @@ public final class PhoneSimulator: Sendable {
                 return .dropped
             }
         }
-        if characteristic == .notificationSource, let timeline, let event = try? NotificationSourceEvent(decoding: bytes) {
-            timeline.record(uid: event.notificationUID, event: event.eventID.description, at: monotonicNanoseconds())
+        if characteristic == .notificationSource, let event = try? NotificationSourceEvent(decoding: bytes) {
+            timeline?.record(uid: event.notificationUID, event: event.eventID.description, at: monotonicNanoseconds())
+            note(device, "ns", [
+                "event": .string(event.eventID.description), "uid": .int(Int(event.notificationUID)),
+                "session": .int(Int(session)), "pre_existing": .bool(event.flags.contains(.preExisting)),
+            ], at: sentAt)
         }
         return .sent
     }
@@ -252,6 +277,7 @@ public final class PhoneSimulator: Sendable {
             let path = s.devices[device].paths.device
             changes.append(PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(false)))
             changes.append(PropertyChange(path, BlueZ.device1, "Connected", .bool(false)))
+            note(device, "link", ["up": .bool(false), "session": .int(Int(s.devices[device].session))])
             return changes
         }
         if !changes.isEmpty { log("\(settings.devices[device].name): disconnected") }
@@ -271,6 +297,7 @@ public final class PhoneSimulator: Sendable {
             let others = s.devices[device].addOtherPrograms(settings.otherNotifyClients)
             if !others.isEmpty { activated(&s.devices[device], .notificationSource, device) }
             changes += others
+            note(device, "link", ["up": .bool(true), "session": .int(Int(s.devices[device].session))])
             return changes
         }
         if !changes.isEmpty { log("\(settings.devices[device].name): connected (new ANCS session)") }

@@ -107,6 +107,23 @@ extension PhoneSimulator {
             }
         case .midResponseDisconnect:
             state.withLock { $0.devices[device].midResponseDisconnect = true }
+        case .cpTimeout(let count):
+            state.withLock { $0.devices[device].silentRequests = count }
+        case .disconnectOnWrite:
+            state.withLock { $0.devices[device].disconnectOnWrite = true }
+        case .refuseSubscribe(let count):
+            state.withLock { $0.devices[device].refusedSubscriptions = count }
+        case .heal:
+            state.withLock { s in
+                s.devices[device].model.injectedError = nil
+                s.devices[device].model.sharingDenied = false
+                s.devices[device].model.omitted = []
+                s.devices[device].silentRequests = 0
+                s.devices[device].disconnectOnWrite = false
+                s.devices[device].midResponseDisconnect = false
+                s.devices[device].slowDelay = 0
+                s.devices[device].refusedSubscriptions = 0
+            }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)
         case .appear:

@@ -137,6 +137,16 @@ public enum ScenarioAction: Hashable, Sendable {
     case omit(NotificationAttributeID?)
     /// Send half of the next Data Source response, then disconnect.
     case midResponseDisconnect
+    /// Acknowledge the next `count` attribute requests but never answer them on the Data Source.
+    case cpTimeout(count: Int)
+    /// The next Control Point write drops the link before it is answered.
+    case disconnectOnWrite
+    /// The next `count` StartNotify/AcquireNotify calls fail with NotPermitted "Notify acquired",
+    /// as when bluetoothd still holds the socket of a link that just went away.
+    case refuseSubscribe(count: Int)
+    /// Every misbehaviour switched on for the phone is off again: injected errors, requests
+    /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing.
+    case heal
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)
     /// bluetoothd learns of the phone (InterfacesAdded of its Device1, not paired).
@@ -480,6 +490,10 @@ private struct ObjectReader {
                 step.action = .omit(nil)
             }
         case "mid_response_disconnect": step.action = .midResponseDisconnect
+        case "cp_timeout": step.action = .cpTimeout(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
+        case "disconnect_on_write": step.action = .disconnectOnWrite
+        case "heal": step.action = .heal
+        case "refuse_subscribe": step.action = .refuseSubscribe(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
         case "appear": step.action = .appear
         case "pair":

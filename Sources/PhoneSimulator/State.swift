@@ -112,6 +112,12 @@ struct DeviceState {
     var slowDelay: Double = 0
     /// Send half of the next response, then drop the link.
     var midResponseDisconnect = false
+    /// How many more attribute requests are acknowledged but never answered on the Data Source.
+    var silentRequests = 0
+    /// The next Control Point write drops the link before it is answered.
+    var disconnectOnWrite = false
+    /// How many more StartNotify/AcquireNotify calls fail with "Notify acquired".
+    var refusedSubscriptions = 0
 
     init(settings: DeviceSettings, apps: [String: String]) {
         self.settings = settings

@@ -1,5 +1,6 @@
 import DBus
 import Glibc
+public import JSON
 import Synchronization
 
 extension DBusConnection {
@@ -30,10 +31,17 @@ public final class Timeline: Sendable {
     }
 
     func record(uid: UInt32, event: String, at t: UInt64) {
-        let line = "{\"uid\":\(uid),\"event\":\"\(event)\",\"t_ns\":\(t)}\n"
+        writeLine(Array("{\"uid\":\(uid),\"event\":\"\(event)\",\"t_ns\":\(t)}\n".utf8))
+    }
+
+    /// Appends `object` as one JSON line (the `--events` log).
+    public func record(_ object: JSONObject) {
+        writeLine(JSONValue.object(object).serializedBytes(newline: true))
+    }
+
+    private func writeLine(_ bytes: [UInt8]) {
         fd.withLock { fd in
             guard fd >= 0 else { return }
-            let bytes = Array(line.utf8)
             var offset = 0
             while offset < bytes.count {
                 let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }

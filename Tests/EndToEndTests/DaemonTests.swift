@@ -106,6 +106,28 @@ private let grace = "AA:BB:CC:DD:EE:02"
         #expect(!stderr.contains("Data Source error"), "\(stderr)")
     }
 
+    /// Found by make soak (seed 202, 120 s): after a bluetoothd restart the phone's link flapped,
+    /// AcquireNotify met the socket bluetoothd still held for the link just gone ("Notify
+    /// acquired"), and ancsd gave up on the phone while it stayed connected: nothing more was
+    /// shown until it reconnected. Now it subscribes again after a pause.
+    @Test func aRefusedSubscriptionIsTriedAgain() throws {
+        let run = try DaemonRun(text: """
+            {"scenario":"resubscribe","devices":[{"address":"\(ada)","name":"Ada's iPhone","connected":false}]}
+            {"do":"add","uid":1,"category":"social","title":"Held"}
+            {"do":"refuse_subscribe","count":4}
+            {"after":0.5,"do":"connect"}
+            {"do":"wait_subscribed","timeout":20}
+            {"after":0.3,"do":"add","uid":2,"category":"social","title":"Live"}
+            {"after":0.5,"do":"end"}
+            """, ancsdArguments: ["--replays", "all"])
+        let events = try run.finish()
+        #expect(events.of("connected").count == 1)
+        #expect(events.titles("added") == ["Held", "Live"])
+        let stderr = run.ancsd.standardError
+        #expect(stderr.contains("cannot subscribe to ANCS: org.bluez.Error.NotPermitted: Notify acquired; trying again in 0.5 s"), "\(stderr)")
+        #expect(stderr.contains("trying again in 1.0 s"), "\(stderr)")
+    }
+
     @Test func controlPointErrors() throws {
         let run = try DaemonRun(scenario: "cp-errors")
         let events = try run.finish()

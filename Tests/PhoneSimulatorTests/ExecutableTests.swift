@@ -17,14 +17,20 @@ struct ExecutableTests {
     }
 
     /// Runs the binary, killing it after `timeout` seconds. Polls without blocking a thread.
-    static func run(_ arguments: [String], timeout: Double = 15) async throws -> Result {
+    static func run(_ arguments: [String], input: String? = nil, timeout: Double = 15) async throws -> Result {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         let err = Pipe()
         process.standardError = err
         process.standardOutput = err
+        let stdin = Pipe()
+        if input != nil { process.standardInput = stdin }
         try process.run()
+        if let input {
+            stdin.fileHandleForWriting.write(Data(input.utf8))
+            try stdin.fileHandleForWriting.close()
+        }
         let fd = err.fileHandleForReading.fileDescriptor
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         var data = [UInt8]()
@@ -78,6 +84,26 @@ struct ExecutableTests {
         defer { try? FileManager.default.removeItem(atPath: path) }
         let result = try await Self.run(["--scenario", path, "--bus", "unix:path=/nonexistent/bus"])
         #expect(result.status == 1, "\(result.stderr)")
+    }
+
+    @Test("--follow runs steps from standard input and answers each; --events logs what the phone did")
+    func follow() async throws {
+        let bus = try TestBus()
+        defer { bus.stop() }
+        let events = NSTemporaryDirectory() + "events-\(UUID().uuidString).jsonl"
+        defer { try? FileManager.default.removeItem(atPath: events) }
+        let path = try Self.temporaryFile("{\"scenario\":\"follow\",\"devices\":[{\"address\":\"AA:BB:CC:DD:EE:01\",\"name\":\"Ada\"}]}\n")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let result = try await Self.run(
+            ["--scenario", path, "--bus", bus.address, "--events", events, "--follow"],
+            input: "{\"do\":\"add\",\"uid\":1,\"title\":\"Hi\"}\n\n{\"do\":\"jump\"}\n{\"do\":\"disconnect\"}\n{\"do\":\"end\"}\n")
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("{\"line\":1,\"ok\":true}\n"))
+        #expect(result.stderr.contains("{\"line\":3,\"ok\":false,\"error\":\"line 3: unknown step \\\"jump\\\"\"}\n"))
+        #expect(result.stderr.contains("{\"line\":4,\"ok\":true}\n"))
+        #expect(result.stderr.contains("{\"line\":5,\"ok\":true}\n"))
+        let log = try String(contentsOfFile: events, encoding: .utf8)
+        #expect(log.contains("\"kind\":\"link\",\"dev\":0,\"up\":false,\"session\":1}"), "\(log)")
     }
 
     @Test("a scenario that ends exits 0 and writes its timeline; a wait that times out exits 3")

@@ -1,5 +1,6 @@
 import ANCS
 import DBus
+import JSON
 import Foundation
 import PhoneSimulator
 import Testing
@@ -355,6 +356,72 @@ struct IntegrationTests {
             let whole = try #require(DataSourceEncoder.response(to: Self.request, notificationAttributes: Self.smsWire))
             #expect(halfBytes == whole.count / 2)
         }
+    }
+
+    @Test("a request never answered, a write that loses the link, and the events log of both")
+    func silentRequestsAndWriteDisconnects() async throws {
+        let bus = try TestBus()
+        defer { bus.stop() }
+        let path = NSTemporaryDirectory() + "events-\(UUID().uuidString).jsonl"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let events = try #require(Timeline(path: path))
+        let simulator = PhoneSimulator(settings: Self.settings, bus: .address(bus.address), events: events, log: { _ in })
+        try await withTimeout(20, "the test") {
+            try await simulator.start()
+            let client = try await DBusConnection.connect(to: .address(bus.address))
+            try await simulator.execute(.add(Self.sms))
+            let collector = Collector()
+            _ = try await client.subscribe(to: .propertiesChanged(sender: "org.bluez", pathNamespace: Self.device), handler: collector.handler)
+            _ = try await Self.call(client, Self.ns, "StartNotify")
+            _ = try await Self.call(client, Self.ds, "StartNotify")
+            _ = try await collector.waitForValues(1, at: Self.ns)
+
+            // Acknowledged, never answered: nothing comes on the Data Source; the next one is answered.
+            try await simulator.execute(.cpTimeout(count: 1))
+            try await Self.write(client, try Self.request.encoded())
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(collector.values(at: Self.ds).isEmpty)
+            let whole = try #require(DataSourceEncoder.response(to: Self.request, notificationAttributes: Self.smsWire))
+            try await Self.write(client, try Self.request.encoded())
+            try await eventually("the second request's answer") {
+                collector.values(at: Self.ds).reduce(0) { $0 + $1.count } == whole.count
+            }
+
+            // heal switches the misbehaviour off.
+            try await simulator.execute(.cpTimeout(count: 5))
+            try await simulator.execute(.heal)
+            collector.clear()
+            try await Self.write(client, try Self.request.encoded())
+            try await eventually("an answer once healed") {
+                collector.values(at: Self.ds).reduce(0) { $0 + $1.count } == whole.count
+            }
+
+            // The link drops with the write in flight: the call fails, the phone is disconnected.
+            try await simulator.execute(.disconnectOnWrite)
+            await expectError("org.bluez.Error.Failed", "Operation failed") {
+                try await Self.write(client, try Self.request.encoded())
+            }
+            #expect(try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "Connected") == .bool(false))
+            await client.close()
+            await simulator.stop()
+        }
+        events.close()
+        let records = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map { line in
+            try #require(try JSONValue(parsing: String(line)).objectValue)
+        }
+        let kinds = records.compactMap { $0["kind"]?.stringValue }
+        #expect(kinds == ["subscribed", "ns", "cp", "cp", "cp", "cp", "link"])
+        #expect(records[1]["event"] == .string("added") && records[1]["uid"] == .int(1) && records[1]["session"] == .int(0))
+        #expect(records[2]["outcome"] == .string("silent") && records[2]["request"] == .string("notification"))
+        #expect(records[3]["outcome"] == .string("accepted") && records[3]["uid"] == .int(1))
+        // The attributes as the answer carried them: the message cut to the 20 bytes asked for.
+        let attributes = try #require(records[3]["attributes"]?.objectValue)
+        #expect(attributes["1"] == .string("Grace Hopper"))
+        #expect(attributes["3"]?.stringValue?.utf8.count ?? 99 <= 20)
+        #expect(records[4]["outcome"] == .string("accepted"))
+        #expect(records[5]["outcome"] == .string("disconnect"))
+        #expect(records[6]["up"] == .bool(false) && records[6]["session"] == .int(1))
+        #expect(records.allSatisfy { ($0["t_ns"]?.intValue ?? 0) > 0 })
     }
 
     @Test("a bluetoothd restart: the name goes, comes back with a new owner and the same tree")

@@ -105,6 +105,18 @@ struct ScenarioParsingTests {
         #expect(scenario.steps[8].action == .sleep(seconds: 1))
     }
 
+    @Test("the soak's faults: cp_timeout and disconnect_on_write")
+    func soakFaults() throws {
+        let settings = try Scenario(parsing: "{\"scenario\":\"s\"}\n").settings
+        #expect(try ScenarioStep(parsingLine: #"{"do":"cp_timeout"}"#, number: 2, settings: settings).action == .cpTimeout(count: 1))
+        #expect(try ScenarioStep(parsingLine: #"{"do":"cp_timeout","count":3}"#, number: 2, settings: settings).action == .cpTimeout(count: 3))
+        #expect(try ScenarioStep(parsingLine: #"{"do":"disconnect_on_write"}"#, number: 2, settings: settings).action == .disconnectOnWrite)
+        #expect(try ScenarioStep(parsingLine: #"{"do":"heal","device":1}"#, number: 2, settings: try Scenario(parsing: """
+            {"scenario":"s","devices":[{"address":"AA:BB:CC:DD:EE:01"},{"address":"AA:BB:CC:DD:EE:02"}]}
+            """).settings) == ScenarioStep(line: 2, device: 1, action: .heal))
+        #expect(throws: ScenarioError.self) { try ScenarioStep(parsingLine: #"{"do":"cp_timeout","count":0}"#, number: 2, settings: settings) }
+    }
+
     @Test("a minimal scenario gets one default phone")
     func defaults() throws {
         let scenario = try Scenario(parsing: "{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":3}\n")

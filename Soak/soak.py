@@ -1,0 +1,855 @@
+#!/usr/bin/env python3
+"""make soak: a seeded chaos run of the release ancsd against two or three simulated iPhones.
+
+Usage: soak.py BIN_DIR [--seconds N] [--seed S] [--keep]
+(make soak passes SOAK_SECONDS and SOAK_SEED). See docs/soak.md.
+
+The seed alone decides the plan: which phones there are, and every step, fault and client action
+with its time. The same seed replays the same plan (its hash is printed); a few choices that
+depend on the moment (which shown notification an `ancsd action` call targets) take their index
+from the plan too. The oracle (oracle.py) checks ancsd's output against the simulator's events
+log all along; a violation stops the run and prints the seed, the step and the last events of
+both sides. Resources are sampled every SAMPLE_SECONDS.
+"""
+import argparse
+import collections
+import hashlib
+import json
+import os
+import queue
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle import NS, STALL_SECONDS, Oracle, Violation  # noqa: E402
+
+SAMPLE_SECONDS = 2.0
+HELD_CAP = 600                # the most notifications the plan lets a phone hold
+WARM_UP_BURST = 4500          # past ancsd's 4096 remembered fingerprints a phone
+LAG = 0.3                     # seconds the oracle stays behind, so both sides' items are in
+APPS = {"com.apple.MobileSMS": "Messages", "com.apple.mobilemail": "Mail", "net.whatsapp.WhatsApp": "WhatsApp",
+        "com.apple.mobilecal": "Calendar", "com.apple.mobilephone": "Phone"}
+CATEGORIES = ["other", "incoming_call", "missed_call", "voicemail", "social", "schedule", "email", "news",
+              "health_and_fitness", "business_and_finance", "location", "entertainment"]
+WORDS = ["tea", "at", "five", "Grüße", "naïve", "日本語", "emoji 🎉", "quote \"x\"", "tab\there", "line\nbreak",
+         "back\\slash", "ok", "meeting", "moved", "to", "Thursday", "café", "🚲", "see", "you"]
+OMITTABLE = ["subtitle", "date", "positive_action_label", "negative_action_label", "message_size"]
+BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><type>session</type><listen>unix:path={dir}/bus</listen><auth>EXTERNAL</auth>
+<policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+</busconfig>"""
+
+
+def now_ns():
+    return time.monotonic_ns()
+
+
+def say(message):
+    print(f"soak: {message}", flush=True)
+
+
+# The plan
+
+def make_plan(seed, seconds):
+    """Every step of the run, from the seed alone: (t, kind, params) sorted by t."""
+    rng = random.Random(seed)
+    phones = rng.choice([2, 3])
+    devices = [{"address": f"AA:BB:CC:DD:EE:{i + 1:02X}", "name": f"Phone {i + 1}",
+                "mtu": 23 if i == 1 else rng.choice([185, 247, 517])} for i in range(phones)]
+    settings = {"scenario": f"soak-{seed}", "acquire_notify": rng.random() < 0.75, "devices": devices, "apps": APPS}
+    plan = []
+    keys = [[] for _ in devices]        # the generator's own idea of what each phone holds
+    next_key = [1 for _ in devices]
+    t = 2.0
+    kills = [seconds * f for f in ([0.2] if seconds < 300 else [0.12, 0.3])]
+    for k in kills:
+        plan.append((k, "kill", {}))
+    settle_every = rng.uniform(12, 18)
+    next_settle = settle_every
+    warm_up_at = kills[-1] + 2
+    warmed = False
+
+    def drain(t, dev):
+        while keys[dev]:
+            plan.append((t, "sim", {"do": "remove", "device": dev, "uid": keys[dev].pop()}))
+
+    def text(n):
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+
+    def notification(dev, key):
+        flags = [f for f in ("positive_action", "negative_action", "silent", "important") if rng.random() < 0.4]
+        spec = {"do": "add", "device": dev, "uid": key, "category": rng.choice(CATEGORIES),
+                "app": rng.choice(list(APPS) + ["com.example.unknown"]), "title": f"{text(2)} #{key}",
+                "subtitle": text(rng.randint(0, 3)), "message": text(rng.randint(1, 12)),
+                "date": rng.choice(["20261130T101500", "20261201T083000", ""]), "flags": flags}
+        if rng.random() < 0.05:
+            spec["message"] = "long " * rng.randint(500, 900)   # past ancsd's 2048-byte ask: truncated
+        if "positive_action" in flags:
+            spec["positive_action"] = rng.choice(["Reply", "Answer", "OK"])
+        if "negative_action" in flags:
+            spec["negative_action"] = rng.choice(["Clear", "Decline"])
+        return spec
+
+    while t < seconds - 3:
+        if not warmed and t >= warm_up_at:
+            # Warm-up of the last ancsd process: every phone bursts past the size of ancsd's
+            # bounded caches (4096 fingerprints a phone), then holds nothing; the resources
+            # measured from here on are compared with what ancsd needed at its peak.
+            warmed = True
+            for dev in range(phones):
+                plan.append((t, "sim", {"do": "burst", "device": dev, "count": WARM_UP_BURST, "start_uid": next_key[dev],
+                                        "rate": 0, "category": "social", "app": "com.apple.MobileSMS"}))
+                keys[dev].extend(range(next_key[dev], next_key[dev] + WARM_UP_BURST))
+                next_key[dev] += WARM_UP_BURST
+            plan.append((t, "settle", {}))      # every one shown before the drain
+            for dev in range(phones):
+                drain(t, dev)
+            plan.append((t, "settle", {}))
+            plan.append((t + 0.5, "mark", {"name": "start"}))
+            t += 1.5
+            next_settle = t + settle_every
+            continue
+        if t >= next_settle:
+            plan.append((t, "settle", {}))
+            t += 1.0      # the run waits at a settle; steps after it are timed from its end
+            next_settle = t + settle_every
+            continue
+        t += rng.expovariate(1 / 0.12)
+        dev = rng.randrange(phones)
+        r = rng.random()
+        held = len(keys[dev])
+        if r < 0.25 or held == 0:
+            key = next_key[dev]
+            next_key[dev] += 1
+            keys[dev].append(key)
+            plan.append((t, "sim", notification(dev, key)))
+        elif r < 0.38:
+            key = rng.choice(keys[dev])
+            change = {"do": "modify", "device": dev, "uid": key, "message": text(rng.randint(1, 8))}
+            if rng.random() < 0.3:
+                change["title"] = f"{text(2)} #{key}"
+            plan.append((t, "sim", change))
+        elif r < 0.52 or held > HELD_CAP:
+            for _ in range(1 if held < 300 or rng.random() < 0.5 else rng.randint(100, 250)):
+                if not keys[dev]:
+                    break
+                key = keys[dev].pop(rng.randrange(len(keys[dev])))
+                plan.append((t, "sim", {"do": "remove", "device": dev, "uid": key}))
+        elif r < 0.545 and held + 100 <= HELD_CAP:
+            count = rng.randint(100, min(400, HELD_CAP - held))
+            start = next_key[dev]
+            next_key[dev] += count
+            keys[dev].extend(range(start, start + count))
+            plan.append((t, "sim", {"do": "burst", "device": dev, "count": count, "start_uid": start,
+                                    "rate": rng.choice([0, 0, 500, 2000]),
+                                    "category": rng.choice(CATEGORIES), "app": rng.choice(list(APPS))}))
+        elif r < 0.585:
+            plan.append((t, "fault:disconnect", {"do": "disconnect", "device": dev}))
+            plan.append((t + rng.uniform(0.2, 3), "sim", {"do": "connect", "device": dev}))
+        elif r < 0.60:
+            plan.append((t, "fault:mid-response-disconnect", {"do": "mid_response_disconnect", "device": dev}))
+            plan.append((t + rng.uniform(1, 4), "sim", {"do": "connect", "device": dev}))
+        elif r < 0.615:
+            plan.append((t, "fault:disconnect-during-write", {"do": "disconnect_on_write", "device": dev}))
+            plan.append((t + rng.uniform(1, 4), "sim", {"do": "connect", "device": dev}))
+        elif r < 0.622:
+            plan.append((t, "fault:bluetoothd-restart", {"do": "restart_bluez", "downtime": round(rng.uniform(0.3, 2), 2)}))
+        elif r < 0.645:
+            code = rng.choice([0xA1, 0xA2, 0xA3, 0x0E])
+            plan.append((t, "fault:cp-error", {"do": "cp_error", "device": dev, "code": code, "count": rng.randint(1, 3)}))
+        elif r < 0.655:
+            plan.append((t, "fault:cp-timeout", {"do": "cp_timeout", "device": dev, "count": 1}))
+        elif r < 0.67:
+            plan.append((t, "fault:omitted-tuple", {"do": "omit", "device": dev, "attribute": rng.choice(OMITTABLE)}))
+            plan.append((t + rng.uniform(1, 6), "sim", {"do": "omit", "device": dev}))
+        elif r < 0.68:
+            plan.append((t, "fault:sharing-off", {"do": "deny_sharing", "device": dev}))
+            plan.append((t + rng.uniform(0.5, 4), "sim", {"do": "allow_sharing", "device": dev}))
+        elif r < 0.69:
+            plan.append((t, "fault:slow-responses", {"do": "slow", "device": dev, "delay": round(rng.uniform(0.1, 0.5), 2)}))
+            plan.append((t + rng.uniform(1, 4), "sim", {"do": "slow", "device": dev, "delay": 0}))
+        elif r < 0.72:
+            plan.append((t, "fifo", {"read": rng.uniform(0.5, 4), "stall": rng.uniform(1, 6), "again": rng.uniform(0, 2)}))
+        elif r < 0.76:
+            plan.append((t, "control", {"what": rng.choice(["subscribe-stall", "subscribe-read", "garbage", "vanish", "long-line"]),
+                                        "seconds": rng.uniform(1, 6), "bytes": rng.randbytes(rng.randint(1, 300))}))
+        elif r < 0.80:
+            plan.append((t, "action", {"device": dev, "live": rng.random() < 0.75, "pick": rng.random(),
+                                       "action": rng.choice(["positive", "negative"])}))
+        elif r < 0.81:
+            plan.append((t, "sighup", {}))
+    for dev in range(phones):
+        drain(seconds - 1, dev)
+    plan.append((seconds, "settle", {}))
+    plan.append((seconds, "mark", {"name": "end"}))
+    plan.sort(key=lambda item: item[0])
+    digest = hashlib.sha256(json.dumps([settings, [(round(t, 6), k, {a: (b.hex() if isinstance(b, bytes) else b)
+                                                                    for a, b in p.items()}) for t, k, p in plan]],
+                                       sort_keys=True).encode()).hexdigest()[:16]
+    return settings, plan, digest
+
+
+# Processes
+
+class Run:
+    def __init__(self, bin_dir, seconds, seed, workdir):
+        self.bin = bin_dir
+        self.seconds = seconds
+        self.seed = seed
+        self.dir = workdir
+        self.settings, self.plan, self.digest = make_plan(seed, seconds)
+        self.devices = [d["address"] for d in self.settings["devices"]]
+        self.waits = collections.deque(maxlen=4000)   # (t_ns, run-queue wait ns of the pipeline)
+        self.waits_lock = threading.Lock()
+        self.oracle = Oracle(self.devices, starvation=self.starvation)
+        self.inbox = queue.Queue()          # (t, source, item) from the reader threads
+        self.faults = collections.Counter()
+        self.stdout_lines = set()           # every line ancsd printed (for FIFO/subscriber checks)
+        self.lines_lock = threading.Lock()
+        self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed)
+        self.instance = 0
+        self.instance_started = 0.0
+        self.problems = []                  # violations found by helper threads
+        self.step = 0
+        self.ancsd = None
+        self.started = time.monotonic()
+        self.action_id = 0
+        self.threads = []
+        self.config_toggle = False
+        self.marks = {}
+        self.fifo_lock = threading.Lock()
+        self.unchecked = []       # (source, lines) from FIFO readers and subscribers
+        self.stdout_file = None
+        self.action_refusals = collections.Counter()
+        self.work = collections.Counter()
+        self.file_lines = 0
+        self.fifo_lines = 0
+        self.subscriber_lines = 0
+        self.settles = 0
+        self.action_results = collections.Counter()
+        self.sent_steps = 0
+        self.answers_seen = 0
+
+    # plumbing
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def start_bus(self):
+        with open(self.path("bus.conf"), "w") as f:
+            f.write(BUS_CONF.format(dir=self.dir))
+        self.bus = subprocess.Popen(["dbus-daemon", "--config-file", self.path("bus.conf"), "--nofork"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if os.path.exists(self.path("bus")):
+                break
+            time.sleep(0.02)
+        self.address = f"unix:path={self.path('bus')}"
+
+    def start_sim(self):
+        with open(self.path("scenario.jsonl"), "w") as f:
+            f.write(json.dumps(self.settings) + "\n")
+        open(self.path("events.jsonl"), "w").close()
+        self.sim = subprocess.Popen(
+            [os.path.join(self.bin, "ancs-phone-sim"), "--scenario", self.path("scenario.jsonl"), "--bus", self.address,
+             "--events", self.path("events.jsonl"), "--follow"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.path("sim.log"), "w"), text=True, bufsize=1)
+        self.spawn(self.read_sim_answers)
+        self.spawn(self.tail_events)
+
+    def spawn(self, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+        return thread
+
+    def read_sim_answers(self):
+        """The simulator answers every step once done; a settle waits for its own."""
+        for line in self.sim.stdout:
+            answer = json.loads(line)
+            if not answer.get("ok"):
+                self.problems.append(f"the simulator refused a step: {answer}")
+            self.answers_seen += 1
+
+    def tail_events(self):
+        with open(self.path("events.jsonl")) as f:
+            partial = ""
+            while True:
+                chunk = f.read()
+                if not chunk:
+                    if self.sim.poll() is not None:
+                        return
+                    time.sleep(0.02)
+                    continue
+                partial += chunk
+                *lines, partial = partial.split("\n")
+                for line in lines:
+                    event = json.loads(line)
+                    self.inbox.put((event["t_ns"], "sim", event))
+
+    def sim_step(self, step):
+        self.sim.stdin.write(json.dumps(step) + "\n")
+        self.sim.stdin.flush()
+
+    def ancsd_command(self):
+        return [os.path.join(self.bin, "ancsd"), "--bus", self.address, "run", "--format", "json", "--replays", "all",
+                "--fifo", self.path("fifo"), "--control", self.path("control"), "--record", self.path("record"),
+                "--state-dir", self.path("state"), "--config", self.path("ancsd.conf"), "--log-level", "info"]
+
+    def start_ancsd(self):
+        if not os.path.exists(self.path("ancsd.conf")):
+            self.write_config()
+        self.instance += 1
+        if self.stdout_file is None:
+            self.stdout_file = open(self.path("stdout.jsonl"), "ab")
+        self.ancsd = subprocess.Popen(self.ancsd_command(), stdout=subprocess.PIPE,
+                                      stderr=open(self.path("ancsd.log"), "a"), bufsize=0)
+        self.instance_started = time.monotonic()
+        self.inbox.put((now_ns(), "driver", {"kind": "ancsd-started"}))
+        self.reader = self.spawn(self.read_ancsd, self.ancsd)
+        # Ready once its control socket answers: a SIGHUP before it handles the signal would
+        # end it (systemd, too, reloads a service only once it is started).
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.control_request({"cmd": "status"}, timeout=2).get("ok"):
+                    break
+            except (OSError, ValueError):
+                pass
+            if self.ancsd.poll() is not None or time.monotonic() > deadline:
+                self.fail(f"ancsd did not come up (status {self.ancsd.poll()}; see {self.path('ancsd.log')})")
+            time.sleep(0.05)
+
+    def read_ancsd(self, process):
+        """Reads ancsd's output in large chunks, each line stamped when its chunk arrived: one
+        read per chunk keeps the stamps close even while the main thread holds the interpreter."""
+        fd = process.stdout.fileno()
+        partial = b""
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return
+            t = now_ns()
+            *lines, partial = (partial + chunk).split(b"\n")
+            for raw in lines:
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    self.problems.append(f"ancsd printed a line that is not JSON: {raw[:200]!r}")
+                    return
+                with self.lines_lock:
+                    self.stdout_lines.add(canonical(line))
+                    self.stdout_file.write(raw + b"\n")
+                self.inbox.put((t, "ancsd", line))
+
+    def write_config(self):
+        self.config_toggle = not self.config_toggle
+        text = "# soak\nreplays = all\n"
+        if self.config_toggle:
+            text += "ignore-app = com.example.never.sent\n"
+        with open(self.path("ancsd.conf"), "w") as f:
+            f.write(text)
+
+    # checks on files a kill -9 may have cut
+
+    def check_files(self, when):
+        checked = 0
+        for name in sorted(os.listdir(self.path("record"))):
+            checked += self.check_jsonl(os.path.join(self.path("record"), name), when)
+            result = subprocess.run([os.path.join(self.bin, "ancsd"), "decode", os.path.join(self.path("record"), name)],
+                                    capture_output=True, text=True, timeout=60)
+            if result.returncode != 0:
+                self.fail(f"ancsd decode rejects the capture {name} {when}: {result.stderr.strip()[:300]}")
+        for name in sorted(os.listdir(self.path("state"))):
+            with open(os.path.join(self.path("state"), name), "rb") as f:
+                data = f.read()
+            lines = data.split(b"\n")
+            if lines and lines[0] != b"ancsd-seen/1":
+                self.fail(f"state file {name} {when} does not start with ancsd-seen/1: {lines[0][:40]!r}")
+            for line in lines[1:-1]:
+                if len(line) != 16 or any(c not in b"0123456789abcdef" for c in line):
+                    self.fail(f"state file {name} {when} holds a line that is no fingerprint: {line[:40]!r}")
+                checked += 1
+        return checked
+
+    def check_jsonl(self, path, when):
+        with open(path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        for number, line in enumerate(lines[:-1], 1):   # the last piece has no newline: cut, not data
+            try:
+                json.loads(line)
+            except ValueError:
+                self.fail(f"{os.path.basename(path)} line {number} {when} does not parse: {line[:120]!r}")
+        return len(lines) - 1
+
+    def check_copies(self):
+        """Every complete line a FIFO reader or a control subscriber got is one ancsd printed."""
+        with self.lines_lock:
+            batches, self.unchecked = self.unchecked, []
+            for source, lines in batches:
+                for line in lines:
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        self.fail(f"{source} gave a line that is not JSON: {line[:200]!r}")
+                    if canonical(obj) not in self.stdout_lines:
+                        self.fail(f"{source} gave a line ancsd never printed: {line[:300]!r}")
+                    if source == "the FIFO":
+                        self.fifo_lines += 1
+                    else:
+                        self.subscriber_lines += 1
+
+    # faults and clients
+
+    def kill_ancsd(self):
+        process = self.ancsd
+        process.kill()
+        process.wait()
+        self.reader.join(10)      # what it printed before it died is read (and stamped) first
+        self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
+        self.faults["kill-9"] += 1
+        self.file_lines = self.check_files("after kill -9")
+        self.start_ancsd()
+
+    def fifo_reader(self, read, stall, again):
+        # One reader at a time: two readers of one pipe split its bytes between them, so each
+        # would see lines spliced together; a reader the plan starts meanwhile waits its turn.
+        with self.fifo_lock:
+            self.read_fifo(read, stall, again)
+
+    def read_fifo(self, read, stall, again):
+        try:
+            fd = os.open(self.path("fifo"), os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        data = b""
+
+        def drain(seconds):
+            nonlocal data
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    time.sleep(0.05)
+                    continue
+                if not chunk:
+                    time.sleep(0.05)
+                    continue
+                data += chunk
+        drain(read)
+        time.sleep(stall)         # attached, not reading
+        drain(again)
+        os.close(fd)
+        # The first line may be the tail of one an earlier reader left half read. The rest is
+        # compared with standard output at the next quiet point, when that is all read.
+        with self.lines_lock:
+            self.unchecked.append(("the FIFO", data.split(b"\n")[1:-1]))
+
+    def control_client(self, what, seconds, garbage):
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(self.path("control"))
+        except OSError:
+            return
+        try:
+            if what in ("subscribe-stall", "subscribe-read"):
+                s.sendall(b'{"cmd":"subscribe","id":1}\n')
+                if what == "subscribe-stall":
+                    time.sleep(seconds)          # subscribed, reading nothing
+                    return
+                s.settimeout(0.2)
+                data = b""
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    try:
+                        chunk = s.recv(65536)
+                    except socket.timeout:
+                        continue
+                    if not chunk:
+                        break
+                    data += chunk
+                s.close()
+                with self.lines_lock:
+                    self.unchecked.append(("a control subscriber", data.split(b"\n")[1:-1]))
+            elif what == "garbage":
+                s.sendall(garbage.replace(b"\n", b" ") + b"\n" + b'{"cmd":"status"}\n')
+                s.settimeout(5)
+                reply = b""
+                while reply.count(b"\n") < 2:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        self.problems.append(f"ancsd closed a control connection after garbage {garbage[:40]!r}")
+                        return
+                    reply += chunk
+                first, second = [json.loads(x) for x in reply.split(b"\n")[:2]]
+                if first.get("ok") is not False or second.get("ok") is not True:
+                    self.problems.append(f"ancsd answered garbage with {first} then {second}")
+            elif what == "long-line":
+                s.sendall(b"x" * 70_000 + b"\n")
+                time.sleep(seconds / 4)
+            else:   # vanish: ask, and leave without reading
+                s.sendall(b'{"cmd":"list"}\n{"cmd":"status"}\n')
+        except (OSError, socket.timeout) as error:
+            if what == "garbage":
+                self.problems.append(f"control client ({what}) failed: {error}")
+        finally:
+            s.close()
+
+    def action_call(self, dev, uid, action, live):
+        self.action_id += 1
+        call = self.action_id
+        self.inbox.put((now_ns(), "driver", {"kind": "action-start", "id": call, "dev": dev, "uid": uid,
+                                             "action": action, "live": live}))
+        result = subprocess.run([os.path.join(self.bin, "ancsd"), "action", self.devices[dev], str(uid), action,
+                                 "--control", self.path("control")], capture_output=True, text=True, timeout=60)
+        self.inbox.put((now_ns(), "driver", {"kind": "action-end", "id": call, "rc": result.returncode,
+                                             "out": result.stdout.strip() + result.stderr.strip()}))
+        self.action_results[(live, result.returncode)] += 1
+        if result.returncode != 0:
+            # "…: the notification is gone" and the like, without the UID: the reasons, counted.
+            reason = re.sub(r"\d+", "N", (result.stdout.strip() + " " + result.stderr.strip()).strip())[:90]
+            self.action_refusals[reason] += 1
+
+    # sampling
+
+    def watch_cpu(self):
+        """Every 50 ms: how long the simulator, the bus and ancsd have waited for a CPU so far
+        (/proc/PID/task/*/schedstat, run-queue delay), so a pause of the output that a busy
+        machine explains is told apart from a stall of ancsd."""
+        totals = {}
+        while True:
+            t = now_ns()
+            worst = 0
+            for name, process in (("sim", self.sim), ("bus", self.bus), ("ancsd", self.ancsd)):
+                pid = process.pid
+                total = 0
+                try:
+                    for task in os.listdir(f"/proc/{pid}/task"):
+                        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                            total += int(f.read().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                key = (name, pid)
+                totals[key] = total
+            with self.waits_lock:
+                self.waits.append((t, dict(totals)))
+            time.sleep(0.05)
+
+    def starvation(self, t0, t1):
+        """The longest time one process of the pipeline waited for a CPU between t0 and t1."""
+        with self.waits_lock:
+            samples = list(self.waits)
+        before = next((w for t, w in reversed(samples) if t <= t0), samples[0][1] if samples else {})
+        after = next((w for t, w in reversed(samples) if t <= t1), {})
+        return max([after[k] - before.get(k, 0) for k in after] + [0])
+
+    def control_request(self, request, timeout=5):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            s.connect(self.path("control"))
+            s.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while b"\n" not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return json.loads(data.split(b"\n")[0])
+        finally:
+            s.close()
+
+    def sample(self):
+        pid = self.ancsd.pid
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+            rss = int(status["VmRSS"].split()[0])
+            threads = int(status["Threads"])
+            fds = len(os.listdir(f"/proc/{pid}/fd"))
+        except (OSError, KeyError):
+            return
+        held = None
+        try:
+            reply = self.control_request({"cmd": "status"})
+            held = sum(d.get("notifications", 0) for d in reply.get("devices", []))
+        except (OSError, ValueError):
+            pass
+        owed = sum(len(p) for p in self.oracle.pending)
+        self.samples.append((time.monotonic() - self.started, self.instance, rss, fds, threads, held, owed))
+
+    # the run
+
+    def fail(self, message):
+        raise Violation(message)
+
+    def pump(self):
+        while True:
+            try:
+                t, source, item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            self.oracle.push(t, source, item)
+        if self.problems:
+            self.fail(self.problems[0])
+        if self.ancsd.poll() is not None:
+            self.fail(f"ancsd exited by itself with status {self.ancsd.returncode} (see {self.path('ancsd.log')})")
+        if self.sim.poll() is not None:
+            self.fail(f"the simulator exited with status {self.sim.returncode} (see {self.path('sim.log')})")
+        self.oracle.advance(now_ns() - int(LAG * NS))
+
+    def settle(self):
+        """Clears the faults that can be cleared, reconnects every phone, waits until both
+        sides are quiet, and lets the oracle compare what the phones hold with what is shown."""
+        steps = [{"do": "heal", "device": d} for d in range(len(self.devices))]
+        steps += [{"do": "connect", "device": d} for d in range(len(self.devices))]
+        steps += [{"do": "wait_subscribed", "device": d, "timeout": 30} for d in range(len(self.devices))]
+        began = time.monotonic()
+        for step in steps:
+            self.sim_step(step)
+            self.sent_steps += 1
+        deadline = time.monotonic() + 120
+        while self.answers_seen < self.sent_steps:
+            if time.monotonic() > deadline:
+                self.fail("the simulator did not carry out the settle steps within 120 s")
+            time.sleep(0.02)
+            self.pump()
+        quiet_since = time.monotonic()
+        seen = self.oracle.seq
+        deadline = time.monotonic() + 60
+        # Quiet: nothing said for 1.5 s, and no request left unanswered on purpose still pending
+        # (ancsd waits for those before it shows what it has).
+        while time.monotonic() - quiet_since < 1.5 or now_ns() < self.oracle.silence_end():
+            time.sleep(0.05)
+            self.pump()
+            if self.oracle.seq != seen:
+                seen = self.oracle.seq
+                quiet_since = time.monotonic()
+            if time.monotonic() > deadline:
+                self.fail("no quiet moment within 60 s of a settle")
+        self.oracle.advance(now_ns())
+        self.oracle.settled()
+        self.check_copies()
+        self.settles += 1
+        # The plan gave the settle one second: later steps keep their spacing.
+        self.started += max(0.0, time.monotonic() - began - 1.0)
+
+    def run(self):
+        say(f"seed {self.seed} (replay: SOAK_SEED={self.seed} SOAK_SECONDS={self.seconds:g} make soak), "
+            f"plan {self.digest}: {len(self.devices)} phones, {len(self.plan)} steps, "
+            f"{'AcquireNotify' if self.settings['acquire_notify'] else 'StartNotify'}, work in {self.dir}")
+        os.makedirs(self.path("record"))
+        os.makedirs(self.path("state"))
+        self.start_bus()
+        self.start_sim()
+        self.start_ancsd()
+        self.spawn(self.watch_cpu)
+        self.started = time.monotonic()
+        next_sample = 0.0
+        rng = random.Random(self.seed ^ 0x5EED)
+        for self.step, (t, kind, params) in enumerate(self.plan):
+            while True:
+                elapsed = time.monotonic() - self.started
+                if elapsed >= next_sample:
+                    self.sample()
+                    next_sample = elapsed + SAMPLE_SECONDS
+                if elapsed >= t:
+                    break
+                time.sleep(min(0.02, t - elapsed))
+                self.pump()
+            self.do(kind, params, rng)
+            self.pump()
+        self.sample()
+        return self.finish()
+
+    def do(self, kind, params, rng):
+        if kind == "sim" or kind.startswith("fault:"):
+            if kind.startswith("fault:"):
+                self.faults[kind[6:]] += 1
+            self.sim_step(params)
+            self.sent_steps += 1
+            if params["do"] in ("add", "burst"):
+                self.work["added"] += params.get("count", 1)
+            elif params["do"] in ("modify", "remove"):
+                self.work["modified" if params["do"] == "modify" else "removed"] += 1
+        elif kind == "settle":
+            self.settle()
+        elif kind == "mark":
+            self.sample()
+            self.marks[params["name"]] = len(self.samples) - 1
+        elif kind == "kill":
+            self.kill_ancsd()
+        elif kind == "sighup":
+            self.faults["sighup-reload"] += 1
+            self.write_config()
+            self.ancsd.send_signal(signal.SIGHUP)
+        elif kind == "fifo":
+            self.faults["fifo-reader"] += 1
+            self.spawn(self.fifo_reader, params["read"], params["stall"], params["again"])
+        elif kind == "control":
+            self.faults["control-" + params["what"]] += 1
+            self.spawn(self.control_client, params["what"], params["seconds"], params["bytes"])
+        elif kind == "action":
+            dev = params["device"]
+            if params["live"]:
+                live = self.oracle.live_uids(dev)
+                # Those that offer an action, when there are any (bursts offer none).
+                live = {u: a for u, a in live.items() if a.get("positive_action") or a.get("negative_action")} or live
+                if not live:
+                    return
+                uid = sorted(live)[int(params["pick"] * len(live))]
+                attrs = live[uid]
+                action = "positive" if attrs.get("positive_action") else "negative" if attrs.get("negative_action") else params["action"]
+            else:
+                gone = self.oracle.gone_uids(dev)
+                if not gone:
+                    return
+                uid = sorted(gone)[int(params["pick"] * len(gone))]
+                action = params["action"]
+            self.faults["action-" + ("live" if params["live"] else "gone")] += 1
+            self.spawn(self.action_call, dev, uid, action, params["live"])
+
+    def finish(self):
+        end_rss = self.samples[-1][2] if self.samples else 0
+        # ancsd stops cleanly on SIGTERM, and every file is then whole.
+        self.ancsd.terminate()
+        try:
+            status = self.ancsd.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.fail("ancsd did not stop within 30 s of SIGTERM")
+        if status != 0:
+            self.fail(f"ancsd exited with status {status} on SIGTERM")
+        self.reader.join(10)
+        self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
+        time.sleep(0.5)
+        self.pump_final()
+        self.check_files("after SIGTERM")
+        return end_rss
+
+    def pump_final(self):
+        while True:
+            try:
+                t, source, item = self.inbox.get_nowait()
+            except queue.Empty:
+                break
+            self.oracle.push(t, source, item)
+        self.oracle.advance(now_ns())
+
+    def stop(self):
+        for process in (getattr(self, "ancsd", None), getattr(self, "sim", None), getattr(self, "bus", None)):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def canonical(obj):
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False)
+
+
+def report(run):
+    o = run.oracle
+    say(f"events shown: {o.shown['added']} added, {o.shown['modified']} modified, {o.shown['removed']} removed "
+        f"(the phones sent {run.work['added']} adds, {run.work['modified']} modifications, {run.work['removed']} removals)")
+    say("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(run.faults.items())))
+    say(f"oracle checks: {sum(o.checks.values())} (" + ", ".join(f"{k} {v}" for k, v in sorted(o.checks.items())) +
+        f"), {run.settles} quiet points, {len(o.excused)} output pauses over {STALL_SECONDS:g} s "
+        f"explained by CPU shortage; capture and state lines checked after kill -9: {run.file_lines}; "
+        f"FIFO lines checked {run.fifo_lines}, subscriber lines checked "
+        f"{run.subscriber_lines}; action calls " + ", ".join(
+            f"{'live' if live else 'gone'}→{'performed' if rc == 0 else 'refused' if rc == 1 else rc} {n}"
+            for (live, rc), n in sorted(run.action_results.items())) +
+        (" (refusals: " + "; ".join(f"{n}× {r}" for r, n in run.action_refusals.most_common(4)) + ")" if run.action_refusals else ""))
+    first = next(s for s in run.samples if s[1] == run.instance)
+    a, b = run.marks.get("start", 0), run.marks.get("end", len(run.samples) - 1)
+    steady = run.samples[a:b + 1]
+    say(f"resources of the last ancsd process: at its start, then from the end of its warm-up ({steady[0][0]:.0f} s, "
+        f"after bursts of {WARM_UP_BURST} a phone and a drain) to the end of the run ({steady[-1][0]:.0f} s), "
+        f"{len(steady)} samples; the phones hold nothing at both ends")
+    for name, column in (("RSS kB", 2), ("fds", 3), ("threads", 4), ("held notifications", 5), ("owed events", 6)):
+        values = [s[column] for s in steady if s[column] is not None]
+        if values:
+            say(f"  {name}: at process start {first[column]}; after warm-up: start {values[0]}, peak {max(values)}, "
+                f"end {values[-1]}")
+    return steady
+
+
+RSS_GROWTH_KB = 1024
+BOUNDS = {"fds": 64, "threads": 16, "RSS kB": 64 * 1024}
+
+
+def check_bounds(run, steady):
+    """Fixed bounds after warm-up, and RSS growth."""
+    problems = []
+    for name, column in (("fds", 3), ("threads", 4), ("RSS kB", 2)):
+        peak = max(s[column] for s in steady)
+        if peak > BOUNDS[name]:
+            problems.append(f"{name} reached {peak} after warm-up (bound {BOUNDS[name]})")
+    growth = steady[-1][2] - steady[0][2]
+    ts, rs = [s[0] for s in steady], [s[2] for s in steady]
+    if len(ts) > 2 and max(ts) > min(ts):
+        mt, mr = sum(ts) / len(ts), sum(rs) / len(rs)
+        slope = sum((t - mt) * (r - mr) for t, r in zip(ts, rs)) / sum((t - mt) ** 2 for t in ts)
+        say(f"RSS trend after warm-up (least squares over {len(ts)} samples): {slope * 60:+.0f} kB/min")
+    # The growth bound is the issue's, for a 600 s run; a shorter run reports its growth (its few
+    # minutes after warm-up tell little) and holds the fixed bounds.
+    enforced = run.seconds >= 600
+    say(f"RSS end - start: {growth:+d} kB (bound: under {RSS_GROWTH_KB} kB"
+        + ("" if enforced else ", checked on runs of 600 s and longer") + "); bounds after warm-up: "
+        + ", ".join(f"{k} <= {v}" for k, v in BOUNDS.items()))
+    if enforced and growth >= RSS_GROWTH_KB:
+        problems.append(f"RSS grew {growth} kB after warm-up (bound {RSS_GROWTH_KB} kB)")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bin")
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
+    workdir = tempfile.mkdtemp(prefix=f"ancsd-soak-{seed}-")
+    run = Run(args.bin, args.seconds, seed, workdir)
+    try:
+        run.run()
+        steady = report(run)
+        problems = check_bounds(run, steady)
+        if problems:
+            raise Violation("; ".join(problems))
+    except Violation as violation:
+        t = time.monotonic() - run.started
+        step = run.plan[run.step] if run.step < len(run.plan) else None
+        say(f"VIOLATION: {violation}")
+        say(f"seed {seed} (replay: SOAK_SEED={seed} SOAK_SECONDS={args.seconds:g} make soak), plan {run.digest}, "
+            f"step {run.step} of {len(run.plan)} at {t:.1f} s: {step[1] if step else '-'} {json.dumps(step[2], default=str) if step else ''}")
+        say("last events of the phones (simulator):")
+        for e in run.oracle.recent_sim:
+            print("   ", json.dumps(e, ensure_ascii=False)[:300])
+        say("last lines of ancsd:")
+        for e in run.oracle.recent_ancsd:
+            print("   ", json.dumps(e, ensure_ascii=False)[:300])
+        say(f"logs kept in {workdir} (stdout.jsonl, ancsd.log, sim.log, events.jsonl, record/, state/)")
+        run.stop()
+        return 1
+    except BaseException:
+        run.stop()
+        raise
+    run.stop()
+    say(f"passed: seed {seed}, {args.seconds:g} s")
+    if not args.keep:
+        subprocess.run(["rm", "-rf", workdir])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
