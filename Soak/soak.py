@@ -214,7 +214,7 @@ class Run:
         self.faults = collections.Counter()
         self.stdout_lines = set()           # every line ancsd printed (for FIFO/subscriber checks)
         self.lines_lock = threading.Lock()
-        self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed)
+        self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed, anon_kb, file_kb)
         self.instance = 0
         self.instance_started = 0.0
         self.problems = []                  # violations found by helper threads
@@ -574,6 +574,10 @@ class Run:
             with open(f"/proc/{pid}/status") as f:
                 status = {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
             rss = int(status["VmRSS"].split()[0])
+            # RSS splits into the heap and other private memory (RssAnon) and pages of the binary
+            # and libraries (RssFile, RssShmem): only the first is memory the daemon holds.
+            anon = int(status["RssAnon"].split()[0])
+            file = int(status["RssFile"].split()[0]) + int(status.get("RssShmem", "0 kB").split()[0])
             threads = int(status["Threads"])
             fds = len(os.listdir(f"/proc/{pid}/fd"))
         except (OSError, KeyError):
@@ -585,7 +589,7 @@ class Run:
         except (OSError, ValueError):
             pass
         owed = sum(len(p) for p in self.oracle.pending)
-        self.samples.append((time.monotonic() - self.started, self.instance, rss, fds, threads, held, owed))
+        self.samples.append((time.monotonic() - self.started, self.instance, rss, fds, threads, held, owed, anon, file))
 
     # the run
 
@@ -774,7 +778,8 @@ def report(run):
     say(f"resources of the last ancsd process: at its start, then from the end of its warm-up ({steady[0][0]:.0f} s, "
         f"after bursts of {WARM_UP_BURST} a phone and a drain) to the end of the run ({steady[-1][0]:.0f} s), "
         f"{len(steady)} samples; the phones hold nothing at both ends")
-    for name, column in (("RSS kB", 2), ("fds", 3), ("threads", 4), ("held notifications", 5), ("owed events", 6)):
+    for name, column in (("RSS kB", 2), ("  of which anonymous kB", 7), ("  of which file-backed kB", 8), ("fds", 3),
+                         ("threads", 4), ("held notifications", 5), ("owed events", 6)):
         values = [s[column] for s in steady if s[column] is not None]
         if values:
             say(f"  {name}: at process start {first[column]}; after warm-up: start {values[0]}, peak {max(values)}, "
@@ -805,6 +810,8 @@ def check_bounds(run, steady):
     say(f"RSS end - start: {growth:+d} kB (bound: under {RSS_GROWTH_KB} kB"
         + ("" if enforced else ", checked on runs of 600 s and longer") + "); bounds after warm-up: "
         + ", ".join(f"{k} <= {v}" for k, v in BOUNDS.items()))
+    say(f"  of which anonymous (heap and other private memory) {steady[-1][7] - steady[0][7]:+d} kB, "
+        f"file-backed (code and read-only data of the binary and libraries) {steady[-1][8] - steady[0][8]:+d} kB")
     if enforced and growth >= RSS_GROWTH_KB:
         problems.append(f"RSS grew {growth} kB after warm-up (bound {RSS_GROWTH_KB} kB)")
     return problems
