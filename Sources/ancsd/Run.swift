@@ -175,7 +175,10 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor)
+        // Once connected and ready, the code pages only start-up needed are given back (ResidentText).
+        let daemon = Daemon(
+            options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
+            onReady: { ResidentText.releaseStartupText() })
         var control: ControlServer?
         if let path = settings.controlPath {
             do {
