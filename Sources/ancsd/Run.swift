@@ -165,6 +165,7 @@ enum RunCommand {
             return 2
         }
         signal(SIGPIPE, SIG_IGN)
+        ProcessMemory.useOneMallocArena()
         let logger = Logger(threshold: settings.logLevel)
         let notifier = SystemdNotifier()
         let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)
@@ -175,10 +176,10 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        // Once connected and ready, the code pages only start-up needed are given back (ResidentText).
+        // Once connected and ready, the code pages only start-up needed are given back (ProcessMemory).
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
-            onReady: { ResidentText.releaseStartupText() })
+            onReady: { ProcessMemory.releaseStartupText() })
         var control: ControlServer?
         if let path = settings.controlPath {
             do {

@@ -2,7 +2,7 @@
 import Foundation
 import Testing
 
-@Suite struct ResidentTextTests {
+@Suite struct ProcessMemoryTests {
     /// Only private, non-writable mappings of a file with no private page are picked.
     @Test func picksCleanReadOnlyFileMappingsOnly() {
         let smaps = """
@@ -29,7 +29,7 @@ import Testing
             Anonymous:             0 kB
 
             """
-        let picked = ResidentText.parseSmaps(Array(smaps.utf8))
+        let picked = ProcessMemory.parseSmaps(Array(smaps.utf8))
         #expect(picked == [
             .init(start: 0x55f1_f7ff_3000, end: 0x55f1_f88c_8000),
             .init(start: 0x7ff3_7542_0000, end: 0x7ff3_754c_1000),
@@ -45,13 +45,13 @@ import Testing
             1000-2000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
 
             """
-        #expect(ResidentText.parseSmaps(Array(smaps.utf8)).isEmpty, "no Anonymous line: not known to be clean")
+        #expect(ProcessMemory.parseSmaps(Array(smaps.utf8)).isEmpty, "no Anonymous line: not known to be clean")
     }
 
     /// In this very process: the file pages go, and the code that runs next still runs.
     @Test func releasesResidentFilePagesOfThisProcess() throws {
         let before = try residentFileKB()
-        let release = ResidentText.releaseStartupText()
+        let release = ProcessMemory.releaseStartupText()
         let after = try residentFileKB()
         #expect(release.mappings > 0)
         #expect(release.bytes > 0)

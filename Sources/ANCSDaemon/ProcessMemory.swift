@@ -1,22 +1,21 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinux
 
-/// Gives back the resident file pages a long-running process needed only to start.
-///
-/// Starting touches code and read-only data all over the binary and its shared libraries (the
-/// Swift runtime's and standard library's initialisation, the dynamic linker's symbol lookups,
-/// argument parsing, the bus handshake), and for each page fault the kernel maps the 64 KiB of
-/// page cache around it (fault-around): after start-up about 6.6 MB of the static `ancsd` file's
-/// text and 1.7 MB of the libraries' read-only data is resident, most of it never used again.
-/// `releaseStartupText()` unmaps (`MADV_DONTNEED`) the resident pages of every private,
-/// non-writable mapping of a file (`r-xp` code, `r--p` read-only data) that holds no private
-/// copy of a page (`Anonymous: 0 kB`), so every page it drops is exactly the file's page: the
-/// pages stay in the page cache, and the next use of one maps it back with a minor fault (no
-/// I/O while the file is cached). Writable mappings, and read-only ones with relocated pages
-/// (RELRO), are never touched.
-public enum ResidentText {
-    /// What was released.
+/// Keeps a long-running daemon's resident memory to what it uses.
+public enum ProcessMemory {
+    /// Makes every thread allocate from glibc's main heap (`M_ARENA_MAX` 1). By default each
+    /// thread that allocates gets an arena of its own, and what it frees stays in that arena's
+    /// free lists: the daemon's few threads (its executor's worker, the output writer, libdbus
+    /// through them) otherwise keep a few hundred kB apart each. They rarely allocate at the same
+    /// moment, so sharing one heap costs no waiting. A thread that has an arena keeps it: call this
+    /// early.
+    public static func useOneMallocArena() {
+        _ = ancsd_use_one_malloc_arena()
+    }
+
+    /// What `releaseStartupText()` released.
     public struct Release: Sendable, Equatable {
         /// How many mappings were advised.
         public var mappings = 0
@@ -24,7 +23,19 @@ public enum ResidentText {
         public var bytes = 0
     }
 
-    /// Releases the process's clean read-only file pages; see the type's description.
+    /// Gives back the resident file pages the process needed only to start.
+    ///
+    /// Starting touches code and read-only data all over the binary and its shared libraries
+    /// (the Swift runtime's and standard library's initialisation, the dynamic linker's symbol
+    /// lookups, argument parsing, the bus handshake), and for each page fault the kernel maps the
+    /// 64 KiB of page cache around it (fault-around): after start-up about 6.6 MB of the static
+    /// `ancsd` file's text and 1.7 MB of the libraries' read-only data are resident, most of it
+    /// never used again. This unmaps (`MADV_DONTNEED`) the resident pages of every private,
+    /// non-writable mapping of a file (`r-xp` code, `r--p` read-only data) that holds no private
+    /// copy of a page (`Anonymous: 0 kB`), so every page it drops is exactly the file's page: the
+    /// pages stay in the page cache, and the next use of one maps it back with a minor fault (no
+    /// I/O while the file is cached). Writable mappings, and read-only ones with relocated pages
+    /// (RELRO), are never touched.
     @discardableResult
     public static func releaseStartupText() -> Release {
         var release = Release()
