@@ -176,10 +176,11 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        // Once connected and ready, the code pages only start-up needed are given back (ProcessMemory).
+        // Once connected and ready, the file pages only start-up needed are given back
+        // (ProcessMemory), on a queue of their own: the daemon's executor goes straight on.
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
-            onReady: { ProcessMemory.releaseStartupText() })
+            onReady: { DispatchQueue(label: "ancsd.memory").async { ProcessMemory.releaseStartupText() } })
         var control: ControlServer?
         if let path = settings.controlPath {
             do {
