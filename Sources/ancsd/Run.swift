@@ -176,11 +176,15 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        // Once connected and ready, the file pages only start-up needed are given back
-        // (ProcessMemory), on a queue of their own: the daemon's executor goes straight on.
+        // The file pages only start-up needed are given back (ProcessMemory) on the daemon's
+        // queue 200 ms after it is ready, once start-up is over: done at ready itself, or beside
+        // it on another thread, it delays the last start-up steps, which widens a shutdown race
+        // (docs/performance.md, "A shutdown race found on the way").
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
-            onReady: { DispatchQueue(label: "ancsd.memory").async { ProcessMemory.releaseStartupText() } })
+            onReady: {
+                executor.queue.asyncAfter(deadline: .now() + .milliseconds(200)) { ProcessMemory.releaseStartupText() }
+            })
         var control: ControlServer?
         if let path = settings.controlPath {
             do {
