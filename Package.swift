@@ -12,6 +12,7 @@ import PackageDescription
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
+/// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
 /// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one serial executor.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
@@ -45,7 +46,7 @@ let package = Package(
         .target(name: "ANCSControl", dependencies: ["JSON"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
-            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn"],
+            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux"],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -57,6 +58,8 @@ let package = Package(
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
         // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
         .systemLibrary(name: "CSpawn"),
+        // Headers only: glibc calls Swift's Glibc module leaves out (pwritev2, mallopt).
+        .systemLibrary(name: "CLinux"),
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),

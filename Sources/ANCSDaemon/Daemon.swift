@@ -286,10 +286,12 @@ public actor Daemon {
     }
 
     /// Hands `phoneAdapters` to `presence`. Each task reads the latest set when it runs, so tasks
-    /// that run out of order still leave the last one in force.
+    /// that run out of order still leave the last one in force. The task runs on the daemon's
+    /// executor (a plain `Task {}` would run the `Presence` actor on Swift's global executor,
+    /// whose first use starts libdispatch's 1 Hz workqueue monitor: see DaemonExecutor).
     private func tellPresence() {
         guard let presence else { return }
-        Task { await presence.setPhoneAdapters(self.phoneAdapters) }
+        Task(executorPreference: executor) { await presence.setPhoneAdapters(self.phoneAdapters) }
     }
 
     /// Starts sessions for the phones that should have one, stops those that should not.

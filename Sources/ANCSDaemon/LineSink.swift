@@ -3,19 +3,25 @@ public import Glibc
 #endif
 public import ANCSRuntime
 import ANCSSession
+import CLinux
 public import Dispatch
 import Synchronization
 
 /// The output sink for standard output and the FIFO: each event as one line in `format`,
 /// written to a file descriptor without ever blocking the caller.
 ///
-/// Queue and bound: lines wait in a queue of at most `maxPendingBytes` (1 MiB) and a private
-/// dispatch queue writes them with blocking writes, so a slow or absent reader stalls only that
-/// queue. When full: the oldest lines are dropped and counted; the count is logged once the
-/// writer catches up. Nothing runs while there is nothing to write. A reader that goes away
-/// (EPIPE) ends the sink with one log line.
+/// When nothing is queued, `send` writes the line at once on the caller's thread with a write
+/// that never waits (`pwritev2` with `RWF_NOWAIT`): a reader keeping up costs no thread switch.
+/// Queue and bound: what that write cannot take (a full pipe, a descriptor without non-waiting
+/// writes) waits in a queue of at most `maxPendingBytes` (1 MiB), and a private dispatch queue
+/// writes it with blocking writes, everything queued in one write, so a slow or absent reader
+/// stalls only that queue. When full: the oldest whole lines are dropped and counted; the count
+/// is logged once the writer catches up. Nothing runs while there is nothing to write. A reader
+/// that goes away (EPIPE) ends the sink with one log line.
 public final class LineSink: OutputSink {
     private struct State {
+        /// The rest of a line a non-waiting write took only part of: written before `pending`.
+        var partial: [UInt8] = []
         var pending = FIFO<[UInt8]>()
         var pendingBytes = 0
         var writing = false
@@ -56,17 +62,35 @@ public final class LineSink: OutputSink {
         if ownsDescriptor { close(fd) }
     }
 
-    /// Queues one event as a line in `format`.
+    /// Writes one event as a line in `format`, now if that needs no waiting, or queues it.
     public func send(_ event: OutputRecord) {
         send(event.line(format))
     }
 
-    /// Queues one line (the newline is added).
+    /// Writes one line (the newline is added) now if that needs no waiting, or queues it.
     public func send(_ line: String) {
         var bytes = Array(line.utf8)
         bytes.append(0x0A)
+        var failure: Int32?
         let startWriter = state.withLock { state -> Bool in
             guard !state.broken else { return false }
+            if !state.writing {  // nothing queued: the line goes first
+                switch writeWithoutWaiting(bytes) {
+                case .all:
+                    state.written += 1
+                    return false
+                case .part(let count):
+                    state.partial = Array(bytes[count...])
+                    state.writing = true
+                    return true
+                case .none:
+                    break
+                case .failed(let error):
+                    failure = error
+                    state.broken = true
+                    return false
+                }
+            }
             state.pending.push(bytes)
             state.pendingBytes += bytes.count
             while state.pendingBytes > maxPendingBytes, let oldest = state.pending.pop() {
@@ -78,7 +102,30 @@ public final class LineSink: OutputSink {
             state.writing = true
             return true
         }
+        if let failure { logger.warning("stopped writing to \(name): \(String(cString: strerror(failure)))") }
         if startWriter { queue.async { self.drain() } }
+    }
+
+    private enum Attempt {
+        case all
+        case part(Int)
+        case none
+        case failed(Int32)
+    }
+
+    /// One write that never waits; `.none` when it took nothing for want of room or support.
+    private func writeWithoutWaiting(_ bytes: [UInt8]) -> Attempt {
+        while true {
+            let count = bytes.withUnsafeBytes { ancsd_write_nowait(fd, $0.baseAddress, $0.count) }
+            if count == bytes.count { return .all }
+            if count > 0 { return .part(count) }
+            if count == 0 { return .none }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK, EOPNOTSUPP, EINVAL, ENOSYS, ESPIPE: return .none
+            case let error: return .failed(error)
+            }
+        }
     }
 
     /// Lines dropped so far because the reader was too slow or absent.
@@ -92,26 +139,35 @@ public final class LineSink: OutputSink {
         let done = DispatchSemaphore(value: 0)
         queue.async { done.signal() }
         guard done.wait(timeout: .now() + timeout) == .success else { return false }
-        return state.withLock { $0.pending.isEmpty }
+        return state.withLock { $0.pending.isEmpty && $0.partial.isEmpty }
     }
 
+    /// Writes what is queued, everything queued at a time in one blocking write.
     private func drain() {
         while true {
-            let next = state.withLock { state -> [UInt8]? in
-                guard let line = state.pending.pop() else {
+            let next = state.withLock { state -> (bytes: [UInt8], lines: Int)? in
+                var bytes = state.partial
+                var lines = bytes.isEmpty ? 0 : 1
+                state.partial = []
+                while bytes.count < 1 << 16, let line = state.pending.pop() {
+                    state.pendingBytes -= line.count
+                    bytes += line
+                    lines += 1
+                }
+                guard !bytes.isEmpty else {
                     state.writing = false
                     return nil
                 }
-                state.pendingBytes -= line.count
-                return line
+                return (bytes, lines)
             }
-            guard let line = next else { break }
-            if writeAll(fd, line) {
-                state.withLock { $0.written += 1 }
+            guard let (bytes, lines) = next else { break }
+            if writeAll(fd, bytes) {
+                state.withLock { $0.written += lines }
             } else {
                 let reason = String(cString: strerror(errno))
                 state.withLock { state in
                     state.broken = true
+                    state.partial = []
                     state.pending = FIFO()
                     state.pendingBytes = 0
                     state.writing = false

@@ -70,7 +70,12 @@ actor Presence {
         } catch is CancellationError {
         } catch {
             logger.warning("cannot keep an advertisement and agent registered: \(error)")
-            while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+            // Wait for cancellation without a timer (Task.sleep would start libdispatch's 1 Hz
+            // workqueue monitor: see DaemonExecutor): a stream that never yields ends when the
+            // task is cancelled.
+            let (never, continuation) = AsyncStream<Never>.makeStream()
+            for await _ in never {}
+            continuation.finish()
         }
         // Unregister from a task that is not cancelled: calls of a cancelled task fail at once.
         await Task { await self.unregister() }.value

@@ -174,6 +174,7 @@ enum RunCommand {
             return 2
         }
         signal(SIGPIPE, SIG_IGN)
+        ProcessMemory.useOneMallocArena()
         let logger = Logger(threshold: settings.logLevel)
         let notifier = SystemdNotifier()
         let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)
@@ -184,7 +185,15 @@ enum RunCommand {
             logger.error("\(error)")
             return 1
         }
-        let daemon = Daemon(options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor)
+        // The file pages only start-up needed are given back (ProcessMemory) on the daemon's
+        // queue 200 ms after it is ready, once start-up is over: done at ready itself, or beside
+        // it on another thread, it delays the last start-up steps, which widens a shutdown race
+        // (docs/performance.md, "A shutdown race found on the way").
+        let daemon = Daemon(
+            options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
+            onReady: {
+                executor.queue.asyncAfter(deadline: .now() + .milliseconds(200)) { ProcessMemory.releaseStartupText() }
+            })
         var control: ControlServer?
         if let path = settings.controlPath {
             do {

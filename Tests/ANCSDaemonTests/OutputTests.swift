@@ -84,6 +84,27 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         #expect(sink.writtenCount == 100 && sink.droppedCount == 0)
     }
 
+    /// Lines written at once while the pipe has room, then cut where it filled (the rest of that
+    /// line queued first), then queued: the reader gets every line whole and in order.
+    @Test func linesStayWholeAndInOrderAcrossAFullPipe() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        let lines = (0..<300).map { i in "\(i) " + String(repeating: "x", count: 997 + i % 7) }
+        for line in lines { sink.send(line) }  // about 300 kB, the pipe holds 64 kB: nobody reads yet
+        let handle = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+        var received = Data()
+        let expected = lines.reduce(0) { $0 + $1.utf8.count + 1 }
+        while received.count < expected {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            received.append(chunk)
+        }
+        #expect(sink.flush(timeout: .seconds(5)))
+        #expect(String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) == lines)
+        #expect(sink.writtenCount == 300 && sink.droppedCount == 0)
+    }
+
     /// No reader at all: the FIFO fills, the sink keeps a bounded backlog and never blocks the caller.
     @Test func fifoWithoutReaderNeverBlocksAndBoundsTheBacklog() throws {
         let path = NSTemporaryDirectory() + "ancsd-fifo-\(UUID().uuidString)"

@@ -1,0 +1,32 @@
+#ifndef ANCSD_CLINUX_SHIM_H
+#define ANCSD_CLINUX_SHIM_H
+/*
+ * Linux and glibc calls that Swift's Glibc module leaves out (pwritev2 is declared only under
+ * _GNU_SOURCE, mallopt in <malloc.h>). Headers only: the module links nothing beyond glibc.
+ */
+#include <stddef.h>
+
+/* Declared with the 64-bit platforms' types (ssize_t and off_t are long there), so that this
+ * module exports no glibc type of its own (mode_t and the like stay Glibc's). */
+struct iovec;
+long pwritev2(int fd, const struct iovec *iov, int iovcnt, long offset, int flags);
+
+/* RWF_NOWAIT, <linux/fs.h>: fail with EAGAIN rather than wait. */
+#define ANCSD_RWF_NOWAIT 0x00000008
+
+/*
+ * Writes `count` bytes at the descriptor's current position without ever waiting: a full pipe
+ * or socket gives EAGAIN (or a short count), a descriptor that cannot do it EOPNOTSUPP.
+ */
+static inline long ancsd_write_nowait(int fd, const void *bytes, size_t count) {
+    struct { const void *base; size_t length; } iov = { bytes, count };  /* struct iovec's layout */
+    return pwritev2(fd, (const struct iovec *)(const void *)&iov, 1, -1, ANCSD_RWF_NOWAIT);
+}
+
+/* From <malloc.h>, which Swift's Glibc module leaves out. */
+int mallopt(int param, int value);
+#define ANCSD_M_ARENA_MAX (-8)
+
+/* Makes every thread allocate from the main heap: no 64 MiB arena per thread that allocates. */
+static inline int ancsd_use_one_malloc_arena(void) { return mallopt(ANCSD_M_ARENA_MAX, 1); }
+#endif

@@ -1,0 +1,67 @@
+@testable import ANCSDaemon
+import Foundation
+import Testing
+
+@Suite struct ProcessMemoryTests {
+    /// Only private, non-writable mappings of a file with no private page are picked.
+    @Test func picksCleanReadOnlyFileMappingsOnly() {
+        let smaps = """
+            55f1f7ff3000-55f1f88c8000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
+            Size:               9044 kB
+            Rss:                5772 kB
+            Anonymous:             0 kB
+            55f1f88c9000-55f1f8906000 r--p 008d4000 fe:00 123 /usr/bin/ancsd
+            Rss:                 244 kB
+            Anonymous:           244 kB
+            55f1f8906000-55f1f8a7a000 rw-p 00911000 fe:00 123 /usr/bin/ancsd
+            Rss:                 580 kB
+            Anonymous:           112 kB
+            55f1f8a7a000-55f1f8a9b000 rw-p 00000000 00:00 0                          [heap]
+            Anonymous:            16 kB
+            7ff375420000-7ff3754c1000 r--p 00000000 fe:00 77 /usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30
+            Rss:                 612 kB
+            Anonymous:             0 kB
+            7ff3754c1000-7ff3754c2000 ---p 000a1000 fe:00 77 /usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30
+            Anonymous:             0 kB
+            7ff3754e6000-7ff3754e7000 r--s 00000000 fe:00 78 /tmp/shared
+            Anonymous:             0 kB
+            7fff809c8000-7fff809ca000 r-xp 00000000 00:00 0                          [vdso]
+            Anonymous:             0 kB
+
+            """
+        let picked = ProcessMemory.parseSmaps(Array(smaps.utf8))
+        #expect(picked == [
+            .init(start: 0x55f1_f7ff_3000, end: 0x55f1_f88c_8000),
+            .init(start: 0x7ff3_7542_0000, end: 0x7ff3_754c_1000),
+        ])
+    }
+
+    @Test func malformedHeadersAreSkipped() {
+        let smaps = """
+            zz-55f1f88c8000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
+            Anonymous:             0 kB
+            2000-1000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
+            Anonymous:             0 kB
+            1000-2000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
+
+            """
+        #expect(ProcessMemory.parseSmaps(Array(smaps.utf8)).isEmpty, "no Anonymous line: not known to be clean")
+    }
+
+    /// In this very process: the file pages go, and the code that runs next still runs.
+    @Test func releasesResidentFilePagesOfThisProcess() throws {
+        let before = try residentFileKB()
+        let release = ProcessMemory.releaseStartupText()
+        let after = try residentFileKB()
+        #expect(release.mappings > 0)
+        #expect(release.bytes > 0)
+        #expect(after < before, "RssFile \(before) kB before, \(after) kB after")
+        #expect((1...1000).reduce(0, +) == 500_500)
+    }
+
+    private func residentFileKB() throws -> Int {
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("RssFile:") })
+        return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
+    }
+}
