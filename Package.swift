@@ -11,6 +11,7 @@ import PackageDescription
 ///   HCI monitor frames to btsnoop records.
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
+/// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
@@ -38,6 +39,12 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
+        .systemLibrary(
+            name: "CMosquitto",
+            pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]
+        ),
+        .target(name: "MQTT", dependencies: ["CMosquitto"], swiftSettings: strict),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
         .executableTarget(
@@ -66,6 +73,7 @@ let package = Package(
         .testTarget(
             name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],
             swiftSettings: strict),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
