@@ -12,6 +12,8 @@ import PackageDescription
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
+/// - `ANCSDaemon`: the daemon: phones, sessions, presence, the control server, and the outputs,
+///   each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
 /// - `ancsd`: the executable.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),

@@ -85,7 +85,7 @@ public actor Daemon {
     /// Sends every later event to a control client that asked to subscribe.
     func subscribe(_ client: ControlServer.ClientID) {
         guard let control else { return }
-        output.subscribe(client) { [weak control] line in control?.send(line, to: client) }
+        output.attach(ControlSubscriber(server: control, client: client), key: ControlSubscriber.key(client))
     }
 
     /// Asks the phone to perform an action; returns its answer.
@@ -127,7 +127,12 @@ public actor Daemon {
             link.session.updateFilter(kept.session.filter)
             link.gate.policy = kept.replays
         }
-        if let newOutput { output = newOutput }
+        if let newOutput, newOutput !== output {
+            output.moveAttached(to: newOutput)
+            output.stop()
+            output = newOutput
+            newOutput.start(OutputContext(actions: self, executor: executor))
+        }
         ignoredDevices = []
         reconcile()
         scheduleStatus()
@@ -166,6 +171,7 @@ public actor Daemon {
     }
 
     private func serve() async throws {
+        output.start(OutputContext(actions: self, executor: executor))
         // The connection shares the daemon's queue: a Control Point write and its reply cost no
         // thread switch inside ancsd.
         let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue, activatesServices: false)

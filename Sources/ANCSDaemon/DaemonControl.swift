@@ -1,11 +1,11 @@
-import ANCS
+public import ANCS
 import ANCSSession
 import BlueZ
 import DBus
 public import JSON
 
 /// The daemon's answers on the control socket (docs/control.md).
-extension Daemon: ControlHandler {
+extension Daemon: ControlHandler, PhoneActions {
     public func reply(to request: JSONObject, client: ControlServer.ClientID) async -> JSONObject {
         guard let command = request["cmd"]?.stringValue else {
             return Self.failure("bad_request", "a request needs \"cmd\" as a string")
@@ -33,7 +33,18 @@ extension Daemon: ControlHandler {
     }
 
     public func clientClosed(_ client: ControlServer.ClientID) async {
-        output.unsubscribe(client)
+        output.detach(key: ControlSubscriber.key(client))
+    }
+
+    /// The `action` command's path, for outputs that take actions (`PhoneActions`).
+    public func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject {
+        guard let address = normalizedAddress(device) else {
+            return Self.failure("bad_request", "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF")
+        }
+        guard let link = links.values.first(where: { $0.device.address == address && $0.state == .running }) else {
+            return Self.failure("no_such_device", "no connected phone \(address)")
+        }
+        return await perform(action, on: uid, link: link)
     }
 
     // MARK: Commands

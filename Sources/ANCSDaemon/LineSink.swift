@@ -5,13 +5,15 @@ import ANCSSession
 public import Dispatch
 import Synchronization
 
-/// Delivers output lines to a file descriptor without ever blocking the caller.
+/// The output sink for standard output and the FIFO: each event as one line in `format`,
+/// written to a file descriptor without ever blocking the caller.
 ///
-/// Lines wait in a bounded queue and a private dispatch queue writes them with blocking writes,
-/// so a slow or absent reader stalls only that queue. Past `maxPendingBytes` the oldest lines are
-/// dropped and counted; the count is logged once the writer catches up. Nothing runs while there
-/// is nothing to write. A reader that goes away (EPIPE) ends the sink with one log line.
-public final class LineSink: Sendable {
+/// Queue and bound: lines wait in a queue of at most `maxPendingBytes` (1 MiB) and a private
+/// dispatch queue writes them with blocking writes, so a slow or absent reader stalls only that
+/// queue. When full: the oldest lines are dropped and counted; the count is logged once the
+/// writer catches up. Nothing runs while there is nothing to write. A reader that goes away
+/// (EPIPE) ends the sink with one log line.
+public final class LineSink: OutputSink {
     private struct State {
         var pending = FIFO<[UInt8]>()
         var pendingBytes = 0
@@ -20,28 +22,42 @@ public final class LineSink: Sendable {
         var droppedTotal = 0
         var broken = false
         var written = 0
+        var format = OutputFormat.json
     }
 
     /// A name for log lines, like "standard output" or the FIFO's path.
     public let name: String
     public let maxPendingBytes: Int
+    /// How events are written; a reload may change it (standard output's sink lives on).
+    public var format: OutputFormat {
+        get { state.withLock { $0.format } }
+        set { state.withLock { $0.format = newValue } }
+    }
     private let fd: Int32
     private let ownsDescriptor: Bool
     private let logger: Logger
     private let queue: DispatchQueue
     private let state = Mutex(State())
 
-    public init(fd: Int32, name: String, ownsDescriptor: Bool, maxPendingBytes: Int = 1 << 20, logger: Logger) {
+    public init(
+        fd: Int32, name: String, ownsDescriptor: Bool, format: OutputFormat = .json, maxPendingBytes: Int = 1 << 20, logger: Logger
+    ) {
         self.fd = fd
         self.name = name
         self.ownsDescriptor = ownsDescriptor
         self.maxPendingBytes = maxPendingBytes
         self.logger = logger
         queue = DispatchQueue(label: "ancsd.sink")
+        state.withLock { $0.format = format }
     }
 
     deinit {
         if ownsDescriptor { close(fd) }
+    }
+
+    /// Queues one event as a line in `format`.
+    public func send(_ event: OutputRecord) {
+        send(event.line(format))
     }
 
     /// Queues one line (the newline is added).

@@ -1,41 +1,78 @@
+public import Dispatch
 import Synchronization
 
-/// Sends each output event, formatted, to every sink, and as JSON to every control-socket
-/// subscriber.
+/// Hands each event to every output sink (`OutputSink`), never waiting for any of them.
+///
+/// Two kinds of sinks: the configured ones, fixed for the router's life (standard output, the
+/// FIFO, exec, MQTT), and attached ones that come and go under a key (control-socket
+/// subscribers). A reload builds a new router and moves the attached sinks over.
 public final class OutputRouter: Sendable {
-    public let format: OutputFormat
-    public let sinks: [LineSink]
-    private let subscribers = Mutex<[UInt64: @Sendable (String) -> Void]>([:])
+    /// The configured sinks, in the order they get each event.
+    public let sinks: [any OutputSink]
+    private struct State {
+        var attached: [String: any OutputSink] = [:]
+        var context: OutputContext?
+    }
+    private let state = Mutex(State())
 
-    public init(format: OutputFormat, sinks: [LineSink]) {
-        self.format = format
+    public init(sinks: [any OutputSink]) {
         self.sinks = sinks
     }
 
-    public func emit(_ event: OutputEvent) {
-        let line = EventFormatter.line(event, format: format)
-        for sink in sinks { sink.send(line) }
-        let listeners = subscribers.withLock { Array($0.values) }
-        guard !listeners.isEmpty else { return }
-        let json = format == .json ? line : EventFormatter.line(event, format: .json)
-        for listener in listeners { listener(json) }
-    }
-
-    /// Sends every later event, as a JSON line, to `listener` until `unsubscribe(id)`.
-    public func subscribe(_ id: UInt64, _ listener: @escaping @Sendable (String) -> Void) {
-        subscribers.withLock { $0[id] = listener }
-    }
-
-    public func unsubscribe(_ id: UInt64) {
-        subscribers.withLock { $0[id] = nil }
-    }
-
-    /// Carries the subscribers over to a new router (after a reload changed the outputs).
-    public func moveSubscribers(to other: OutputRouter) {
-        let moved = subscribers.withLock { current in
-            defer { current = [:] }
-            return current
+    /// Gives every sink the way back into the daemon; the first call starts the configured
+    /// sinks (later calls do nothing).
+    public func start(_ context: OutputContext) {
+        let first = state.withLock { state -> Bool in
+            guard state.context == nil else { return false }
+            state.context = context
+            return true
         }
-        other.subscribers.withLock { $0.merge(moved) { _, new in new } }
+        guard first else { return }
+        for sink in sinks { sink.start(context) }
+    }
+
+    /// Sends one event to every sink; its renderings are made once, by the first sink that wants them.
+    public func emit(_ event: OutputEvent) {
+        let record = OutputRecord(event)
+        for sink in sinks { sink.send(record) }
+        let attached = state.withLock { Array($0.attached.values) }
+        for sink in attached { sink.send(record) }
+    }
+
+    /// Feeds `sink` every later event until `detach(key)`; replaces (and stops) a sink
+    /// attached under the same key.
+    public func attach(_ sink: any OutputSink, key: String) {
+        let (context, old) = state.withLock { state in
+            (state.context, state.attached.updateValue(sink, forKey: key))
+        }
+        old?.stop()
+        if let context { sink.start(context) }
+    }
+
+    /// Stops feeding the sink attached under `key`, and stops it.
+    public func detach(key: String) {
+        state.withLock { $0.attached.removeValue(forKey: key) }?.stop()
+    }
+
+    /// The keys of the attached sinks.
+    public var attachedKeys: [String] { state.withLock { Array($0.attached.keys) } }
+
+    /// Carries the attached sinks over to a new router (after a reload changed the outputs).
+    public func moveAttached(to other: OutputRouter) {
+        let moved = state.withLock { state in
+            defer { state.attached = [:] }
+            return state.attached
+        }
+        for (key, sink) in moved { other.attach(sink, key: key) }
+    }
+
+    /// Stops the configured sinks (the router was replaced or the daemon is ending).
+    public func stop() {
+        for sink in sinks { sink.stop() }
+    }
+
+    /// Waits up to `timeout` for every configured sink to deliver what it holds; true if all did.
+    public func flush(timeout: DispatchTimeInterval) -> Bool {
+        sinks.reduce(true) { $1.flush(timeout: timeout) && $0 }
     }
 }

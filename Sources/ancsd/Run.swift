@@ -236,7 +236,9 @@ enum RunCommand {
             logger.error("\(describe(error))")
             status = 1
         }
-        for sink in await reloader.currentSinks { _ = sink.flush(timeout: .seconds(2)) }
+        let finalOutput = await reloader.output
+        _ = finalOutput.flush(timeout: .seconds(2))
+        finalOutput.stop()
         return status
     }
 
@@ -244,19 +246,22 @@ enum RunCommand {
     ///
     /// Standard output is left out when it is the journal (a systemd unit's default): events carry
     /// the phone's titles and messages, which anyone who may read the system log would read there.
+    ///
+    /// Every output is an `OutputSink`; a new kind of output is made here and nowhere else.
     static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger) throws(FIFOError) -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
-        var sinks: [LineSink] = []
+        var sinks: [any OutputSink] = []
         if Logger.isJournal(STDOUT_FILENO) {
             logger.info("standard output is the journal: events are not written there (their content is private); read them from the FIFO or the control socket")
         } else {
+            stdout.format = format
             sinks.append(stdout)
         }
         if let path = settings.fifoPath {
             let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
-            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, logger: logger))
+            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, format: format, logger: logger))
         }
-        return OutputRouter(format: format, sinks: sinks)
+        return OutputRouter(sinks: sinks)
     }
 
     /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.
@@ -274,8 +279,6 @@ enum RunCommand {
             self.output = output
             self.executor = executor
         }
-
-        var currentSinks: [LineSink] { output.sinks }
 
         func reload(daemon: Daemon, stdout: LineSink, logger: Logger, notifier: SystemdNotifier) async {
             notifier.reloading()

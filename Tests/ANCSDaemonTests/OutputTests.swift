@@ -3,6 +3,7 @@ import ANCSDaemon
 import ANCSSession
 import Foundation
 import JSON
+import Synchronization
 import Testing
 
 private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEvent {
@@ -125,5 +126,73 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         sink.send("b")
         _ = sink.flush(timeout: .seconds(5))
         #expect(sink.writtenCount == 0)
+    }
+}
+
+/// A sink that keeps what it is given.
+private final class RecordingSink: OutputSink {
+    let name: String
+    private let state = Mutex<(events: [OutputRecord], started: Int, stopped: Int)>(([], 0, 0))
+    init(_ name: String) { self.name = name }
+    func start(_ context: OutputContext) { state.withLock { $0.started += 1 } }
+    func send(_ event: OutputRecord) { state.withLock { $0.events.append(event) } }
+    func stop() { state.withLock { $0.stopped += 1 } }
+    var events: [OutputRecord] { state.withLock { $0.events } }
+    var started: Int { state.withLock { $0.started } }
+    var stopped: Int { state.withLock { $0.stopped } }
+}
+
+private struct NoActions: PhoneActions {
+    func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject { ["ok": false] }
+}
+
+@Suite struct OutputRouterTests {
+    @Test func everySinkGetsTheSameRecordFormattedOnce() {
+        let a = RecordingSink("a"), b = RecordingSink("b")
+        let router = OutputRouter(sinks: [a, b])
+        router.start(OutputContext(actions: NoActions(), executor: DaemonExecutor()))
+        router.start(OutputContext(actions: NoActions(), executor: DaemonExecutor()))
+        #expect(a.started == 1 && b.started == 1, "started once")
+        let event = OutputEvent.notification(sample(), device: "AA:BB")
+        router.emit(event)
+        router.emit(.connected(device: "AA:BB", name: nil))
+        #expect(a.events.count == 2 && b.events.count == 2)
+        #expect(a.events[0] === b.events[0], "one record shared by every sink")
+        let record = a.events[0]
+        #expect(record.jsonLine == EventFormatter.line(event, format: .json))
+        #expect(record.textLine == EventFormatter.line(event, format: .text))
+        #expect(record.line(.json) == record.jsonLine && record.device == "AA:BB")
+        #expect(a.events[1].device == "AA:BB")
+    }
+
+    @Test func attachedSinksComeGoAndMoveToANewRouter() {
+        let fixed = RecordingSink("fixed"), client = RecordingSink("client")
+        let router = OutputRouter(sinks: [fixed])
+        router.attach(client, key: "control client 1")
+        router.emit(.connected(device: "A", name: nil))
+        let next = OutputRouter(sinks: [])
+        router.moveAttached(to: next)
+        router.stop()
+        #expect(fixed.stopped == 1 && client.stopped == 0)
+        router.emit(.connected(device: "B", name: nil))
+        next.emit(.connected(device: "C", name: nil))
+        #expect(client.events.map(\.device) == ["A", "C"])
+        #expect(next.attachedKeys == ["control client 1"])
+        next.detach(key: "control client 1")
+        next.emit(.connected(device: "D", name: nil))
+        #expect(client.events.count == 2 && client.stopped == 1 && next.attachedKeys.isEmpty)
+    }
+
+    /// A sink whose reader never reads does not hold up the others.
+    @Test func aStuckSinkDoesNotBlockTheRouter() throws {
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]) }
+        let stuck = LineSink(fd: fds[1], name: "stuck", ownsDescriptor: true, format: .json, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false))
+        let other = RecordingSink("other")
+        let router = OutputRouter(sinks: [stuck, other])
+        for _ in 0..<5_000 { router.emit(.notification(sample(), device: "AA:BB")) }  // ~2.5 MB, far more than the pipe holds
+        #expect(other.events.count == 5_000)
+        #expect(stuck.droppedCount > 0)
     }
 }
