@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus"], swiftSettings: strict),
+        .target(name: "ANCSDaemon", dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "JSON", "BlueZ", "DBus", "MQTT"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
-            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop", "CBluetooth"],
+            name: "ancsd", dependencies: ["ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSDaemon", "BlueZ", "DBus", "Btsnoop", "CBluetooth", "MQTT"],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),

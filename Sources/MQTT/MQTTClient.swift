@@ -40,8 +40,9 @@ public enum MQTTClientEvent: Sendable {
     case connected
     /// The connection failed or was lost; the client retries after `retry`.
     case disconnected(reason: String, retry: Duration)
-    /// A message on a subscribed topic.
-    case message(topic: String, payload: [UInt8])
+    /// A message on a subscribed topic; `retained`: a stored message the broker replayed on
+    /// subscribing, not one just sent.
+    case message(topic: String, payload: [UInt8], retained: Bool)
     /// Messages were dropped because the queue was full (the count since the last report).
     case dropped(Int)
 }
@@ -244,6 +245,8 @@ public final class MQTTClient: @unchecked Sendable {
         }
         if isEmpty, finishing != nil {
             queue.async { self.finished() }  // not from inside libmosquitto's callback
+        } else if handed < Self.window / 2 {
+            queue.async { self.handOver() }
         }
     }
 
@@ -251,6 +254,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     private func connect() {
         guard !stopped, handle == nil else { return }
+        lostReason = nil
         let configuration = self.configuration
         guard let handle = mosquitto_new(configuration.clientID, true, Unmanaged.passUnretained(self).toOpaque()) else {
             return lost("out of memory")
@@ -277,7 +281,8 @@ public final class MQTTClient: @unchecked Sendable {
             MQTTClient.from(context)?.connectAnswered(rc)
         }
         mosquitto_disconnect_callback_set(handle) { _, context, rc in
-            MQTTClient.from(context)?.lostReason = MQTTClient.describe(rc)
+            guard let client = MQTTClient.from(context), client.lostReason == nil else { return }
+            client.lostReason = MQTTClient.describe(rc)
         }
         mosquitto_publish_callback_set(handle) { _, context, mid in
             MQTTClient.from(context)?.acknowledged(mid)
@@ -285,7 +290,7 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_message_callback_set(handle) { _, context, message in
             guard let client = MQTTClient.from(context), let message = message?.pointee, let topic = message.topic else { return }
             let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(message.payloadlen))) } ?? []
-            client.onEvent(.message(topic: String(cString: topic), payload: payload))
+            client.onEvent(.message(topic: String(cString: topic), payload: payload, retained: message.retain))
         }
         let rc = mosquitto_connect_async(handle, configuration.endpoint.host, configuration.endpoint.port, configuration.keepAlive)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(Self.describe(rc)) }
@@ -314,7 +319,9 @@ public final class MQTTClient: @unchecked Sendable {
             onEvent(.dropped(droppedSinceReport))
             droppedSinceReport = 0
         }
-        handOver()
+        // Not from inside the callback: libmosquitto marks the connection active only after it,
+        // and holds back (for good) a QoS 1 message published before.
+        queue.async { self.handOver() }
     }
 
     private func readable() {

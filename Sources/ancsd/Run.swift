@@ -6,6 +6,7 @@ import ANCSSession
 import BlueZ
 import DBus
 import Dispatch
+import MQTT
 
 /// `ancsd run`: the daemon.
 enum RunCommand {
@@ -60,6 +61,20 @@ enum RunCommand {
       --state-dir DIR      remember what each phone showed in DIR across restarts (default:
                            systemd's $STATE_DIRECTORY; without either, until ancsd stops);
                            at most 4096 fingerprints (no content) per phone, 140 kB a file
+      --mqtt URL           also publish events to an MQTT broker: mqtt://[user@]host[:port]
+                           (default port 1883) or mqtts://… (TLS, port 8883); topics
+                           PREFIX/DEVICE/event, …/state, PREFIX/status and Home Assistant
+                           discovery (docs/mqtt.md). While the broker is away, up to 1000
+                           messages wait and are delivered in order; older events are dropped
+      --mqtt-password-file PATH
+                           the broker password for the URL's user: the file's first line
+      --mqtt-ca PATH       the CA certificate that signs the broker's (mqtts://; default: the
+                           system's trusted CAs)
+      --mqtt-prefix PREFIX topic prefix (default ancsd)
+      --mqtt-discovery-prefix PREFIX
+                           Home Assistant's discovery prefix (default homeassistant), or none
+      --mqtt-actions       take actions from PREFIX/DEVICE/action: {"uid": N, "action":
+                           "positive"|"negative"}; the phone's answer goes to …/action/result
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -95,6 +110,8 @@ enum RunCommand {
                 settings.pairs.append(("advertise", "no"))
             case .option("--record-redact", nil):
                 settings.pairs.append(("record-redact", "yes"))
+            case .option("--mqtt-actions", nil):
+                settings.pairs.append(("mqtt-actions", "yes"))
             case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
                 settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):
@@ -248,7 +265,8 @@ enum RunCommand {
     /// the phone's titles and messages, which anyone who may read the system log would read there.
     ///
     /// Every output is an `OutputSink`; a new kind of output is made here and nowhere else.
-    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger) throws(FIFOError) -> OutputRouter {
+    /// An MQTT sink in `keeping` whose settings are unchanged is kept (a reload does not reconnect).
+    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, keeping: OutputRouter? = nil) throws -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
         var sinks: [any OutputSink] = []
         if Logger.isJournal(STDOUT_FILENO) {
@@ -261,7 +279,37 @@ enum RunCommand {
             let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
             sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, format: format, logger: logger))
         }
+        if let mqtt = settings.mqtt {
+            if let kept = keeping?.sinks.lazy.compactMap({ $0 as? MQTTSink }).first(where: { $0.settings == mqtt }) {
+                sinks.append(kept)
+            } else {
+                sinks.append(MQTTSink(
+                    settings: mqtt, password: try mqtt.passwordFile.map(readPassword), version: ancsdVersion, logger: logger,
+                    clientID: "ancsd-\(hostName())-\(getpid())"))
+            }
+        }
         return OutputRouter(sinks: sinks)
+    }
+
+    /// The first line of an MQTT password file.
+    static func readPassword(_ path: String) throws -> String {
+        switch readTextFile(path) {
+        case .success(let text):
+            var line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            if line.last == "\r" { line = line.dropLast() }
+            guard !line.isEmpty else { throw SettingError("the MQTT password file \(path) is empty") }
+            return String(line)
+        case .failure(let error):
+            throw SettingError("cannot read the MQTT password file \(path): \(error.description)")
+        }
+    }
+
+    /// This machine's host name, for the MQTT client id.
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "host" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "host" : name
     }
 
     /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.
@@ -292,9 +340,10 @@ enum RunCommand {
             }
             logger.threshold = fresh.logLevel
             var newOutput: OutputRouter? = nil
-            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode {
+            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode
+                || fresh.mqtt != settings.mqtt {
                 do {
-                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger)
+                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, keeping: output)
                     output = newOutput ?? output
                 } catch {
                     logger.error("reload: \(error); keeping the current outputs")

@@ -149,9 +149,12 @@ public final class MosquittoBroker: Sendable {
         return child
     }
 
-    /// The retained messages of `topics` (`topic payload` lines), read by a fresh subscriber.
-    public func retained(_ topic: String, user: String? = nil, password: String? = nil) throws -> [String] {
-        let arguments = clientArguments(user: user, password: password) + ["-v", "--retained-only", "-W", "1", "-t", topic]
+    /// The first `count` retained messages under `topic` (`topic payload` lines), read by a fresh
+    /// subscriber that ends once it has them, or after 5 s with what it got. (Not `-W` alone:
+    /// mosquitto_sub 2.0.11's timeout handler can hang in a TLS connection.)
+    public func retained(_ topic: String, count: Int = 1, extra: [String] = [], host: String = "127.0.0.1") throws -> [String] {
+        var arguments = ["-h", host, "-p", String(port)] + extra
+        arguments += ["-v", "--retained-only", "-C", String(count), "-W", "5", "-t", topic]
         let result = try runTool("/usr/bin/mosquitto_sub", arguments)
         return result.text.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("Timed out") }
     }
