@@ -70,7 +70,7 @@ public final class MQTTClient: @unchecked Sendable {
     private let onEvent: @Sendable (MQTTClientEvent) -> Void
 
     /// Messages handed to libmosquitto and not yet acknowledged, at most.
-    static let window = 20
+    public static let window = 20
 
     private struct Entry {
         var message: MQTTMessage
@@ -102,6 +102,7 @@ public final class MQTTClient: @unchecked Sendable {
         public var dropped = 0
         public var connections = 0
         public var queued = 0
+        public init() {}
     }
 
     public init(configuration: MQTTConfiguration, queue: DispatchQueue, onEvent: @escaping @Sendable (MQTTClientEvent) -> Void) {
