@@ -85,6 +85,10 @@ public final class MQTTClient: @unchecked Sendable {
     private var head = 0
     private var handed = 0
     private var connected = false
+    /// The TCP connect is under way: libmosquitto 2.0.11 does not notice a non-blocking
+    /// connect that fails (refused by the second address of a name), so the client checks
+    /// the socket itself until the connection is made.
+    private var connectPending = false
     private var stopped = false
     private var subscriptions: [String] = []
     private var watch: SocketWatch?
@@ -300,7 +304,28 @@ public final class MQTTClient: @unchecked Sendable {
                                                writable: { [unowned self] in self.writable() })
         else { return lost("no socket") }
         self.watch = watch
+        connectPending = true
         afterIO()
+    }
+
+    /// While the TCP connect is under way: the socket's error, if it failed; clears
+    /// `connectPending` once connected.
+    private func connectFailure(_ handle: OpaquePointer) -> String? {
+        guard connectPending else { return nil }
+        let fd = mosquitto_socket(handle)
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0, error != 0 { return String(cString: strerror(error)) }
+        // With TLS, libmosquitto's handshake may already have taken the socket's error.
+        var poll = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        if Glibc.poll(&poll, 1, 0) == 1, poll.revents & Int16(POLLERR | POLLHUP) != 0 { return String(cString: strerror(ECONNREFUSED)) }
+        var address = sockaddr_storage()
+        var addressLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let peer = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &addressLength) }
+        }
+        if peer == 0 { connectPending = false }
+        return nil
     }
 
     private func connectAnswered(_ rc: Int32) {
@@ -327,6 +352,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     private func readable() {
         guard let handle else { return }
+        if let failure = connectFailure(handle) { return lost(failure) }
         let rc = mosquitto_loop_read(handle, 1)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
         afterIO()
@@ -334,6 +360,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     private func writable() {
         guard let handle else { return }
+        if let failure = connectFailure(handle) { return lost(failure) }
         let rc = mosquitto_loop_write(handle, 1)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
         afterIO()
@@ -341,6 +368,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     private func keepAliveDue() {
         guard let handle else { return }
+        guard connected else { return lost("no answer from the broker within \(configuration.keepAlive) s") }
         let rc = mosquitto_loop_misc(handle)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
         afterIO()
@@ -351,7 +379,7 @@ public final class MQTTClient: @unchecked Sendable {
     private func afterIO() {
         guard let handle else { return }
         if mosquitto_socket(handle) < 0 { return lost(lostReason ?? "connection closed") }
-        watch?.wantWrite(mosquitto_want_write(handle))
+        watch?.wantWrite(connectPending || mosquitto_want_write(handle))
         if keepAliveTimer == nil {
             keepAliveTimer = DispatchSource.makeTimerSource(queue: queue)
             keepAliveTimer?.setEventHandler { [unowned self] in self.keepAliveDue() }
@@ -389,6 +417,7 @@ public final class MQTTClient: @unchecked Sendable {
             self.handle = nil
         }
         connected = false
+        connectPending = false
         handed = 0
         for index in pending.indices where !pending[index].done { pending[index].mid = nil }
     }

@@ -193,6 +193,18 @@ struct MQTTClientTests {
         #expect(finish(client))
     }
 
+    @Test("a host name whose every address refuses: each attempt fails and is retried (no silent hang)", arguments: [false, true])
+    func refusedByName(tls: Bool) throws {
+        let port = try freeTCPPort()
+        let (client, log) = try makeClient("\(tls ? "mqtts" : "mqtt")://localhost:\(port)") {
+            if tls { $0.caFile = "/etc/ssl/certs/ca-certificates.crt" }
+        }
+        client.start()
+        try waitUntil("three refusals: \(log.reasons)", timeout: .seconds(10)) { log.reasons.count >= 3 }
+        #expect(log.connections == 0)
+        client.stop()
+    }
+
     @Test("subscriptions receive messages and are renewed after a reconnect")
     func subscriptions() throws {
         let broker = try MosquittoBroker()

@@ -122,12 +122,12 @@ public enum HomeAssistantSchema {
             switch component {
             case "binary_sensor":
                 if let deviceClass = object["device_class"], !binarySensorClasses.contains(deviceClass.stringValue ?? "") {
-                    problem("binary_sensor device_class '\(deviceClass)' is not one Home Assistant knows")
+                    problem("binary_sensor device_class '\(deviceClass.stringValue ?? "?")' is not one Home Assistant knows")
                 }
             case "sensor":
                 if let stateClass = object["state_class"],
                    !["measurement", "measurement_angle", "total", "total_increasing"].contains(stateClass.stringValue ?? "") {
-                    problem("sensor state_class '\(stateClass)' is not one Home Assistant knows")
+                    problem("sensor state_class '\(stateClass.stringValue ?? "?")' is not one Home Assistant knows")
                 }
             case "event":
                 let types = object["event_types"]?.arrayValue ?? []
@@ -135,7 +135,7 @@ public enum HomeAssistantSchema {
                     problem("event_types must be a non-empty list of strings")
                 }
                 if let deviceClass = object["device_class"], !["button", "doorbell", "motion"].contains(deviceClass.stringValue ?? "") {
-                    problem("event device_class '\(deviceClass)' is not one Home Assistant knows")
+                    problem("event device_class '\(deviceClass.stringValue ?? "?")' is not one Home Assistant knows")
                 }
             default:
                 break
