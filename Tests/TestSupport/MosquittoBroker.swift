@@ -150,13 +150,13 @@ public final class MosquittoBroker: Sendable {
     }
 
     /// The first `count` retained messages under `topic` (`topic payload` lines), read by a fresh
-    /// subscriber that ends once it has them, or after 5 s with what it got. (Not `-W` alone:
-    /// mosquitto_sub 2.0.11's timeout handler can hang in a TLS connection.)
+    /// subscriber that ends once it has them, or is killed after 5 s with what it got. (Not
+    /// mosquitto_sub's own `-W`: in 2.0.11 its timeout handler can hang in a TLS connection.)
     public func retained(_ topic: String, count: Int = 1, extra: [String] = [], host: String = "127.0.0.1") throws -> [String] {
-        var arguments = ["-h", host, "-p", String(port)] + extra
-        arguments += ["-v", "--retained-only", "-C", String(count), "-W", "5", "-t", topic]
-        let result = try runTool("/usr/bin/mosquitto_sub", arguments)
-        return result.text.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("Timed out") }
+        var arguments = ["-s", "KILL", "5", "/usr/bin/mosquitto_sub", "-h", host, "-p", String(port)] + extra
+        arguments += ["-v", "--retained-only", "-C", String(count), "-t", topic]
+        let result = try runTool("/usr/bin/timeout", arguments)
+        return result.text.split(separator: "\n").map(String.init)
     }
 
     /// Publishes one message with `mosquitto_pub`.
