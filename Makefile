@@ -5,8 +5,8 @@
 SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
-BUILD_DEPS  := libdbus-1-dev libbluetooth-dev pkg-config
-TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark
+BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
+TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark mosquitto mosquitto-clients openssl
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
 	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
