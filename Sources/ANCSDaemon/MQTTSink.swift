@@ -102,10 +102,10 @@ public final class MQTTSink: OutputSink {
         client.publish(MQTTMessage(topic: topics.status, text: "online", retain: true))
         if let discovery { client.subscribe(discovery.birthTopic) }
         if settings.actions { client.subscribe(topics.actionFilter) }
-        client.start()
         logger.info("MQTT: publishing to \(settings.endpoint) under \(settings.prefix)/"
             + (settings.discoveryPrefix.map { ", Home Assistant discovery under \($0)/" } ?? "")
             + (settings.actions ? ", actions taken from \(topics.actionFilter)" : ""))
+        client.start()
     }
 
     public func send(_ record: OutputRecord) {
