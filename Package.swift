@@ -13,6 +13,7 @@ import PackageDescription
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
 /// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
+/// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
 /// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one serial executor.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
@@ -46,7 +47,7 @@ let package = Package(
         .target(name: "ANCSControl", dependencies: ["JSON"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
-            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux"],
+            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT"],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -54,6 +55,12 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
+        .systemLibrary(
+            name: "CMosquitto",
+            pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]
+        ),
+        .target(name: "MQTT", dependencies: ["CMosquitto"], swiftSettings: strict),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
         // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
@@ -69,11 +76,11 @@ let package = Package(
             name: "ancsd",
             dependencies: [
                 "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
-                "DBus", "Btsnoop", "CBluetooth",
+                "DBus", "Btsnoop", "CBluetooth", "MQTT",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
-        .target(name: "TestSupport", dependencies: ["Btsnoop"], path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
         .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
@@ -88,9 +95,10 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT"],
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],

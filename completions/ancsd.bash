@@ -14,7 +14,10 @@ _ancsd() {
             [[ $command == capture ]] && COMPREPLY=($(compgen -W "btsnoop capture" -- "$cur")) || COMPREPLY=($(compgen -W "text json" -- "$cur"))
             return ;;
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
-        --fifo|--config|--control|--record|--output|-o) _filedir; return ;;
+        --fifo|--config|--control|--record|--output|-o|--mqtt-password-file|--mqtt-ca) _filedir; return ;;
+        --mqtt) COMPREPLY=($(compgen -W "mqtt:// mqtts://" -- "$cur")); compopt -o nospace; return ;;
+        --mqtt-discovery-prefix) COMPREPLY=($(compgen -W "homeassistant none" -- "$cur")); return ;;
+        --mqtt-prefix) return ;;
         --record|--state-dir) _filedir -d; return ;;
         --replays) COMPREPLY=($(compgen -W "all unseen none" -- "$cur")); return ;;
         --ignore-category) COMPREPLY=($(compgen -W "other incoming_call missed_call voicemail social schedule email news health_and_fitness business_and_finance location entertainment reserved" -- "$cur")); return ;;
@@ -24,7 +27,7 @@ _ancsd() {
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --exec --exec-timeout --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;

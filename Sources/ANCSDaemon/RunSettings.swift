@@ -3,6 +3,7 @@ public import Glibc
 #endif
 public import ANCSSession
 import BlueZ
+import MQTT
 
 /// Everything `ancsd run` can be told, from `/etc/ancsd/ancsd.conf` and the command line.
 ///
@@ -23,6 +24,23 @@ public struct RunSettings: Sendable {
     public var execCommand: String?
     /// How long a command may run before it is killed.
     public var execTimeout: Duration = .seconds(10)
+    /// The MQTT output (`--mqtt` and the `mqtt-*` keys); nil for none.
+    public var mqtt: MQTTSettings? {
+        guard let endpoint = mqttEndpoint else { return nil }
+        var settings = MQTTSettings(endpoint: endpoint)
+        settings.passwordFile = mqttPasswordFile
+        settings.caFile = mqttCA
+        settings.prefix = mqttPrefix
+        settings.discoveryPrefix = mqttDiscoveryPrefix
+        settings.actions = mqttActions
+        return settings
+    }
+    private var mqttEndpoint: MQTTEndpoint?
+    private var mqttPasswordFile: String?
+    private var mqttCA: String?
+    private var mqttPrefix = "ancsd"
+    private var mqttDiscoveryPrefix: String? = "homeassistant"
+    private var mqttActions = false
 
     public init() {}
 
@@ -30,6 +48,7 @@ public struct RunSettings: Sendable {
     public static let keys = [
         "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact",
         "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir", "exec", "exec-timeout",
+        "mqtt", "mqtt-password-file", "mqtt-ca", "mqtt-prefix", "mqtt-discovery-prefix", "mqtt-actions",
     ]
 
     /// The keys that add to a list each time they are given; a command line that gives one
@@ -143,6 +162,35 @@ public struct RunSettings: Sendable {
         case "state-dir":
             guard value.hasPrefix("/") else { throw SettingError("state-dir needs an absolute directory path, not '\(value)'") }
             options.stateDirectory = value
+        case "mqtt":
+            do {
+                mqttEndpoint = try MQTTEndpoint(url: value)
+            } catch {
+                throw SettingError("mqtt: \(error.description)")
+            }
+        case "mqtt-password-file", "mqtt-ca":
+            guard value.hasPrefix("/") else { throw SettingError("\(key) needs an absolute file path, not '\(value)'") }
+            if key == "mqtt-ca" { mqttCA = value } else { mqttPasswordFile = value }
+        case "mqtt-prefix":
+            guard MQTTTopics.isValidPrefix(value) else {
+                throw SettingError("mqtt-prefix needs topic levels without '+', '#' or empty levels (such as ancsd or home/ancsd), not '\(value)'")
+            }
+            mqttPrefix = value
+        case "mqtt-discovery-prefix":
+            if value == "none" {
+                mqttDiscoveryPrefix = nil
+            } else {
+                guard MQTTTopics.isValidPrefix(value) else {
+                    throw SettingError("mqtt-discovery-prefix needs a topic prefix such as homeassistant, or none, not '\(value)'")
+                }
+                mqttDiscoveryPrefix = value
+            }
+        case "mqtt-actions":
+            switch value.lowercased() {
+            case "yes", "true", "on", "1": mqttActions = true
+            case "no", "false", "off", "0": mqttActions = false
+            default: throw SettingError("mqtt-actions must be yes or no, not '\(value)'")
+            }
         default:
             throw SettingError("unknown setting '\(key)'")
         }

@@ -7,6 +7,7 @@ import ANCSSession
 import BlueZ
 import DBus
 import Dispatch
+import MQTT
 
 /// `ancsd run`: the daemon.
 enum RunCommand {
@@ -69,6 +70,20 @@ enum RunCommand {
                            failing exit status are logged (docs/output.md)
       --exec-timeout SECONDS
                            kill the command (and its process group) after SECONDS (default 10)
+      --mqtt URL           also publish events to an MQTT broker: mqtt://[user@]host[:port]
+                           (default port 1883) or mqtts://… (TLS, port 8883); topics
+                           PREFIX/DEVICE/event, …/state, PREFIX/status and Home Assistant
+                           discovery (docs/mqtt.md). While the broker is away, up to 1000
+                           messages wait and are delivered in order; older events are dropped
+      --mqtt-password-file PATH
+                           the broker password for the URL's user: the file's first line
+      --mqtt-ca PATH       the CA certificate that signs the broker's (mqtts://; default: the
+                           system's trusted CAs)
+      --mqtt-prefix PREFIX topic prefix (default ancsd)
+      --mqtt-discovery-prefix PREFIX
+                           Home Assistant's discovery prefix (default homeassistant), or none
+      --mqtt-actions       take actions from PREFIX/DEVICE/action: {"uid": N, "action":
+                           "positive"|"negative"}; the phone's answer goes to …/action/result
       --log-level LEVEL    debug, info (default), warning or error; notification content is
                            logged only at debug
       --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
@@ -104,6 +119,8 @@ enum RunCommand {
                 settings.pairs.append(("advertise", "no"))
             case .option("--record-redact", nil):
                 settings.pairs.append(("record-redact", "yes"))
+            case .option("--mqtt-actions", nil):
+                settings.pairs.append(("mqtt-actions", "yes"))
             case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
                 settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):
@@ -267,8 +284,9 @@ enum RunCommand {
     ///
     /// Every output is an `OutputSink`; a new kind of output is made here and nowhere else.
     /// A reload passes the `current` router: its exec sink is kept if its settings did not change
-    /// (commands in flight and waiting keep their order).
-    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, current: OutputRouter? = nil) throws(FIFOError) -> OutputRouter {
+    /// (commands in flight and waiting keep their order), and so is its MQTT sink (a reload does
+    /// not reconnect).
+    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, current: OutputRouter? = nil) throws -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
         var sinks: [any OutputSink] = []
         if Logger.isJournal(STDOUT_FILENO) {
@@ -281,11 +299,41 @@ enum RunCommand {
             let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
             sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, format: format, logger: logger))
         }
+        if let mqtt = settings.mqtt {
+            if let kept = current?.sinks.lazy.compactMap({ $0 as? MQTTSink }).first(where: { $0.settings == mqtt }) {
+                sinks.append(kept)
+            } else {
+                sinks.append(MQTTSink(
+                    settings: mqtt, password: try mqtt.passwordFile.map(readPassword), version: ancsdVersion, logger: logger,
+                    clientID: "ancsd-\(hostName())-\(getpid())"))
+            }
+        }
         if let command = settings.execCommand {
             let kept = current?.sinks.lazy.compactMap { $0 as? ExecSink }.first { $0.command == command && $0.timeout == settings.execTimeout }
             sinks.append(kept ?? ExecSink(command: command, timeout: settings.execTimeout, logger: logger))
         }
         return OutputRouter(sinks: sinks)
+    }
+
+    /// The first line of an MQTT password file.
+    static func readPassword(_ path: String) throws -> String {
+        switch readTextFile(path) {
+        case .success(let text):
+            var line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            if line.last == "\r" { line = line.dropLast() }
+            guard !line.isEmpty else { throw SettingError("the MQTT password file \(path) is empty") }
+            return String(line)
+        case .failure(let error):
+            throw SettingError("cannot read the MQTT password file \(path): \(error.description)")
+        }
+    }
+
+    /// This machine's host name, for the MQTT client id.
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "host" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "host" : name
     }
 
     /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.
@@ -317,7 +365,8 @@ enum RunCommand {
             logger.threshold = fresh.logLevel
             var newOutput: OutputRouter? = nil
             if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode
-                || fresh.execCommand != settings.execCommand || fresh.execTimeout != settings.execTimeout {
+                || fresh.execCommand != settings.execCommand || fresh.execTimeout != settings.execTimeout
+                || fresh.mqtt != settings.mqtt {
                 do {
                     newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, current: output)
                     output = newOutput ?? output

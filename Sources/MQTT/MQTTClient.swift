@@ -1,0 +1,525 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CMosquitto
+public import Dispatch
+
+/// How an `MQTTClient` connects.
+public struct MQTTConfiguration: Sendable {
+    public var endpoint: MQTTEndpoint
+    /// The password for `endpoint.username`, read from a file by the caller.
+    public var password: String?
+    /// The CA certificate file that signs the broker's certificate (`mqtts://`); nil for the
+    /// system's trusted CAs.
+    public var caFile: String?
+    public var clientID: String
+    /// Seconds between keep-alives when nothing else is sent; also how long a connection
+    /// attempt or an unanswered ping may take.
+    public var keepAlive: Int32 = 60
+    /// Published by the broker when the connection ends without a clean disconnect.
+    public var will: MQTTMessage?
+    /// Published (and flushed) by `finish` before the clean disconnect, e.g. the `offline`
+    /// status that the will would have said.
+    public var farewell: MQTTMessage?
+    /// At most this many messages wait for the broker; past it the oldest not-retained message
+    /// is dropped and counted.
+    public var queueLimit = 1000
+    /// Reconnect delays: doubled from `minimumRetry` after each failed attempt up to `maximumRetry`.
+    public var minimumRetry: DispatchTimeInterval = .milliseconds(500)
+    public var maximumRetry: DispatchTimeInterval = .seconds(60)
+
+    public init(endpoint: MQTTEndpoint, clientID: String) {
+        self.endpoint = endpoint
+        self.clientID = clientID
+    }
+}
+
+/// What the client tells its owner.
+public enum MQTTClientEvent: Sendable {
+    /// Connected (again): subscriptions are renewed and queued messages are being delivered.
+    case connected
+    /// The connection failed or was lost; the client retries after `retry`.
+    case disconnected(reason: String, retry: Duration)
+    /// A message on a subscribed topic; `retained`: a stored message the broker replayed on
+    /// subscribing, not one just sent.
+    case message(topic: String, payload: [UInt8], retained: Bool)
+    /// Messages were dropped because the queue was full (the count since the last report).
+    case dropped(Int)
+}
+
+/// An MQTT client on libmosquitto, driven by one serial dispatch queue (the daemon's executor):
+/// no thread of its own, no polling.
+///
+/// The socket is watched by a dispatch read source, and by a write source only while
+/// libmosquitto has bytes to send (`mosquitto_want_write`). One timer calls
+/// `mosquitto_loop_misc` a keep-alive period after the last traffic, so an idle connection
+/// wakes the process once per keep-alive (the PINGREQ) and once for its answer.
+///
+/// Messages wait in the client's own bounded queue, in order, until the broker acknowledges
+/// them (QoS 1) or they are written (QoS 0); at most `window` are handed to libmosquitto at a
+/// time. A lost connection throws libmosquitto's state away (a new `mosquitto` handle per
+/// attempt) and hands the unacknowledged messages again, in order, after reconnecting: QoS 1
+/// delivery, at least once. A retained message replaces a not yet sent retained message of the
+/// same topic.
+///
+/// Every method may be called from any thread; the work happens on `queue`, and `onEvent` is
+/// called there.
+public final class MQTTClient: @unchecked Sendable {
+    public let configuration: MQTTConfiguration
+    public let queue: DispatchQueue
+    private let onEvent: @Sendable (MQTTClientEvent) -> Void
+
+    /// Messages handed to libmosquitto and not yet acknowledged, at most.
+    public static let window = 20
+
+    private struct Entry {
+        var message: MQTTMessage
+        /// libmosquitto's message id once handed to it.
+        var mid: Int32?
+        var done = false
+    }
+
+    // All state below is touched on `queue` only.
+    private var handle: OpaquePointer?
+    private var pending: [Entry] = []
+    private var head = 0
+    private var handed = 0
+    private var connected = false
+    /// The TCP connect is under way: libmosquitto 2.0.11 does not notice a non-blocking
+    /// connect that fails (refused by the second address of a name), so the client checks
+    /// the socket itself until the connection is made.
+    private var connectPending = false
+    private var stopped = false
+    private var subscriptions: [String] = []
+    private var watch: SocketWatch?
+    private var keepAliveTimer: (any DispatchSourceTimer)?
+    private var retryTimer: (any DispatchSourceTimer)?
+    private var retryDelay: DispatchTimeInterval
+    private var lostReason: String?
+    private var droppedSinceReport = 0
+    private var finishing: (timer: any DispatchSourceTimer, done: @Sendable (Bool) -> Void)?
+    private var counters = Counters()
+
+    /// What the client did so far.
+    public struct Counters: Sendable, Equatable {
+        public var delivered = 0
+        public var dropped = 0
+        public var connections = 0
+        public var queued = 0
+        public init() {}
+    }
+
+    public init(configuration: MQTTConfiguration, queue: DispatchQueue, onEvent: @escaping @Sendable (MQTTClientEvent) -> Void) {
+        self.configuration = configuration
+        self.queue = queue
+        self.onEvent = onEvent
+        retryDelay = configuration.minimumRetry
+        MQTTLibrary.initialize()
+    }
+
+    deinit {
+        if let handle { mosquitto_destroy(handle) }
+    }
+
+    /// Starts connecting; later failures are retried with backoff.
+    public func start() {
+        queue.async { self.connect() }
+    }
+
+    /// Queues a message; it is delivered once connected, in order with the others.
+    public func publish(_ message: MQTTMessage) {
+        queue.async { self.enqueue(message) }
+    }
+
+    /// Subscribes to `filter` (QoS 1) now and after every reconnect.
+    public func subscribe(_ filter: String) {
+        queue.async {
+            guard !self.subscriptions.contains(filter) else { return }
+            self.subscriptions.append(filter)
+            if self.connected, let handle = self.handle {
+                mosquitto_subscribe(handle, nil, filter, 1)
+                self.afterIO()
+            }
+        }
+    }
+
+    /// The counters, read on the queue.
+    public func counters(_ reply: @escaping @Sendable (Counters) -> Void) {
+        queue.async {
+            var counters = self.counters
+            counters.queued = self.pending.count - self.head
+            reply(counters)
+        }
+    }
+
+    /// Publishes the farewell message, waits until the queue is delivered or `timeout` passes,
+    /// then disconnects cleanly (so the broker does not send the will) and stops.
+    /// `done(true)` when everything queued was delivered.
+    public func finish(timeout: DispatchTimeInterval, done: @escaping @Sendable (Bool) -> Void) {
+        queue.async {
+            guard !self.stopped, self.finishing == nil else { return done(self.isEmpty) }
+            if let farewell = self.configuration.farewell { self.enqueue(farewell) }
+            let timer = DispatchSource.makeTimerSource(queue: self.queue)
+            timer.setEventHandler { [unowned self] in self.finished() }
+            timer.schedule(deadline: .now() + timeout)
+            timer.resume()
+            self.finishing = (timer, done)
+            if self.isEmpty || !self.connected { self.finished() }
+        }
+    }
+
+    /// Ends a `finish`: disconnects and reports whether everything was delivered. Never called
+    /// from inside a libmosquitto callback (it destroys the handle).
+    private func finished() {
+        guard let (timer, done) = finishing else { return }
+        finishing = nil
+        timer.cancel()
+        let empty = isEmpty
+        shutDown()
+        done(empty)
+    }
+
+    /// Stops at once: no farewell, no flush.
+    public func stop() {
+        queue.async { self.shutDown() }
+    }
+
+    // MARK: Queue
+
+    private var isEmpty: Bool { head == pending.count }
+
+    private func enqueue(_ message: MQTTMessage) {
+        guard !stopped else { return }
+        if message.retain, let index = pending[head...].firstIndex(where: { $0.mid == nil && $0.message.retain && $0.message.topic == message.topic }) {
+            pending.remove(at: index)
+        }
+        pending.append(Entry(message: message))
+        while pending.count - head > configuration.queueLimit {
+            // Drop the oldest message not in flight, an event rather than retained state if there is one.
+            let waiting = pending[head...].indices.filter { pending[$0].mid == nil }
+            guard let victim = waiting.first(where: { !pending[$0].message.retain }) ?? waiting.first else { break }
+            pending.remove(at: victim)
+            counters.dropped += 1
+            droppedSinceReport += 1
+        }
+        if droppedSinceReport > 0, connected {
+            onEvent(.dropped(droppedSinceReport))
+            droppedSinceReport = 0
+        }
+        handOver()
+    }
+
+    /// Hands waiting messages to libmosquitto, in order, up to the window.
+    private func handOver() {
+        guard connected, let handle else { return }
+        var index = head
+        while handed < Self.window, index < pending.count {
+            if pending[index].mid == nil, !pending[index].done {
+                var mid: Int32 = 0
+                let message = pending[index].message
+                let rc = message.payload.withUnsafeBytes { bytes in
+                    mosquitto_publish(handle, &mid, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
+                }
+                guard rc == MOSQ_ERR_SUCCESS.rawValue else {
+                    if rc == MOSQ_ERR_INVAL.rawValue || rc == MOSQ_ERR_PAYLOAD_SIZE.rawValue || rc == MOSQ_ERR_MALFORMED_UTF8.rawValue {
+                        // Never deliverable: drop it rather than block the queue behind it.
+                        pending[index].done = true
+                        counters.dropped += 1
+                        index += 1
+                        continue
+                    }
+                    break  // the connection is going; the disconnect path retries
+                }
+                pending[index].mid = mid
+                handed += 1
+            }
+            index += 1
+        }
+        afterIO()
+    }
+
+    private func acknowledged(_ mid: Int32) {
+        guard let index = pending[head...].firstIndex(where: { $0.mid == mid && !$0.done }) else { return }
+        pending[index].done = true
+        handed -= 1
+        counters.delivered += 1
+        while head < pending.count, pending[head].done { head += 1 }
+        if head > 256, head * 2 > pending.count {
+            pending.removeFirst(head)
+            head = 0
+        }
+        if isEmpty, finishing != nil {
+            queue.async { self.finished() }  // not from inside libmosquitto's callback
+        } else if handed < Self.window / 2 {
+            queue.async { self.handOver() }
+        }
+    }
+
+    // MARK: Connection
+
+    private func connect() {
+        guard !stopped, handle == nil else { return }
+        lostReason = nil
+        let configuration = self.configuration
+        guard let handle = mosquitto_new(configuration.clientID, true, Unmanaged.passUnretained(self).toOpaque()) else {
+            return lost("out of memory")
+        }
+        self.handle = handle
+        mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311)
+        if let user = configuration.endpoint.username {
+            mosquitto_username_pw_set(handle, user, configuration.password)
+        }
+        if configuration.endpoint.tls {
+            if let ca = configuration.caFile {
+                let rc = mosquitto_tls_set(handle, ca, nil, nil, nil, nil)
+                guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost("cannot use the CA file \(ca): \(Self.describe(rc))") }
+            } else {
+                mosquitto_int_option(handle, MOSQ_OPT_TLS_USE_OS_CERTS, 1)
+            }
+        }
+        if let will = configuration.will {
+            will.payload.withUnsafeBytes { bytes in
+                _ = mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
+            }
+        }
+        mosquitto_connect_callback_set(handle) { _, context, rc in
+            MQTTClient.from(context)?.connectAnswered(rc)
+        }
+        mosquitto_disconnect_callback_set(handle) { _, context, rc in
+            guard let client = MQTTClient.from(context), client.lostReason == nil else { return }
+            client.lostReason = MQTTClient.describe(rc)
+        }
+        mosquitto_publish_callback_set(handle) { _, context, mid in
+            MQTTClient.from(context)?.acknowledged(mid)
+        }
+        mosquitto_message_callback_set(handle) { _, context, message in
+            guard let client = MQTTClient.from(context), let message = message?.pointee, let topic = message.topic else { return }
+            let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(message.payloadlen))) } ?? []
+            client.onEvent(.message(topic: String(cString: topic), payload: payload, retained: message.retain))
+        }
+        let rc = mosquitto_connect_async(handle, configuration.endpoint.host, configuration.endpoint.port, configuration.keepAlive)
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(Self.describe(rc)) }
+        let fd = mosquitto_socket(handle)
+        guard fd >= 0, let watch = SocketWatch(fd: fd, queue: queue, readable: { [unowned self] in self.readable() },
+                                               writable: { [unowned self] in self.writable() })
+        else { return lost("no socket") }
+        self.watch = watch
+        connectPending = true
+        afterIO()
+    }
+
+    /// While the TCP connect is under way: the socket's error, if it failed; clears
+    /// `connectPending` once connected.
+    private func connectFailure(_ handle: OpaquePointer) -> String? {
+        guard connectPending else { return nil }
+        let fd = mosquitto_socket(handle)
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0, error != 0 { return String(cString: strerror(error)) }
+        // With TLS, libmosquitto's handshake may already have taken the socket's error.
+        var poll = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        if Glibc.poll(&poll, 1, 0) == 1, poll.revents & Int16(POLLERR | POLLHUP) != 0 { return String(cString: strerror(ECONNREFUSED)) }
+        var address = sockaddr_storage()
+        var addressLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let peer = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &addressLength) }
+        }
+        if peer == 0 { connectPending = false }
+        return nil
+    }
+
+    private func connectAnswered(_ rc: Int32) {
+        guard rc == 0 else {
+            lostReason = String(cString: mosquitto_connack_string(rc))
+            return
+        }
+        connected = true
+        counters.connections += 1
+        retryDelay = configuration.minimumRetry
+        lostReason = nil
+        if let handle {
+            for filter in subscriptions { mosquitto_subscribe(handle, nil, filter, 1) }
+        }
+        onEvent(.connected)
+        if droppedSinceReport > 0 {
+            onEvent(.dropped(droppedSinceReport))
+            droppedSinceReport = 0
+        }
+        // Not from inside the callback: libmosquitto marks the connection active only after it,
+        // and holds back (for good) a QoS 1 message published before.
+        queue.async { self.handOver() }
+    }
+
+    private func readable() {
+        guard let handle else { return }
+        if let failure = connectFailure(handle) { return lost(failure) }
+        let rc = mosquitto_loop_read(handle, 1)
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
+        afterIO()
+    }
+
+    private func writable() {
+        guard let handle else { return }
+        if let failure = connectFailure(handle) { return lost(failure) }
+        let rc = mosquitto_loop_write(handle, 1)
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
+        afterIO()
+    }
+
+    private func keepAliveDue() {
+        guard let handle else { return }
+        guard connected else { return lost("no answer from the broker within \(configuration.keepAlive) s") }
+        let rc = mosquitto_loop_misc(handle)
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(lostReason ?? Self.describe(rc)) }
+        afterIO()
+    }
+
+    /// After any traffic: watch for writability only while there is something to write, and
+    /// move the keep-alive check a full period ahead.
+    private func afterIO() {
+        guard let handle else { return }
+        if mosquitto_socket(handle) < 0 { return lost(lostReason ?? "connection closed") }
+        watch?.wantWrite(connectPending || mosquitto_want_write(handle))
+        if keepAliveTimer == nil {
+            keepAliveTimer = DispatchSource.makeTimerSource(queue: queue)
+            keepAliveTimer?.setEventHandler { [unowned self] in self.keepAliveDue() }
+            keepAliveTimer?.schedule(deadline: .distantFuture)
+            keepAliveTimer?.resume()
+        }
+        keepAliveTimer?.schedule(deadline: .now() + .seconds(Int(configuration.keepAlive)), leeway: .milliseconds(250))
+    }
+
+    /// Drops the connection's state and schedules the next attempt.
+    private func lost(_ reason: String) {
+        tearDown()
+        guard !stopped else { return }
+        let delay = retryDelay
+        retryDelay = min(Self.nanoseconds(retryDelay) * 2, Self.nanoseconds(configuration.maximumRetry)).interval
+        onEvent(.disconnected(reason: reason, retry: .nanoseconds(Self.nanoseconds(delay))))
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.setEventHandler { [unowned self] in
+            self.retryTimer?.cancel()
+            self.retryTimer = nil
+            self.connect()
+        }
+        timer.schedule(deadline: .now() + delay)
+        timer.resume()
+        retryTimer = timer
+    }
+
+    private func tearDown() {
+        watch?.close()
+        watch = nil
+        keepAliveTimer?.cancel()
+        keepAliveTimer = nil
+        if let handle {
+            mosquitto_destroy(handle)
+            self.handle = nil
+        }
+        connected = false
+        connectPending = false
+        handed = 0
+        for index in pending.indices where !pending[index].done { pending[index].mid = nil }
+    }
+
+    private func shutDown() {
+        guard !stopped else { return }
+        stopped = true
+        retryTimer?.cancel()
+        retryTimer = nil
+        if let handle, connected {
+            mosquitto_disconnect(handle)
+            _ = mosquitto_loop_write(handle, 1)
+        }
+        tearDown()
+    }
+
+    // MARK: Helpers
+
+    private static func from(_ context: UnsafeMutableRawPointer?) -> MQTTClient? {
+        context.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }
+    }
+
+    static func describe(_ rc: Int32) -> String {
+        if rc == MOSQ_ERR_ERRNO.rawValue { return String(cString: strerror(errno)) }
+        return String(cString: mosquitto_strerror(rc))
+    }
+
+    private static func nanoseconds(_ interval: DispatchTimeInterval) -> Int {
+        switch interval {
+        case .seconds(let s): s.multipliedReportingOverflow(by: 1_000_000_000).partialValue
+        case .milliseconds(let ms): ms.multipliedReportingOverflow(by: 1_000_000).partialValue
+        case .microseconds(let us): us.multipliedReportingOverflow(by: 1000).partialValue
+        case .nanoseconds(let ns): ns
+        default: Int.max
+        }
+    }
+}
+
+extension Int {
+    fileprivate var interval: DispatchTimeInterval { .nanoseconds(self) }
+}
+
+/// libmosquitto's one-time initialisation.
+enum MQTTLibrary {
+    private static let once: Bool = {
+        mosquitto_lib_init()
+        return true
+    }()
+
+    static func initialize() { _ = once }
+}
+
+/// Read and write sources on a private duplicate of libmosquitto's socket.
+///
+/// libmosquitto closes its socket itself when a connection fails; watching a duplicate that
+/// only this watch closes (after both sources are cancelled) keeps the descriptor number from
+/// being reused under a live source.
+final class SocketWatch: @unchecked Sendable {
+    private let fd: Int32
+    private let read: any DispatchSourceRead
+    private let write: any DispatchSourceWrite
+    private var writeArmed = false
+    private var closed = false
+
+    init?(fd original: Int32, queue: DispatchQueue, readable: @escaping @Sendable () -> Void, writable: @escaping @Sendable () -> Void) {
+        let fd = fcntl(original, F_DUPFD_CLOEXEC, 0)
+        guard fd >= 0 else { return nil }
+        self.fd = fd
+        read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        read.setEventHandler(handler: readable)
+        write.setEventHandler(handler: writable)
+        let remaining = Remaining(fd: fd)
+        read.setCancelHandler { remaining.release() }
+        write.setCancelHandler { remaining.release() }
+        read.resume()
+    }
+
+    func wantWrite(_ want: Bool) {
+        guard !closed, want != writeArmed else { return }
+        writeArmed = want
+        if want { write.resume() } else { write.suspend() }
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        read.cancel()
+        write.cancel()
+        if !writeArmed { write.resume() }  // a suspended source runs its cancel handler only once resumed
+    }
+
+    deinit { close() }
+
+    /// Closes the descriptor when both sources are cancelled.
+    private final class Remaining: @unchecked Sendable {
+        let fd: Int32
+        var count = 2
+        init(fd: Int32) { self.fd = fd }
+        func release() {
+            count -= 1
+            if count == 0 { Glibc.close(fd) }
+        }
+    }
+}

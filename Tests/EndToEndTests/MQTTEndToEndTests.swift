@@ -1,0 +1,150 @@
+import Foundation
+import JSON
+import Testing
+import TestSupport
+
+private let ada = "AA:BB:CC:DD:EE:01"
+private let device = "aabbccddee01"
+
+/// `topic payload` lines of a mosquitto_sub, split.
+private func messages(_ subscriber: ChildProcess) -> [(topic: String, payload: String)] {
+    subscriber.lines.map(\.text).compactMap { line in
+        guard let space = line.firstIndex(of: " ") else { return (line, "") }
+        return (String(line[..<space]), String(line[line.index(after: space)...]))
+    }
+}
+
+private func payloads(_ subscriber: ChildProcess, _ topic: String) -> [String] {
+    messages(subscriber).filter { $0.topic == topic }.map(\.payload)
+}
+
+private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .seconds(30), _ condition: () throws -> Bool) throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try condition() { return }
+        Thread.sleep(forTimeInterval: 0.05)
+    }
+    throw TestFailure("timed out waiting for \(what())")
+}
+
+/// `ancsd run --mqtt` on the simulated phone with a real mosquitto broker.
+@Suite(.serialized) struct MQTTEndToEndTests {
+    static let scenario = """
+        {"scenario":"mqtt","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages","com.apple.mobilephone":"Phone"}}
+        {"do":"wait_subscribed","timeout":30}
+        {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Grace","message":"Tea at five? 🫖 <b>&amp;</b>","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+        {"do":"add","uid":2,"category":"incoming_call","app":"com.apple.mobilephone","title":"Charles","message":"Incoming Call","flags":["positive_action","negative_action"],"positive_action":"Answer","negative_action":"Decline"}
+        {"do":"add","uid":3,"category":"email","app":"com.apple.MobileSMS","title":"No actions","message":"x"}
+        {"do":"sleep","seconds":60}
+        {"do":"end"}
+        """
+
+    @Test("events, retained state, counts, latest, discovery, the event entity and actions; offline on SIGTERM")
+    func everything() throws {
+        let broker = try MosquittoBroker()
+        let all = try broker.subscriber(["#"])
+        defer { all.signal(SIGKILL) }
+        let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions"])
+        try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+        let eventTopic = "ancsd/\(device)/event"
+        try waitFor("4 events on \(eventTopic): \(messages(all))") { payloads(all, eventTopic).count >= 4 }
+
+        // Every event exactly as --format json prints it, in order.
+        let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
+        #expect(payloads(all, eventTopic) == Array(printed.prefix(4)))
+        #expect(payloads(all, eventTopic).compactMap { try? JSONValue(parsing: $0)["type"]?.stringValue } == ["connected", "added", "added", "added"])
+
+        // Retained state, as a later subscriber (Home Assistant after a restart) sees it.
+        #expect(try broker.retained("ancsd/status") == ["ancsd/status online"])
+        #expect(try broker.retained("ancsd/\(device)/state") == ["ancsd/\(device)/state connected"])
+        try waitFor("count 3") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 3"] }
+        #expect(try broker.retained("ancsd/\(device)/latest") == ["ancsd/\(device)/latest Messages: No actions"])
+        let attributes = try #require(try broker.retained("ancsd/\(device)/latest/attributes").first)
+        #expect(attributes == "ancsd/\(device)/latest/attributes " + printed[3])
+
+        // Home Assistant discovery: retained, accepted by the schema, pointing at topics that carry messages.
+        let configs = try broker.retained("homeassistant/#", count: 4).compactMap { line -> (topic: String, payload: JSONValue)? in
+            guard let space = line.firstIndex(of: " ") else { return nil }
+            return (String(line[..<space]), try JSONValue(parsing: String(line[line.index(after: space)...])))
+        }
+        #expect(configs.count == 4)
+        #expect(Set(configs.map(\.topic)) == [
+            "homeassistant/binary_sensor/ancsd_\(device)/connected/config", "homeassistant/sensor/ancsd_\(device)/notifications/config",
+            "homeassistant/sensor/ancsd_\(device)/latest/config", "homeassistant/event/ancsd_\(device)/notification/config",
+        ])
+        let published = Set(messages(all).map(\.topic))
+        #expect(HomeAssistantSchema.problems(configs, published: published) == [])
+        #expect(configs.first?.payload["device"]?["name"] == "Ada's iPhone")
+
+        // The event entity: one event per added notification, its category as event type.
+        let fired = payloads(all, "ancsd/\(device)/notification").compactMap { try? JSONValue(parsing: $0) }
+        #expect(fired.map { $0["event_type"]?.stringValue } == ["social", "incoming_call", "email"])
+        #expect(fired.first?["message"] == "Tea at five? 🫖 <b>&amp;</b>")
+
+        // Actions: the phone performs a negative action and removes the notification.
+        try broker.publish("ancsd/\(device)/action", #"{"uid": 1, "action": "negative"}"#)
+        let resultTopic = "ancsd/\(device)/action/result"
+        try waitFor("a result") { payloads(all, resultTopic).count == 1 }
+        #expect(payloads(all, resultTopic).first == #"{"uid":1,"action":"negative","ok":true,"result":"performed"}"#)
+        try run.ancsd.waitForLine { $0.contains(#""type":"removed""#) && $0.contains(#""uid":1,"#) }
+        try waitFor("count 2") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 2"] }
+        // Bad requests get an answer, and change nothing.
+        for request in [#"{"uid": 99, "action": "positive"}"#, #"{"uid": 3, "action": "positive"}"#, #"{"uid": 2, "action": "up"}"#, "not json"] {
+            try broker.publish("ancsd/\(device)/action", request)
+        }
+        try waitFor("four more results: \(payloads(all, resultTopic))") { payloads(all, resultTopic).count == 5 }
+        let codes = payloads(all, resultTopic).dropFirst().compactMap { try? JSONValue(parsing: $0)["error"]?["code"]?.stringValue }
+        #expect(codes == ["no_such_notification", "not_available", "bad_request", "bad_request"])
+        try broker.publish("ancsd/001122334455/action", #"{"uid": 1, "action": "negative"}"#)
+        try waitFor("an answer for a phone that is not there") { payloads(all, "ancsd/001122334455/action/result").count == 1 }
+        #expect(payloads(all, "ancsd/001122334455/action/result").first?.contains("no_such_device") == true)
+        // SIGTERM: a clean disconnect, status offline.
+        #expect(try run.ancsd.stop() == 0)
+        #expect(try broker.retained("ancsd/status") == ["ancsd/status offline"])
+        #expect(payloads(all, resultTopic).count == 5)
+    }
+
+    @Test("TLS and a password file; a broker that is down at the start; the last will when ancsd is killed")
+    func tlsPasswordOutageAndWill() throws {
+        let broker = try MosquittoBroker(security: .init(users: ["phone-bridge": "correct horse"], tls: true))
+        broker.stop()
+        let passwordFile = broker.directory + "/ancsd-password"
+        try "correct horse\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        let run = try DaemonRun(text: Self.scenario, ancsdArguments: [
+            "--mqtt", "mqtts://phone-bridge@localhost:\(broker.port)", "--mqtt-ca", broker.caFile,
+            "--mqtt-password-file", passwordFile, "--mqtt-discovery-prefix", "none",
+        ])
+        try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+        // Two failed attempts (the next comes 2 s later): time for the subscriber to be there first.
+        try waitFor("two failed attempts: \(run.ancsd.standardError)") { run.ancsd.standardError.components(separatedBy: "retrying in").count > 2 }
+        try broker.start()
+        let tlsArguments = ["--cafile", broker.caFile, "-u", "phone-bridge", "-P", "correct horse"]
+        let all = try ChildProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_sub"),
+                                   ["-h", "localhost", "-p", String(broker.port)] + tlsArguments + ["-v", "-q", "1", "-t", "#"])
+        defer { all.signal(SIGKILL) }
+        let eventTopic = "ancsd/\(device)/event"
+        try waitFor("4 events after the broker came: \(messages(all)) \(run.ancsd.standardError.suffix(2000))") {
+            payloads(all, eventTopic).count >= 4
+        }
+        let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
+        #expect(payloads(all, eventTopic) == Array(printed.prefix(4)), "in order, none lost")
+        #expect(try broker.retained("ancsd/status", extra: tlsArguments, host: "localhost") == ["ancsd/status online"])
+        #expect(!messages(all).contains { $0.topic.hasPrefix("homeassistant/") }, "discovery off")
+        #expect(!run.ancsd.standardError.contains("correct horse"))
+
+        // Killed: the broker publishes the will.
+        run.ancsd.signal(SIGKILL)
+        _ = try run.ancsd.wait()
+        try waitFor("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "localhost") == ["ancsd/status offline"] }
+    }
+
+    @Test("bad MQTT settings stop ancsd at the start with a clear error")
+    func badSettings() throws {
+        let password = try AncsdProcess.run(["run", "--mqtt", "mqtt://me:secret@host"])
+        #expect(password.status == 2 && password.stderr.contains("--mqtt-password-file"))
+        let missing = try AncsdProcess.run(["run", "--mqtt", "mqtt://me@127.0.0.1", "--mqtt-password-file", "/nonexistent/pw", "--config", "/dev/null"])
+        #expect(missing.status != 0 && missing.stderr.contains("cannot read the MQTT password file /nonexistent/pw"))
+        let prefix = try AncsdProcess.run(["run", "--mqtt", "mqtt://h", "--mqtt-prefix", "a/#"])
+        #expect(prefix.status == 2 && prefix.stderr.contains("mqtt-prefix"))
+    }
+}

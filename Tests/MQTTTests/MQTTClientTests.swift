@@ -1,0 +1,226 @@
+import Dispatch
+import Foundation
+import MQTT
+import Synchronization
+import Testing
+import TestSupport
+
+/// What a client under test reported.
+final class EventLog: Sendable {
+    private let events = Mutex<[MQTTClientEvent]>([])
+    func add(_ event: MQTTClientEvent) { events.withLock { $0.append(event) } }
+    var connections: Int { events.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count } }
+    var reasons: [String] { events.withLock { $0.compactMap { if case .disconnected(let reason, _) = $0 { reason } else { nil } } } }
+    var messages: [(String, String)] {
+        events.withLock { $0.compactMap { if case .message(let t, let p, _) = $0 { (t, String(decoding: p, as: UTF8.self)) } else { nil } } }
+    }
+}
+
+func makeClient(_ url: String, configure: (inout MQTTConfiguration) -> Void = { _ in }) throws -> (MQTTClient, EventLog) {
+    var configuration = MQTTConfiguration(endpoint: try MQTTEndpoint(url: url), clientID: "ancsd-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+    configuration.minimumRetry = .milliseconds(100)
+    configuration.maximumRetry = .milliseconds(400)
+    configure(&configuration)
+    let log = EventLog()
+    let client = MQTTClient(configuration: configuration, queue: DispatchQueue(label: "mqtt-test"), onEvent: { log.add($0) })
+    return (client, log)
+}
+
+func waitUntil(_ what: @autoclosure () -> String, timeout: Duration = .seconds(15), _ condition: () throws -> Bool) throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try condition() { return }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    throw TestFailure("timed out waiting for \(what())")
+}
+
+func counters(_ client: MQTTClient) -> MQTTClient.Counters {
+    let result = Mutex<MQTTClient.Counters?>(nil)
+    client.counters { c in result.withLock { $0 = c } }
+    while result.withLock({ $0 }) == nil { Thread.sleep(forTimeInterval: 0.01) }
+    return result.withLock { $0 } ?? MQTTClient.Counters()
+}
+
+func finish(_ client: MQTTClient, timeout: DispatchTimeInterval = .seconds(5)) -> Bool {
+    let result = Mutex<Bool?>(nil)
+    client.finish(timeout: timeout) { delivered in result.withLock { $0 = delivered } }
+    while result.withLock({ $0 }) == nil { Thread.sleep(forTimeInterval: 0.01) }
+    return result.withLock { $0 } ?? false
+}
+
+func payloads(_ subscriber: ChildProcess, topic: String) -> [String] {
+    subscriber.lines.map(\.text).filter { $0.hasPrefix(topic + " ") }.map { String($0.dropFirst(topic.count + 1)) }
+}
+
+@Suite("MQTT client against a real mosquitto", .serialized)
+struct MQTTClientTests {
+    @Test("URLs: scheme, user, host, port, IPv6; passwords and paths refused")
+    func urls() throws {
+        #expect(try MQTTEndpoint(url: "mqtt://broker") == MQTTEndpoint(host: "broker", port: 1883, tls: false))
+        #expect(try MQTTEndpoint(url: "mqtts://ha@broker.lan:8884") == MQTTEndpoint(host: "broker.lan", port: 8884, tls: true, username: "ha"))
+        #expect(try MQTTEndpoint(url: "mqtts://broker").port == 8883)
+        #expect(try MQTTEndpoint(url: "mqtt://[::1]:1884/") == MQTTEndpoint(host: "::1", port: 1884, tls: false))
+        for bad in ["http://x", "mqtt://", "mqtt://u:pw@host", "mqtt://host:0", "mqtt://host:99999", "mqtt://host/topic", "mqtt://ho st"] {
+            #expect(throws: MQTTURLError.self, "\(bad)") { try MQTTEndpoint(url: bad) }
+        }
+    }
+
+    @Test("messages arrive in order; retained state stays; finish publishes the farewell and disconnects cleanly")
+    func publishAndRetain() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try broker.subscriber(["t/#"])
+        defer { subscriber.signal(SIGKILL) }
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") {
+            $0.will = MQTTMessage(topic: "t/status", text: "offline", retain: true)
+            $0.farewell = MQTTMessage(topic: "t/status", text: "offline", retain: true)
+        }
+        client.start()
+        client.publish(MQTTMessage(topic: "t/status", text: "online", retain: true))
+        for n in 1...200 { client.publish(MQTTMessage(topic: "t/event", text: "\(n)")) }
+        try waitUntil("200 events") { payloads(subscriber, topic: "t/event").count >= 200 }
+        #expect(payloads(subscriber, topic: "t/event") == (1...200).map(String.init))
+        #expect(log.connections == 1)
+        #expect(try broker.retained("t/status") == ["t/status online"])
+        #expect(finish(client))
+        #expect(try broker.retained("t/status") == ["t/status offline"])
+        try waitUntil("disconnect logged") { broker.log.contains("disconnected") }
+        #expect(!broker.log.contains("closed its connection") || broker.log.contains("disconnected."))
+    }
+
+    @Test("password authentication: the right password delivers, a wrong one is refused and retried")
+    func passwordAuthentication() throws {
+        let broker = try MosquittoBroker(security: .init(users: ["ancsd": "s3cret pass"]))
+        let subscriber = try broker.subscriber(["a/#"], user: "ancsd", password: "s3cret pass")
+        defer { subscriber.signal(SIGKILL) }
+        let (good, _) = try makeClient("mqtt://ancsd@127.0.0.1:\(broker.port)") { $0.password = "s3cret pass" }
+        good.start()
+        good.publish(MQTTMessage(topic: "a/x", text: "hello"))
+        try waitUntil("delivery") { payloads(subscriber, topic: "a/x") == ["hello"] }
+        #expect(finish(good))
+
+        let (bad, log) = try makeClient("mqtt://ancsd@127.0.0.1:\(broker.port)") { $0.password = "wrong" }
+        bad.start()
+        bad.publish(MQTTMessage(topic: "a/x", text: "never"))
+        try waitUntil("two refusals") { log.reasons.count >= 2 }
+        #expect(log.reasons.allSatisfy { $0.lowercased().contains("not authori") }, "\(log.reasons)")
+        #expect(log.connections == 0)
+        bad.stop()
+        #expect(payloads(subscriber, topic: "a/x") == ["hello"])
+    }
+
+    @Test("TLS: a broker certificate signed by the given CA is accepted, another CA is refused")
+    func tls() throws {
+        let broker = try MosquittoBroker(security: .init(tls: true))
+        let (client, log) = try makeClient("mqtts://localhost:\(broker.port)") { $0.caFile = broker.caFile }
+        client.start()
+        client.publish(MQTTMessage(topic: "s/state", text: "connected", retain: true))
+        try waitUntil("connected") { log.connections == 1 }
+        #expect(finish(client))
+        #expect(try broker.retained("s/#", extra: ["--cafile", broker.caFile], host: "localhost") == ["s/state connected"])
+
+        // A CA that did not sign the broker's certificate: no connection, a TLS error.
+        let other = try MosquittoBroker(security: .init(tls: true))
+        let (refused, refusedLog) = try makeClient("mqtts://localhost:\(broker.port)") { $0.caFile = other.caFile }
+        refused.start()
+        try waitUntil("a refusal") { !refusedLog.reasons.isEmpty }
+        #expect(refusedLog.connections == 0)
+        refused.stop()
+    }
+
+    // In the next two tests the client waits 3 s before reconnecting, so that mosquitto_sub
+    // (which retries after 1 s) is subscribed again before the queued messages arrive.
+
+    @Test("a broker that restarts mid-stream loses nothing and keeps the order")
+    func brokerRestart() throws {
+        let broker = try MosquittoBroker()
+        let subscriber = try broker.subscriber(["r/#"])
+        defer { subscriber.signal(SIGKILL) }
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") {
+            $0.minimumRetry = .seconds(3)
+            $0.maximumRetry = .seconds(3)
+        }
+        client.start()
+        for n in 1...100 { client.publish(MQTTMessage(topic: "r/event", text: "\(n)")) }
+        try waitUntil("first 100") { payloads(subscriber, topic: "r/event").count >= 100 }
+        // The broker stops while events keep coming; they wait in the client's queue.
+        let publisher = Thread {
+            for n in 101...300 {
+                client.publish(MQTTMessage(topic: "r/event", text: "\(n)"))
+                Thread.sleep(forTimeInterval: 0.005)
+            }
+        }
+        publisher.start()
+        Thread.sleep(forTimeInterval: 0.2)
+        broker.stop()
+        try waitUntil("the loss noticed") { !log.reasons.isEmpty }
+        try broker.start()
+        try waitUntil("reconnected") { log.connections == 2 }
+        try waitUntil("all 300: \(payloads(subscriber, topic: "r/event").count)", timeout: .seconds(30)) {
+            Set(payloads(subscriber, topic: "r/event")).count >= 300
+        }
+        let received = payloads(subscriber, topic: "r/event").compactMap(Int.init)
+        var firsts: [Int] = []
+        for n in received where !firsts.contains(n) { firsts.append(n) }
+        #expect(firsts == Array(1...300), "order of first arrivals")
+        // At least once: a message in flight when the broker went may come twice, never more.
+        #expect(received.count - 300 <= MQTTClient.window, "\(received.count - 300) repeated")
+        #expect(finish(client))
+    }
+
+    @Test("a broker that is down at the start: the queue keeps the newest 10 of 25 events (bound 10), in order")
+    func boundedQueue() throws {
+        let broker = try MosquittoBroker()
+        broker.stop()
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") {
+            $0.queueLimit = 10
+            $0.minimumRetry = .seconds(3)
+            $0.maximumRetry = .seconds(3)
+        }
+        client.start()
+        client.publish(MQTTMessage(topic: "q/state", text: "connected", retain: true))
+        for n in 1...25 { client.publish(MQTTMessage(topic: "q/event", text: "\(n)")) }
+        try waitUntil("a failed attempt") { !log.reasons.isEmpty }
+        try broker.start()
+        let subscriber = try broker.subscriber(["q/#"])
+        defer { subscriber.signal(SIGKILL) }
+        try waitUntil("delivery", timeout: .seconds(20)) { payloads(subscriber, topic: "q/event").count >= 9 }
+        try waitUntil("queue empty") { counters(client).queued == 0 }
+        // 26 messages for 10 places: the 16 oldest events went; the retained state stayed.
+        #expect(payloads(subscriber, topic: "q/event") == (17...25).map(String.init))
+        #expect(counters(client).dropped == 16)
+        #expect(try broker.retained("q/state") == ["q/state connected"])
+        #expect(finish(client))
+    }
+
+    @Test("a host name whose every address refuses: each attempt fails and is retried (no silent hang)", arguments: [false, true])
+    func refusedByName(tls: Bool) throws {
+        let port = try freeTCPPort()
+        let (client, log) = try makeClient("\(tls ? "mqtts" : "mqtt")://localhost:\(port)") {
+            if tls { $0.caFile = "/etc/ssl/certs/ca-certificates.crt" }
+        }
+        client.start()
+        try waitUntil("three refusals: \(log.reasons)", timeout: .seconds(10)) { log.reasons.count >= 3 }
+        #expect(log.connections == 0)
+        client.stop()
+    }
+
+    @Test("subscriptions receive messages and are renewed after a reconnect")
+    func subscriptions() throws {
+        let broker = try MosquittoBroker()
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)")
+        client.subscribe("c/+/action")
+        client.start()
+        try waitUntil("connected") { log.connections == 1 }
+        Thread.sleep(forTimeInterval: 0.2)
+        try broker.publish("c/phone/action", #"{"uid":1}"#)
+        try waitUntil("message") { log.messages.count == 1 }
+        try broker.restart()
+        try waitUntil("reconnected") { log.connections == 2 }
+        Thread.sleep(forTimeInterval: 0.2)
+        try broker.publish("c/phone/action", #"{"uid":2}"#)
+        try waitUntil("second message") { log.messages.count == 2 }
+        #expect(log.messages.map(\.1) == [#"{"uid":1}"#, #"{"uid":2}"#])
+        client.stop()
+    }
+}
