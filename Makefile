@@ -38,6 +38,9 @@ CROSS_DEPS  := mmdebstrap qemu-user-static binfmt-support arch-test
 HOST_ARCH   := $(shell dpkg --print-architecture)
 # The architecture of make deb and check-deb.
 ARCH        ?= $(HOST_ARCH)
+# How make deb builds for another ARCH (docs/arm64.md): cross (swiftlang running natively,
+# cross-compiling) or emulated (in a root of ARCH under qemu-user, as on a Pi; much slower).
+FOREIGN_BUILD ?= cross
 
 all: build
 
@@ -70,11 +73,12 @@ install: release-static
 
 ## deb: the Debian package, built by dpkg-buildpackage from debian/ under .build/deb
 ## (scripts/build-deb); lintian must report no error. The last line printed is the .deb's path.
-## ARCH=arm64 (on another machine): built by Debian 13's swiftlang in an arm64 trixie root
-## under qemu-user emulation.
+## ARCH=arm64 (on another machine): built by Debian 13's swiftlang, cross-compiling in this
+## machine's trixie root (FOREIGN_BUILD=cross, CI's way) or in an arm64 trixie root under
+## qemu-user emulation (FOREIGN_BUILD=emulated); docs/arm64.md.
 deb:
 	@scripts/install-deps $(DEB_DEPS) $(if $(filter $(HOST_ARCH),$(ARCH)),,$(CROSS_DEPS))
-	@scripts/build-deb $(ARCH)
+	@FOREIGN_BUILD=$(FOREIGN_BUILD) scripts/build-deb $(ARCH)
 
 ## check-deb: the package into a clean bookworm minbase root with apt: runs without Swift,
 ## ancsd --version, decode and doctor work, remove and purge leave nothing (SystemTest/root-checks).
