@@ -89,7 +89,8 @@ extension DaemonTests {
         #expect(Set(bobs.map(\.id)).count == 1, "two identical messages share one popup")
         let bob = try #require(bobs.last)
         #expect(lovelace.id == desktop.popups.first { $0.summary == "Lovelace" }?.id, "modified: the same popup, replaced")
-        #expect(shown == [charles.id, try #require(latest("Standup")).id, ada.id, grace.id, bob.id, lovelace.id])
+        let standup = try #require(latest("Standup"))
+        #expect(shown == [charles.id, standup.id, ada.id, grace.id, bob.id, lovelace.id])
         #expect(!shown.contains(fleeting.id))
 
         // The action buttons, as dunst's context menu offers them; its link menu has the links whole.
