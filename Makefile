@@ -31,7 +31,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
+.PHONY: all print-test-deps build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
 # What building or testing in a Debian root of another architecture needs (scripts/trixie-root).
 CROSS_DEPS  := mmdebstrap qemu-user-static binfmt-support arch-test
@@ -43,6 +43,10 @@ ARCH        ?= $(HOST_ARCH)
 FOREIGN_BUILD ?= cross
 
 all: build
+
+# The Debian packages make test needs, for scripts that set up another root (scripts/test-swiftlang).
+print-test-deps:
+	@echo $(TEST_DEPS)
 
 deps:
 	@scripts/install-deps $(BUILD_DEPS)
