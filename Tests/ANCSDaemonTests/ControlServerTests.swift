@@ -24,7 +24,7 @@ struct ControlServerTests {
     /// Found by make soak (seed 345850489, 600 s, at 573.9 s): a control subscriber read an event
     /// before `{"ok":true,"subscribed":true}`, which docs/control.md promises first.
     @Test("a subscriber gets its reply before the first event, however soon the event comes")
-    func replyBeforeEvents() throws {
+    func replyBeforeEvents() async throws {
         let path = NSTemporaryDirectory() + "control-\(UUID().uuidString)"
         let handler = EagerHandler()
         let server = try ControlServer(path: path, handler: handler, logger: Logger(threshold: .error, journald: false))
@@ -49,12 +49,20 @@ struct ControlServerTests {
         let request = Array(#"{"cmd":"subscribe","id":1}"#.utf8) + [0x0A, 0x7B]  // and half of the next line
         #expect(write(fd, request, request.count - 1) == request.count - 1)
 
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while received.filter({ $0 == 0x0A }).count < 2 {
-            let n = read(fd, &buffer, buffer.count)
-            guard n > 0 else { break }
-            received += buffer[0..<n]
+        // The blocking reads run on a thread of their own: on the cooperative pool (two threads
+        // on two cores) they could starve the server's reply task while other tests block too.
+        let received = await withCheckedContinuation { (done: CheckedContinuation<[UInt8], Never>) in
+            Thread.detachNewThread {
+                var received: [UInt8] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while received.filter({ $0 == 0x0A }).count < 2 {
+                    let n = read(fd, &buffer, buffer.count)
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0 else { break }
+                    received += buffer[0..<n]
+                }
+                done.resume(returning: received)
+            }
         }
         let lines = String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init)
         #expect(lines == [#"{"ok":true,"subscribed":true,"id":1}"#, #"{"v":1,"type":"added","uid":7}"#])
