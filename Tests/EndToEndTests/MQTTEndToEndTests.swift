@@ -111,7 +111,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         let passwordFile = broker.directory + "/ancsd-password"
         try "correct horse\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
         let run = try DaemonRun(text: Self.scenario, ancsdArguments: [
-            "--mqtt", "mqtts://phone-bridge@localhost:\(broker.port)", "--mqtt-ca", broker.caFile,
+            "--mqtt", "mqtts://phone-bridge@127.0.0.1:\(broker.port)", "--mqtt-ca", broker.caFile,
             "--mqtt-password-file", passwordFile, "--mqtt-discovery-prefix", "none",
         ])
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
@@ -120,7 +120,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         try broker.start()
         let tlsArguments = ["--cafile", broker.caFile, "-u", "phone-bridge", "-P", "correct horse"]
         let all = try ChildProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_sub"),
-                                   ["-h", "localhost", "-p", String(broker.port)] + tlsArguments + ["-v", "-q", "1", "-t", "#"])
+                                   ["-h", "127.0.0.1", "-p", String(broker.port)] + tlsArguments + ["-v", "-q", "1", "-t", "#"])
         defer { all.signal(SIGKILL) }
         let eventTopic = "ancsd/\(device)/event"
         try waitFor("4 events after the broker came: \(messages(all)) \(run.ancsd.standardError.suffix(2000))") {
@@ -128,14 +128,14 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         }
         let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
         #expect(payloads(all, eventTopic) == Array(printed.prefix(4)), "in order, none lost")
-        #expect(try broker.retained("ancsd/status", extra: tlsArguments, host: "localhost") == ["ancsd/status online"])
+        #expect(try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status online"])
         #expect(!messages(all).contains { $0.topic.hasPrefix("homeassistant/") }, "discovery off")
         #expect(!run.ancsd.standardError.contains("correct horse"))
 
         // Killed: the broker publishes the will.
         run.ancsd.signal(SIGKILL)
         _ = try run.ancsd.wait()
-        try waitFor("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "localhost") == ["ancsd/status offline"] }
+        try waitFor("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status offline"] }
     }
 
     @Test("bad MQTT settings stop ancsd at the start with a clear error")

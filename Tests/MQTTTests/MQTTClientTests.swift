@@ -112,16 +112,16 @@ struct MQTTClientTests {
     @Test("TLS: a broker certificate signed by the given CA is accepted, another CA is refused")
     func tls() throws {
         let broker = try MosquittoBroker(security: .init(tls: true))
-        let (client, log) = try makeClient("mqtts://localhost:\(broker.port)") { $0.caFile = broker.caFile }
+        let (client, log) = try makeClient("mqtts://127.0.0.1:\(broker.port)") { $0.caFile = broker.caFile }
         client.start()
         client.publish(MQTTMessage(topic: "s/state", text: "connected", retain: true))
         try waitUntil("connected") { log.connections == 1 }
         #expect(finish(client))
-        #expect(try broker.retained("s/#", extra: ["--cafile", broker.caFile], host: "localhost") == ["s/state connected"])
+        #expect(try broker.retained("s/#", extra: ["--cafile", broker.caFile], host: "127.0.0.1") == ["s/state connected"])
 
         // A CA that did not sign the broker's certificate: no connection, a TLS error.
         let other = try MosquittoBroker(security: .init(tls: true))
-        let (refused, refusedLog) = try makeClient("mqtts://localhost:\(broker.port)") { $0.caFile = other.caFile }
+        let (refused, refusedLog) = try makeClient("mqtts://127.0.0.1:\(broker.port)") { $0.caFile = other.caFile }
         refused.start()
         try waitUntil("a refusal") { !refusedLog.reasons.isEmpty }
         #expect(refusedLog.connections == 0)
