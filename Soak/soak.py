@@ -596,13 +596,17 @@ class Run:
     def fail(self, message):
         raise Violation(message)
 
-    def pump(self):
+    def drain_inbox(self):
+        """Hands everything the readers have queued to the oracle."""
         while True:
             try:
                 t, source, item = self.inbox.get_nowait()
             except queue.Empty:
                 break
             self.oracle.push(t, source, item)
+
+    def pump(self):
+        self.drain_inbox()
         if self.problems:
             self.fail(self.problems[0])
         if self.ancsd.poll() is not None:
@@ -740,12 +744,7 @@ class Run:
         return end_rss
 
     def pump_final(self):
-        while True:
-            try:
-                t, source, item = self.inbox.get_nowait()
-            except queue.Empty:
-                break
-            self.oracle.push(t, source, item)
+        self.drain_inbox()
         self.oracle.advance(now_ns())
 
     def stop(self):

@@ -122,10 +122,12 @@ public var builtProductsDirectory: URL {
 public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// Runs a tool to its end, standard input empty; its exit status and its output (both streams).
-public func runTool(_ tool: String, _ arguments: [String]) throws -> (status: Int32, text: String) {
+/// `environment`: the tool's whole environment (nil: this process's).
+public func runTool(_ tool: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, text: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: tool)
     process.arguments = arguments
+    if let environment { process.environment = environment }
     let out = Pipe()
     process.standardOutput = out
     process.standardError = out
