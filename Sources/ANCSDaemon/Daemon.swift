@@ -165,12 +165,17 @@ public actor Daemon {
         links.values.filter { $0.state == .running }.map(\.device.address).sorted()
     }
 
-    /// Runs until cancelled; throws if the bus cannot be reached or goes away.
+    /// Runs until cancelled; throws if the bus cannot be reached or goes away. Cancelled during
+    /// start-up (SIGTERM while connecting), it returns as a stop, not an error.
     public func run() async throws {
         // Whoever calls, the nonisolated code this runs (the bus library's, the task group's
         // children) stays on the daemon's executor rather than Swift's global one.
-        try await withTaskExecutorPreference(executor) {
-            try await self.serve()
+        do {
+            try await withTaskExecutorPreference(executor) {
+                try await self.serve()
+            }
+        } catch is CancellationError where Task.isCancelled {
+            logger.debug("stopped during start-up")
         }
     }
 

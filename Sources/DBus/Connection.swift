@@ -193,6 +193,10 @@ public actor DBusConnection {
         let id = core.newID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
+                // The handler below removes the waiter from a job on the queue, which can run
+                // before this one when the task was already cancelled (the operation may hop
+                // executors after the handler ran): a cancelled task does not wait at all.
+                if Task.isCancelled { return continuation.resume() }
                 core.addDisconnectWaiter(id, continuation)
             }
         } onCancel: {
@@ -282,6 +286,8 @@ public actor DBusConnection {
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Message, any Error>) in
+                // As in waitUntilDisconnected: the handler's cancelCall may have run already.
+                if Task.isCancelled { return continuation.resume(throwing: CancellationError()) }
                 perform { connection in
                     connection.core.startCall(message, timeoutMilliseconds: ms, id: id, continuation: continuation)
                 }

@@ -36,6 +36,32 @@ extension DBusTests {
             }
         }
 
+        /// A task cancelled before it waits returns at once: the cancellation handler's job on
+        /// the connection's queue can run before the waiter is added (ancsd stopped during
+        /// start-up waited forever).
+        @Test func waitingAfterCancellationReturns() async throws {
+            try await withBus { bus in
+                let client = try await DBusConnection.connect(to: .address(bus.address))
+                let executor = QueueTaskExecutor()
+                for preferred in [nil, executor] as [QueueTaskExecutor?] {
+                    for _ in 0..<20 {
+                        let returned = Mutex(false)
+                        Task(executorPreference: preferred) {
+                            withUnsafeCurrentTask { $0?.cancel() }
+                            await client.waitUntilDisconnected()
+                            returned.withLock { $0 = true }
+                        }
+                        // Polled, not awaited: a waiter that missed its cancellation never returns.
+                        let deadline = ContinuousClock.now + .seconds(5)
+                        while !returned.withLock({ $0 }), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+                        #expect(returned.withLock { $0 }, "a waiter cancelled before it waited still waits")
+                    }
+                }
+                #expect(await client.isConnected)
+                await client.close()
+            }
+        }
+
         @Test func busDyingUnderALiveConnection() async throws {
             let bus = try TestBus()
             let server = try await DBusConnection.connect(to: .address(bus.address))
@@ -226,5 +252,14 @@ extension DBusTests {
                 }
             }
         }
+    }
+}
+
+/// A task executor on a queue of its own, as ancsd's DaemonExecutor.
+final class QueueTaskExecutor: TaskExecutor, @unchecked Sendable {
+    let queue = DispatchQueue(label: "test-executor")
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        queue.async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }

@@ -135,6 +135,54 @@ import TestSupport
         #expect(try ancsd.stop() == 0)
     }
 
+    /// SIGTERM at any moment of start-up (connecting, reading bluetoothd's tree, READY, starting
+    /// the watchers) stops ancsd with status 0: a stop that came before the daemon waited for the
+    /// bus to go away once left it waiting forever.
+    @Test func sigtermDuringStartUpStops() throws {
+        let bus = try PrivateBus()
+        for attempt in 0..<40 {
+            let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--format", "json"])
+            try waitUntilHandled(SIGTERM, by: ancsd)
+            // 0 to 38 ms in steps of 2 ms (start-up on an idle machine), then every 13 ms up to
+            // 287 ms (past READY on a loaded one).
+            let delay = attempt < 20 ? attempt * 2 : 40 + (attempt - 20) * 13
+            Thread.sleep(forTimeInterval: Double(delay) / 1000)
+            ancsd.signal(SIGTERM)
+            let status = try ancsd.wait(timeout: .seconds(5))
+            #expect(status == 0, "SIGTERM \(delay) ms into start-up: status \(status); stderr:\n\(ancsd.standardError)")
+        }
+    }
+
+    /// SIGHUP during start-up re-reads the configuration and never kills ancsd.
+    @Test func sighupDuringStartUpKeepsRunning() throws {
+        let bus = try PrivateBus()
+        for attempt in 0..<12 {
+            let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--format", "json"])
+            try waitUntilHandled(SIGHUP, by: ancsd)
+            Thread.sleep(forTimeInterval: Double(attempt) * 0.01)
+            ancsd.signal(SIGHUP)
+            try ancsd.waitForStandardError(containing: "bluetoothd is not running", timeout: .seconds(10))
+            Thread.sleep(forTimeInterval: 0.05)
+            #expect(ancsd.isRunning, "SIGHUP \(attempt * 10) ms into start-up killed ancsd")
+            #expect(try ancsd.stop(timeout: .seconds(5)) == 0)
+        }
+    }
+
+    /// Waits until `process` no longer has the default action for `signal` (/proc/PID/status).
+    private func waitUntilHandled(_ signal: Int32, by process: ChildProcess) throws {
+        let bit = UInt64(1) << UInt64(signal - 1)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            let status = (try? String(contentsOfFile: "/proc/\(process.pid)/status", encoding: .utf8)) ?? ""
+            for line in status.split(separator: "\n") where line.hasPrefix("SigIgn:") || line.hasPrefix("SigCgt:") {
+                if let mask = UInt64(line.split(separator: "\t").last ?? "", radix: 16), mask & bit != 0 { return }
+            }
+            guard process.isRunning else { throw TestFailure("ancsd ended before it handled signal \(signal): \(process.standardError)") }
+            Thread.sleep(forTimeInterval: 0.001)
+        }
+        throw TestFailure("ancsd did not handle signal \(signal) within 10 s")
+    }
+
     @Test func aMissingBusIsAClearError() throws {
         let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", "unix:path=/nonexistent/bus", "run"])
         #expect(try ancsd.wait() == 1)
