@@ -124,6 +124,7 @@ class Oracle:
         self.sessions = [{0: Session(0)} for _ in devices]
         self.sim_session = [0 for _ in devices]
         self.link_up = [True for _ in devices]
+        self.up_session = [0 for _ in devices]     # the session of each phone's latest link up
         self.bluez_up = True
         self.ancsd_up = False
         self.conns = [None for _ in devices]
@@ -192,6 +193,8 @@ class Oracle:
         if kind == "link":
             self.link_up[dev] = e["up"]
             self.sim_session[dev] = e["session"]
+            if e["up"]:
+                self.up_session[dev] = e["session"]
             self.session(dev, e["session"])
             if not e["up"]:
                 self.pending[dev].clear()
@@ -273,7 +276,10 @@ class Oracle:
             self.fail(f"ancsd printed a line for an unknown phone: {line}")
         self.last_output[dev] = t
         if kind == "connected":
-            self.conns[dev] = Connection(self.sim_session[dev])
+            # The session ancsd connected to: the phone's current one, or, when the link has
+            # dropped again before the line came (the phone numbers the next session at once),
+            # the one its last link up began.
+            self.conns[dev] = Connection(self.sim_session[dev] if self.link_up[dev] else self.up_session[dev])
             return
         if kind == "disconnected":
             self.conns[dev] = None

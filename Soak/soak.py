@@ -13,12 +13,14 @@ both sides. Resources are sampled every SAMPLE_SECONDS.
 """
 import argparse
 import collections
+import gc
 import hashlib
 import json
 import os
 import queue
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -33,6 +35,7 @@ from oracle import NS, STALL_SECONDS, Oracle, Violation  # noqa: E402
 SAMPLE_SECONDS = 2.0
 HELD_CAP = 600                # the most notifications the plan lets a phone hold
 WARM_UP_BURST = 4500          # past ancsd's 4096 remembered fingerprints a phone
+MARK_REST = 5.0              # seconds without an event before the start and end samples
 LAG = 0.3                     # seconds the oracle stays behind, so both sides' items are in
 APPS = {"com.apple.MobileSMS": "Messages", "com.apple.mobilemail": "Mail", "net.whatsapp.WhatsApp": "WhatsApp",
         "com.apple.mobilecal": "Calendar", "com.apple.mobilephone": "Phone"}
@@ -50,6 +53,29 @@ BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configur
 
 def now_ns():
     return time.monotonic_ns()
+
+
+class GCPauses:
+    """How long the soak's own garbage collections held every thread of this process."""
+
+    def __init__(self):
+        self.began = 0
+        self.longest = 0
+        self.total = 0
+        self.count = 0
+        gc.callbacks.append(self.callback)
+
+    def callback(self, phase, info):
+        if phase == "start":
+            self.began = time.monotonic_ns()
+        else:
+            pause = time.monotonic_ns() - self.began
+            self.longest = max(self.longest, pause)
+            self.total += pause
+            self.count += 1
+
+
+GC_PAUSES = GCPauses()
 
 
 def say(message):
@@ -214,7 +240,7 @@ class Run:
         self.faults = collections.Counter()
         self.stdout_lines = set()           # every line ancsd printed (for FIFO/subscriber checks)
         self.lines_lock = threading.Lock()
-        self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed, anon_kb, file_kb)
+        self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed, anon_kb, file_kb, shmem_kb)
         self.instance = 0
         self.instance_started = 0.0
         self.problems = []                  # violations found by helper threads
@@ -225,6 +251,7 @@ class Run:
         self.threads = []
         self.config_toggle = False
         self.marks = {}
+        self.smaps = {}                     # mark name → {mapping name: {field: kB}}
         self.fifo_lock = threading.Lock()
         self.unchecked = []       # (source, lines) from FIFO readers and subscribers
         self.stdout_file = None
@@ -235,6 +262,14 @@ class Run:
         self.subscriber_lines = 0
         self.settles = 0
         self.action_results = collections.Counter()
+        # How far each reader has certainly read (CLOCK_MONOTONIC ns): everything ancsd wrote to
+        # standard output, and everything the simulator wrote to its events log, before these
+        # moments is in the inbox. The oracle looks only that far (pump), so a soak thread that
+        # is late (its process waiting for a CPU, a garbage collection, the interpreter's lock)
+        # is never taken for ancsd being late.
+        self.output_seen_until = 0
+        self.events_seen_until = 0
+        self.reader_lag = 0                 # the most the readers were ever behind at a pump (ns)
         self.sent_steps = 0
         self.answers_seen = 0
 
@@ -282,8 +317,11 @@ class Run:
         with open(self.path("events.jsonl")) as f:
             partial = ""
             while True:
+                before = now_ns()
                 chunk = f.read()
                 if not chunk:
+                    # At the end of the log: every event written before `before` is queued.
+                    self.events_seen_until = before
                     if self.sim.poll() is not None:
                         return
                     time.sleep(0.02)
@@ -329,11 +367,21 @@ class Run:
 
     def read_ancsd(self, process):
         """Reads ancsd's output in large chunks, each line stamped when its chunk arrived: one
-        read per chunk keeps the stamps close even while the main thread holds the interpreter."""
+        read per chunk keeps the stamps close even while the main thread holds the interpreter.
+        Each time the pipe is found empty, everything ancsd wrote before that read is queued:
+        `output_seen_until` says so (the stamp is taken before the read, so a late thread can
+        only make it earlier). While the pipe stays empty it is looked at every 50 ms."""
         fd = process.stdout.fileno()
+        os.set_blocking(fd, False)      # our end only: ancsd's end is another open file
         partial = b""
         while True:
-            chunk = os.read(fd, 1 << 20)
+            before = now_ns()
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                self.output_seen_until = before
+                select.select([fd], [], [], 0.05)
+                continue
             if not chunk:
                 return
             t = now_ns()
@@ -529,8 +577,8 @@ class Run:
         while True:
             t = now_ns()
             worst = 0
-            for name, process in (("sim", self.sim), ("bus", self.bus), ("ancsd", self.ancsd)):
-                pid = process.pid
+            for name, pid in (("sim", self.sim.pid), ("bus", self.bus.pid), ("ancsd", self.ancsd.pid),
+                              ("soak", os.getpid())):
                 total = 0
                 try:
                     for task in os.listdir(f"/proc/{pid}/task"):
@@ -550,7 +598,16 @@ class Run:
             samples = list(self.waits)
         before = next((w for t, w in reversed(samples) if t <= t0), samples[0][1] if samples else {})
         after = next((w for t, w in reversed(samples) if t <= t1), {})
-        return max([after[k] - before.get(k, 0) for k in after] + [0])
+        return max([after[k] - before.get(k, 0) for k in after if k[0] != "soak"] + [0])
+
+    def cpu_waits(self):
+        """Run-queue time so far by process name (every process of that name), in seconds."""
+        with self.waits_lock:
+            last = self.waits[-1][1] if self.waits else {}
+        totals = collections.Counter()
+        for (name, _), wait in last.items():
+            totals[name] += wait / NS
+        return totals
 
     def control_request(self, request, timeout=5):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -577,7 +634,8 @@ class Run:
             # RSS splits into the heap and other private memory (RssAnon) and pages of the binary
             # and libraries (RssFile, RssShmem): only the first is memory the daemon holds.
             anon = int(status["RssAnon"].split()[0])
-            file = int(status["RssFile"].split()[0]) + int(status.get("RssShmem", "0 kB").split()[0])
+            file = int(status["RssFile"].split()[0])
+            shmem = int(status.get("RssShmem", "0 kB").split()[0])
             threads = int(status["Threads"])
             fds = len(os.listdir(f"/proc/{pid}/fd"))
         except (OSError, KeyError):
@@ -589,7 +647,18 @@ class Run:
         except (OSError, ValueError):
             pass
         owed = sum(len(p) for p in self.oracle.pending)
-        self.samples.append((time.monotonic() - self.started, self.instance, rss, fds, threads, held, owed, anon, file))
+        self.samples.append((time.monotonic() - self.started, self.instance, rss, fds, threads, held, owed, anon, file, shmem))
+
+    def snapshot_smaps(self, name):
+        """Keeps ancsd's /proc/PID/smaps at a mark, so the report can say which mappings grew."""
+        try:
+            with open(f"/proc/{self.ancsd.pid}/smaps") as f:
+                text = f.read()
+        except OSError:
+            return
+        with open(self.path(f"smaps-{name}.txt"), "w") as f:
+            f.write(text)
+        self.smaps[name] = parse_smaps(text)
 
     # the run
 
@@ -605,7 +674,12 @@ class Run:
                 break
             self.oracle.push(t, source, item)
 
+    def seen_until(self):
+        """The moment up to which both readers have queued everything (read before draining)."""
+        return min(self.output_seen_until, self.events_seen_until)
+
     def pump(self):
+        seen = self.seen_until()
         self.drain_inbox()
         if self.problems:
             self.fail(self.problems[0])
@@ -613,7 +687,9 @@ class Run:
             self.fail(f"ancsd exited by itself with status {self.ancsd.returncode} (see {self.path('ancsd.log')})")
         if self.sim.poll() is not None:
             self.fail(f"the simulator exited with status {self.sim.returncode} (see {self.path('sim.log')})")
-        self.oracle.advance(now_ns() - int(LAG * NS))
+        now = now_ns()
+        self.reader_lag = max(self.reader_lag, now - seen)
+        self.oracle.advance(min(now, seen) - int(LAG * NS))
 
     def settle(self):
         """Clears the faults that can be cleared, reconnects every phone, waits until both
@@ -636,7 +712,8 @@ class Run:
         deadline = time.monotonic() + 60
         # Quiet: nothing said for 1.5 s, and no request left unanswered on purpose still pending
         # (ancsd waits for those before it shows what it has).
-        while time.monotonic() - quiet_since < 1.5 or now_ns() < self.oracle.silence_end():
+        while time.monotonic() - quiet_since < 1.5 or now_ns() < self.oracle.silence_end() \
+                or now_ns() - self.seen_until() > 0.2 * NS:
             time.sleep(0.05)
             self.pump()
             if self.oracle.seq != seen:
@@ -644,7 +721,9 @@ class Run:
                 quiet_since = time.monotonic()
             if time.monotonic() > deadline:
                 self.fail("no quiet moment within 60 s of a settle")
-        self.oracle.advance(now_ns())
+        seen = self.seen_until()
+        self.drain_inbox()
+        self.oracle.advance(seen)
         self.oracle.settled()
         self.check_copies()
         self.settles += 1
@@ -692,8 +771,17 @@ class Run:
         elif kind == "settle":
             self.settle()
         elif kind == "mark":
+            # Both ends are measured at rest: the phones hold nothing and ancsd has had no event
+            # for MARK_REST seconds, so it has given back the code pages the work before touched
+            # (QuietRelease, 2-4 s after its last event). Later steps keep their spacing.
+            rest = time.monotonic() + MARK_REST
+            while time.monotonic() < rest:
+                time.sleep(0.05)
+                self.pump()
+            self.started += MARK_REST
             self.sample()
             self.marks[params["name"]] = len(self.samples) - 1
+            self.snapshot_smaps(params["name"])
         elif kind == "kill":
             self.kill_ancsd()
         elif kind == "sighup":
@@ -754,6 +842,22 @@ class Run:
                 process.wait()
 
 
+def parse_smaps(text):
+    """/proc/PID/smaps → {name: {field: kB}}, mappings of one name (a file, [heap], anonymous) summed."""
+    result = {}
+    current = None
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+$", fields[0]):
+            name = fields[5] if len(fields) > 5 else "[anonymous]"
+            current = result.setdefault(f"{name} {fields[1]}", collections.Counter())
+        elif current is not None and fields[0].endswith(":") and len(fields) == 3 and fields[2] == "kB":
+            current[fields[0][:-1]] += int(fields[1])
+    return result
+
+
 def canonical(obj):
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
 
@@ -771,13 +875,19 @@ def report(run):
             f"{'live' if live else 'gone'}→{'performed' if rc == 0 else 'refused' if rc == 1 else rc} {n}"
             for (live, rc), n in sorted(run.action_results.items())) +
         (" (refusals: " + "; ".join(f"{n}× {r}" for r, n in run.action_refusals.most_common(4)) + ")" if run.action_refusals else ""))
+    load(run)
+    with open(run.path("samples.tsv"), "w") as f:
+        f.write("t\tinstance\trss_kb\tfds\tthreads\theld\towed\tanon_kb\tfile_kb\tshmem_kb\n")
+        for sample in run.samples:
+            f.write("\t".join(str(v) for v in sample) + "\n")
     first = next(s for s in run.samples if s[1] == run.instance)
     a, b = run.marks.get("start", 0), run.marks.get("end", len(run.samples) - 1)
     steady = run.samples[a:b + 1]
     say(f"resources of the last ancsd process: at its start, then from the end of its warm-up ({steady[0][0]:.0f} s, "
         f"after bursts of {WARM_UP_BURST} a phone and a drain) to the end of the run ({steady[-1][0]:.0f} s), "
         f"{len(steady)} samples; the phones hold nothing at both ends")
-    for name, column in (("RSS kB", 2), ("  of which anonymous kB", 7), ("  of which file-backed kB", 8), ("fds", 3),
+    for name, column in (("RSS kB", 2), ("  of which anonymous kB", 7), ("  of which file-backed kB", 8),
+                         ("  of which shared memory kB", 9), ("fds", 3),
                          ("threads", 4), ("held notifications", 5), ("owed events", 6)):
         values = [s[column] for s in steady if s[column] is not None]
         if values:
@@ -788,6 +898,15 @@ def report(run):
 
 RSS_GROWTH_KB = 1024
 BOUNDS = {"fds": 64, "threads": 16, "RSS kB": 64 * 1024}
+
+
+def load(run):
+    """What the machine and the soak itself cost the run: said with every report and violation."""
+    waits = run.cpu_waits()
+    say(f"load: load average {os.getloadavg()[0]:.2f} at the end; time spent waiting for a CPU: "
+        + ", ".join(f"{name} {waits[name]:.1f} s" for name in ("ancsd", "sim", "bus", "soak") if name in waits)
+        + f" (ancsd: its last process); the soak's readers were at most {run.reader_lag / NS:.2f} s behind; "
+        f"its garbage collections: {GC_PAUSES.count}, longest {GC_PAUSES.longest / NS:.3f} s")
 
 
 def check_bounds(run, steady):
@@ -810,7 +929,14 @@ def check_bounds(run, steady):
         + ("" if enforced else ", checked on runs of 600 s and longer") + "); bounds after warm-up: "
         + ", ".join(f"{k} <= {v}" for k, v in BOUNDS.items()))
     say(f"  of which anonymous (heap and other private memory) {steady[-1][7] - steady[0][7]:+d} kB, "
-        f"file-backed (code and read-only data of the binary and libraries) {steady[-1][8] - steady[0][8]:+d} kB")
+        f"file-backed (code and read-only data of the binary and libraries) {steady[-1][8] - steady[0][8]:+d} kB, "
+        f"shared memory {steady[-1][9] - steady[0][9]:+d} kB")
+    start, end = run.smaps.get("start"), run.smaps.get("end")
+    if start and end:
+        changes = sorted(((end.get(k, {}).get("Rss", 0) - start.get(k, {}).get("Rss", 0), k) for k in set(start) | set(end)),
+                         key=lambda c: -abs(c[0]))
+        say("  the mappings whose RSS changed most (smaps at the two marks): " + "; ".join(
+            f"{os.path.basename(k.split()[0]) or k} {k.split()[1]} {d:+d} kB" for d, k in changes[:6] if d))
     if enforced and growth >= RSS_GROWTH_KB:
         problems.append(f"RSS grew {growth} kB after warm-up (bound {RSS_GROWTH_KB} kB)")
     return problems
@@ -836,6 +962,7 @@ def main():
         t = time.monotonic() - run.started
         step = run.plan[run.step] if run.step < len(run.plan) else None
         say(f"VIOLATION: {violation}")
+        load(run)
         say(f"seed {seed} (replay: SOAK_SEED={seed} SOAK_SECONDS={args.seconds:g} make soak), plan {run.digest}, "
             f"step {run.step} of {len(run.plan)} at {t:.1f} s: {step[1] if step else '-'} {json.dumps(step[2], default=str) if step else ''}")
         say("last events of the phones (simulator):")

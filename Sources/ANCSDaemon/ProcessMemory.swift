@@ -2,6 +2,8 @@
 import Glibc
 #endif
 import CLinux
+public import Dispatch
+import Synchronization
 
 /// Keeps a long-running daemon's resident memory to what it uses.
 public enum ProcessMemory {
@@ -112,6 +114,85 @@ public enum ProcessMemory {
             guard count >= 0 else { return nil }
             if count == 0 { return result }
             result.append(contentsOf: chunk[0..<count])
+        }
+    }
+}
+
+/// Gives back, once the daemon has been quiet for a while, the file pages its work touched again
+/// since the last release.
+///
+/// After the start-up release (`ProcessMemory.releaseStartupText`) every code path the daemon
+/// runs maps its pages back, 64 KiB per fault, and they stay resident for the life of the
+/// process: over hours the rare paths (a reload, an error answer, an action, a reconnect) add up
+/// to megabytes of code that runs once in a while. This sink gets every event from the output
+/// router (attached once under `key`; a reload carries it over) and gives those pages back when
+/// `quiet` has passed with no event: the same release, the same minor faults when the code runs
+/// again. One timer at a time: the first event arms it; when it fires it arms itself again if
+/// events came meanwhile, and otherwise releases and stays disarmed. So while events flow it
+/// wakes the daemon once per `quiet`, and an idle daemon has no timer at all (no wakeups).
+public final class QuietRelease: OutputSink {
+    /// The key it is attached to the output router under.
+    public static let key = "ancsd.quiet-release"
+    public let name = "the release of file pages after a quiet spell"
+    /// How long without an event before the release.
+    public let quiet: DispatchTimeInterval
+    private let schedule: @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void
+    private let release: @Sendable () -> Void
+    private struct State {
+        var armed = false
+        var busy = false
+    }
+    private let state = Mutex(State())
+
+    /// Releases on `queue` (the daemon's executor queue) `quiet` after the last event.
+    public convenience init(queue: DispatchQueue, quiet: DispatchTimeInterval = .seconds(2)) {
+        self.init(
+            quiet: quiet,
+            schedule: { delay, work in queue.asyncAfter(deadline: .now() + delay, execute: work) },
+            release: { ProcessMemory.releaseStartupText() })
+    }
+
+    /// `schedule(delay, work)` runs `work` once after `delay`; `release` gives the pages back.
+    init(
+        quiet: DispatchTimeInterval, schedule: @escaping @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void,
+        release: @escaping @Sendable () -> Void
+    ) {
+        self.quiet = quiet
+        self.schedule = schedule
+        self.release = release
+    }
+
+    public func send(_ event: OutputRecord) {
+        activity()
+    }
+
+    /// Notes an event: arms the timer if it is not armed, else marks the current spell busy.
+    func activity() {
+        let arm = state.withLock { state -> Bool in
+            guard state.armed else {
+                state.armed = true
+                state.busy = false  // this event starts the spell the timer measures
+                return true
+            }
+            state.busy = true
+            return false
+        }
+        if arm { schedule(quiet) { self.fired() } }
+    }
+
+    private func fired() {
+        let again = state.withLock { state -> Bool in
+            if state.busy {
+                state.busy = false
+                return true
+            }
+            state.armed = false
+            return false
+        }
+        if again {
+            schedule(quiet) { self.fired() }
+        } else {
+            release()
         }
     }
 }

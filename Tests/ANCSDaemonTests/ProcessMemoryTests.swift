@@ -59,9 +59,55 @@ import Testing
         #expect((1...1000).reduce(0, +) == 500_500)
     }
 
+    /// No release while events come; one once a spell passes without any; then no timer is left
+    /// (an idle daemon has no wakeups), until the next event arms it again.
+    @Test func quietReleaseWaitsForAQuietSpellThenDisarms() {
+        let clock = ManualTimers()
+        let sink = QuietRelease(quiet: .seconds(2), schedule: clock.schedule, release: clock.release)
+        sink.activity()
+        #expect(clock.armed == 1, "the first event arms the timer")
+        sink.activity()
+        sink.activity()
+        #expect(clock.armed == 1, "later events arm no second timer")
+        clock.fireNext()
+        #expect(clock.releases == 0, "events came during the spell: no release yet")
+        #expect(clock.armed == 1, "and the timer is armed again")
+        clock.fireNext()
+        #expect(clock.releases == 1, "a spell without events: released")
+        #expect(clock.armed == 0, "and nothing is left armed")
+        sink.activity()
+        #expect(clock.armed == 1)
+        clock.fireNext()
+        #expect(clock.releases == 2)
+        #expect(clock.armed == 0)
+    }
+
     private func residentFileKB() throws -> Int {
         let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
         let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("RssFile:") })
         return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
+    }
+}
+
+/// Timers the test fires by hand, in order, and a count of releases.
+private final class ManualTimers: @unchecked Sendable {
+    private let lock = NSLock()
+    private var pending: [@Sendable () -> Void] = []
+    private var released = 0
+
+    var armed: Int { lock.withLock { pending.count } }
+    var releases: Int { lock.withLock { released } }
+
+    var schedule: @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void {
+        { _, work in self.lock.withLock { self.pending.append(work) } }
+    }
+
+    var release: @Sendable () -> Void {
+        { self.lock.withLock { self.released += 1 } }
+    }
+
+    func fireNext() {
+        let work = lock.withLock { pending.isEmpty ? nil : pending.removeFirst() }
+        work?()
     }
 }
