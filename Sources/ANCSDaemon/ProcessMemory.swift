@@ -52,6 +52,15 @@ public enum ProcessMemory {
         return release
     }
 
+    /// Gives the free pages inside malloc's heaps back to the kernel (`malloc_trim(0)`): after a
+    /// burst, the memory its notifications used stays in malloc's free lists, resident, spread
+    /// between chunks still in use, where glibc's own trimming (only the top of a heap) does not
+    /// reach. True if memory was given back.
+    @discardableResult
+    public static func trimHeap() -> Bool {
+        ancsd_malloc_trim() != 0
+    }
+
     struct Mapping: Equatable {
         var start: UInt
         var end: UInt
@@ -119,15 +128,16 @@ public enum ProcessMemory {
 }
 
 /// Gives back, once the daemon has been quiet for a while, the file pages its work touched again
-/// since the last release.
+/// since the last release and the free pages of malloc's heaps.
 ///
 /// After the start-up release (`ProcessMemory.releaseStartupText`) every code path the daemon
 /// runs maps its pages back, 64 KiB per fault, and they stay resident for the life of the
 /// process: over hours the rare paths (a reload, an error answer, an action, a reconnect) add up
-/// to megabytes of code that runs once in a while. This sink gets every event from the output
+/// to megabytes of code that runs once in a while; and a burst leaves its freed memory resident
+/// in malloc's free lists. This sink gets every event from the output
 /// router (attached once under `key`; a reload carries it over) and gives those pages back when
 /// `quiet` has passed with no event: the same release, the same minor faults when the code runs
-/// again. One timer at a time: the first event arms it; when it fires it arms itself again if
+/// again, and `ProcessMemory.trimHeap()`. One timer at a time: the first event arms it; when it fires it arms itself again if
 /// events came meanwhile, and otherwise releases and stays disarmed. So while events flow it
 /// wakes the daemon once per `quiet`, and an idle daemon has no timer at all (no wakeups).
 public final class QuietRelease: OutputSink {
@@ -149,7 +159,10 @@ public final class QuietRelease: OutputSink {
         self.init(
             quiet: quiet,
             schedule: { delay, work in queue.asyncAfter(deadline: .now() + delay, execute: work) },
-            release: { ProcessMemory.releaseStartupText() })
+            release: {
+                ProcessMemory.releaseStartupText()
+                ProcessMemory.trimHeap()
+            })
     }
 
     /// `schedule(delay, work)` runs `work` once after `delay`; `release` gives the pages back.

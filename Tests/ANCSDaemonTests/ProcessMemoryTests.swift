@@ -59,6 +59,26 @@ import Testing
         #expect((1...1000).reduce(0, +) == 500_500)
     }
 
+    /// Free pages between chunks still in use go back to the kernel: 64 MB allocated in 1 KiB
+    /// blocks, all but one block in 64 freed (so the heap's top cannot simply shrink), then trimmed.
+    @Test func trimHeapGivesBackFreePagesInsideTheHeap() throws {
+        var blocks: [UnsafeMutableRawPointer] = []
+        for _ in 0..<65536 {
+            let block = try #require(malloc(1024))
+            memset(block, 0x5A, 1024)
+            blocks.append(block)
+        }
+        var kept: [UnsafeMutableRawPointer] = []
+        for (index, block) in blocks.enumerated() {
+            if index % 64 == 0 { kept.append(block) } else { free(block) }
+        }
+        let before = try statusKB("RssAnon:")
+        ProcessMemory.trimHeap()
+        let after = try statusKB("RssAnon:")
+        for block in kept { free(block) }
+        #expect(before - after > 16 * 1024, "RssAnon \(before) kB before the trim, \(after) kB after")
+    }
+
     /// No release while events come; one once a spell passes without any; then no timer is left
     /// (an idle daemon has no wakeups), until the next event arms it again.
     @Test func quietReleaseWaitsForAQuietSpellThenDisarms() {
@@ -83,8 +103,12 @@ import Testing
     }
 
     private func residentFileKB() throws -> Int {
+        try statusKB("RssFile:")
+    }
+
+    private func statusKB(_ field: String) throws -> Int {
         let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
-        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("RssFile:") })
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix(field) })
         return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
     }
 }
