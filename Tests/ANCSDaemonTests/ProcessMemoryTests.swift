@@ -1,5 +1,6 @@
 @testable import ANCSDaemon
 import Foundation
+import Synchronization
 import Testing
 
 @Suite struct ProcessMemoryTests {
@@ -114,24 +115,22 @@ import Testing
 }
 
 /// Timers the test fires by hand, in order, and a count of releases.
-private final class ManualTimers: @unchecked Sendable {
-    private let lock = NSLock()
-    private var pending: [@Sendable () -> Void] = []
-    private var released = 0
+private final class ManualTimers: Sendable {
+    private let state = Mutex<(pending: [@Sendable () -> Void], released: Int)>(([], 0))
 
-    var armed: Int { lock.withLock { pending.count } }
-    var releases: Int { lock.withLock { released } }
+    var armed: Int { state.withLock { $0.pending.count } }
+    var releases: Int { state.withLock { $0.released } }
 
     var schedule: @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void {
-        { _, work in self.lock.withLock { self.pending.append(work) } }
+        { _, work in self.state.withLock { $0.pending.append(work) } }
     }
 
     var release: @Sendable () -> Void {
-        { self.lock.withLock { self.released += 1 } }
+        { self.state.withLock { $0.released += 1 } }
     }
 
     func fireNext() {
-        let work = lock.withLock { pending.isEmpty ? nil : pending.removeFirst() }
+        let work = state.withLock { $0.pending.isEmpty ? nil : $0.pending.removeFirst() }
         work?()
     }
 }
