@@ -108,8 +108,12 @@ def make_plan(seed, seconds):
             plan.append((t, "sim", {"do": "remove", "device": dev, "uid": keys[dev].pop()}))
 
     def reconnect(t):
-        # Before each of the two marks every phone connects anew: memory a connection keeps
-        # sized by its own past (a table that grew in a burst) goes with it, at both ends alike.
+        # Before each of the two marks the FIFO is read empty (what ancsd queues for a reader
+        # that is not there, 1 MiB at most, is work owed, not growth, and would be counted at one
+        # end only), then every phone connects anew: memory a connection keeps sized by its own
+        # past (a table that grew in a burst) goes with it, at both ends alike. The reconnection
+        # comes last, so ancsd's last events before the mark follow everything else it did.
+        plan.append((t, "empty-fifo", {}))
         for dev in range(phones):
             plan.append((t, "sim", {"do": "disconnect", "device": dev}))
         plan.append((t, "settle", {}))
@@ -262,6 +266,7 @@ class Run:
         self.marks = {}
         self.smaps = {}                     # mark name → {mapping name: {field: kB}}
         self.fifo_lock = threading.Lock()
+        self.fifo_hold = False
         self.unchecked = []       # (source, lines) from FIFO readers and subscribers
         self.stdout_file = None
         self.action_refusals = collections.Counter()
@@ -477,8 +482,12 @@ class Run:
         self.start_ancsd()
 
     def empty_fifo(self):
-        """Reads the FIFO until ancsd has nothing more for it (0.3 s without data)."""
+        """Reads the FIFO until ancsd has nothing more for it (0.3 s without data). Readers the
+        plan started queue for the FIFO one at a time (they can fall minutes behind at the end
+        of a run): those still waiting give up their turn, so this waits for the current one only."""
+        self.fifo_hold = True
         with self.fifo_lock:
+            self.fifo_hold = False
             try:
                 fd = os.open(self.path("fifo"), os.O_RDONLY | os.O_NONBLOCK)
             except OSError:
@@ -503,6 +512,8 @@ class Run:
         # One reader at a time: two readers of one pipe split its bytes between them, so each
         # would see lines spliced together; a reader the plan starts meanwhile waits its turn.
         with self.fifo_lock:
+            if self.fifo_hold:
+                return      # a mark is waiting to read the FIFO empty: readers queued meanwhile leave
             self.read_fifo(read, stall, again)
 
     def read_fifo(self, read, stall, again):
@@ -807,13 +818,12 @@ class Run:
                 self.work["modified" if params["do"] == "modify" else "removed"] += 1
         elif kind == "settle":
             self.settle()
+        elif kind == "empty-fifo":
+            self.empty_fifo()
         elif kind == "mark":
             # Both ends are measured at rest: the phones hold nothing and ancsd has had no event
             # for MARK_REST seconds, so it has given back the code pages the work before touched
             # (QuietRelease, 2-4 s after its last event). Later steps keep their spacing.
-            # The FIFO is read empty first: what ancsd queues for a reader that is not there
-            # (bounded, 1 MiB) is work owed, not growth, and would be counted at one end only.
-            self.empty_fifo()
             rest = time.monotonic() + MARK_REST
             while time.monotonic() < rest:
                 time.sleep(0.05)
