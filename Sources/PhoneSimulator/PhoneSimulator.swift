@@ -1,5 +1,6 @@
 import ANCS
 public import DBus
+import EventLoop
 import Dispatch
 import JSON
 import Synchronization
@@ -37,6 +38,11 @@ public final class PhoneSimulator: Sendable {
     let events: Timeline?
     let state: Mutex<SimState>
     let socketQueue = DispatchQueue(label: "ancs-phone-sim.sockets")
+    /// The loop every bus connection of the simulator runs on, and the outboxes with it: a
+    /// Control Point write, the response it queues and the datagrams that carry it are handled
+    /// on one thread, with no hop in between. (Nil only if no loop could be made: each
+    /// connection then gets its own.)
+    let loop: EventLoop?
     /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
     let outboxes: [[Outbox]]
     let consumers = Mutex<[Task<Void, Never>]>([])
@@ -56,6 +62,7 @@ public final class PhoneSimulator: Sendable {
             return d
         }))
         outboxes = settings.devices.map { _ in [Outbox(), Outbox()] }
+        loop = try? EventLoop(name: "phone-sim")
     }
 
     // MARK: Lifecycle
@@ -83,6 +90,7 @@ public final class PhoneSimulator: Sendable {
         let tasks = consumers.withLock { $0 }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
+        loop?.shutdown()
     }
 
     /// The unique bus name the simulator currently has, if connected.
@@ -93,7 +101,7 @@ public final class PhoneSimulator: Sendable {
     private func comeUp() async throws {
         let conn: DBusConnection
         do {
-            conn = try await DBusConnection.connect(to: busAddress)
+            conn = try await DBusConnection.connect(to: busAddress, loop: loop)
         } catch {
             throw SimulatorError.bus("cannot connect to the bus: \(error)")
         }
@@ -168,7 +176,7 @@ public final class PhoneSimulator: Sendable {
         for (device, row) in outboxes.enumerated() {
             for (index, outbox) in row.enumerated() {
                 let characteristic: ANCSCharacteristic = index == 0 ? .notificationSource : .dataSource
-                tasks.append(Task { [self] in
+                tasks.append(Task(executorPreference: loop) { [self] in
                     for await item in outbox.stream {
                         await self.handle(item, device: device, characteristic: characteristic)
                     }
