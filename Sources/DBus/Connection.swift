@@ -420,7 +420,7 @@ public actor DBusConnection {
     }
 
     /// Installs `rule` with the bus and calls `handler` for each matching signal, on the
-    /// connection's queue (keep it quick), until `unsubscribe`.
+    /// connection's loop (keep it quick), until `unsubscribe`.
     public func subscribe(
         to rule: MatchRule, handler: @escaping @Sendable (Signal) -> Void
     ) async throws -> SignalSubscription {

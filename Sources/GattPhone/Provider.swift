@@ -6,7 +6,7 @@ import PhoneSimulator
 
 /// The Notification Provider side: Control Point writes, subscriptions and scenario steps.
 extension GattPhone {
-    /// A Control Point write, on the connection's queue: the answer goes back as the write's
+    /// A Control Point write, on the connection's loop: the answer goes back as the write's
     /// reply, and a Data Source response follows it through the outbox.
     func controlPointWritten(_ value: [UInt8], options: [String: DBusValue]) throws {
         let (outcome, mtu) = state.withLock { s in

@@ -25,7 +25,7 @@ public enum SimulatorError: Error, Sendable, CustomStringConvertible {
 /// A simulated bluetoothd 5.66 with one adapter and one or more iPhones that speak ANCS.
 ///
 /// All state sits behind one mutex, and every change that shows on D-Bus runs on the bus
-/// connection's queue (method handlers do; scenario steps hop there with `simPerform`), so
+/// connection's loop (method handlers do; scenario steps hop there with `simPerform`), so
 /// the objects, signals and replies a client sees are always in one consistent order.
 /// Notification values for each characteristic of each phone leave through their own
 /// serial outbox, after the method reply that caused them.
@@ -219,7 +219,7 @@ public final class PhoneSimulator: Sendable {
     enum Delivery: Equatable { case sent, dropped, wouldBlock }
 
     /// Sends one GATT notification value the way the client subscribed: a datagram on the
-    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's queue.
+    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop.
     private func deliver(
         _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
     ) -> Delivery {
@@ -261,12 +261,12 @@ public final class PhoneSimulator: Sendable {
         return .sent
     }
 
-    // MARK: State changes that show on D-Bus (on the connection's queue)
+    // MARK: State changes that show on D-Bus (on the connection's loop)
 
     /// Applies property changes in order; objects that are gone are skipped.
     func apply(_ changes: [PropertyChange], _ c: isolated DBusConnection?) {
         // An unwrapped `isolated` optional is no longer known to be isolated: re-assert it
-        // (this runs on the connection's queue, so the check passes).
+        // (this runs on the connection's loop, so the check passes).
         guard let c, !changes.isEmpty else { return }
         c.assumeIsolated { c in
             for change in changes {

@@ -339,8 +339,9 @@ enum RunCommand {
         return name.isEmpty ? "host" : name
     }
 
-    /// SIGTERM, SIGINT and SIGHUP as dispatch sources on the daemon's queue, from the start of
-    /// `run`: a signal that comes before `route(_:)` gave the handler waits for it.
+    /// SIGTERM, SIGINT and SIGHUP as dispatch sources (on a queue of their own, each signal
+    /// handed to the daemon's loop), from the start of `run`: a signal that comes before
+    /// `route(_:)` gave the handler waits for it.
     ///
     /// libdispatch takes a signal over (its own handler and a signalfd) only when its manager
     /// thread registers the source, a moment after `resume()`: a signal in between met SIG_IGN
