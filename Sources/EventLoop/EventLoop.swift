@@ -238,9 +238,21 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             if timeout != 0 { inbox.withLock { $0.parked = false } }
             guard count > 0 else { continue }
             owning {
+                // Timers go after the descriptors that were ready with them: a timer that judges
+                // a silence (the session's quiet period) must first see what arrived before it
+                // fired, however late the loop's thread got the CPU.
+                var timerReady: ancs_ready?
                 for event in ready.prefix(Int(count)) {
+                    if event.token == Self.timerToken {
+                        timerReady = event
+                        continue
+                    }
                     dispatch(event)
                     // What the handler made runnable (a reply's continuation) runs right away.
+                    moreWork = runLocal()
+                }
+                if let timerReady {
+                    dispatch(timerReady)
                     moreWork = runLocal()
                 }
             }

@@ -165,6 +165,34 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(fired.withLock { $0 } == ["early", "middle", "late"])
     }
 
+    /// A timer that came due while the loop was busy runs after the data that arrived meanwhile:
+    /// a quiet-period timer must not call a response silent with its next fragment waiting.
+    @Test func dataReadyWithADueTimerIsHandledFirst() async throws {
+        let loop = try EventLoop(name: "test")
+        defer { loop.shutdown() }
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        let order = Mutex<[String]>([])
+        let reader = fds[0]
+        let watch = try loop.watch(fd: reader, interest: .readable) { _ in
+            var byte: UInt8 = 0
+            while recv(reader, &byte, 1, 0) > 0 { order.withLock { $0.append("data") } }
+        }
+        defer { watch.cancel() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let timer = loop.makeTimer {
+                order.withLock { $0.append("timer") }
+                continuation.resume()
+            }
+            timer.schedule(after: .milliseconds(20))
+            loop.execute { usleep(80_000) }  // busy while the timer comes due, then the data arrives
+            usleep(40_000)
+            #expect(send(fds[1], [1], 1, 0) == 1)
+        }
+        #expect(order.withLock { $0 } == ["data", "timer"])
+    }
+
     @Test func aRepeatingTimerRepeatsUntilCancelled() async throws {
         let loop = try EventLoop(name: "test")
         defer { loop.shutdown() }
