@@ -142,6 +142,12 @@ public struct CaptureDecoder: Sendable {
 
     private static func close(_ out: inout JSONWriter) { out.appendASCII("}\n") }
 
+    /// A name: its text made in advance (`JSONNames`) if there is one, else `slow` as a string.
+    @inline(__always)
+    private static func name(_ fast: StaticString?, _ slow: @autoclosure () -> String, _ out: inout JSONWriter) {
+        if let fast { out.appendASCII(fast) } else { out.write(slow()) }
+    }
+
     /// The lines of `out`, each read back as a value.
     private static func values(of out: borrowing JSONWriter) -> [JSONValue] {
         out.bytes.split(separator: 0x0A).compactMap { line in
@@ -170,22 +176,22 @@ public struct CaptureDecoder: Sendable {
 
     private static func writeMembers(of event: NotificationSourceEvent, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ns\",\"event\":")
-        out.write(event.eventID.name ?? "reserved")
+        name(JSONNames.event(event.eventID), event.eventID.name ?? "reserved", &out)
         out.appendASCII(",\"event_id\":")
         out.write(Int(event.eventID.rawValue))
         out.appendASCII(",\"uid\":")
         out.write(Int(event.notificationUID))
         out.appendASCII(",\"flags\":[")
         var first = true
-        for name in event.flags.names {
+        for bit in 0..<5 where event.flags.rawValue & 1 << bit != 0 {  // the defined flags, as `flags.names`
             if !first { out.appendASCII(",") }
             first = false
-            out.write(name)
+            name(JSONNames.flag(bit: bit), EventFlags.named[bit].name, &out)
         }
         out.appendASCII("],\"flags_raw\":")
         out.write(Int(event.flags.rawValue))
         out.appendASCII(",\"category\":")
-        out.write(event.categoryID.name ?? "reserved")
+        name(JSONNames.category(event.categoryID), event.categoryID.name ?? "reserved", &out)
         out.appendASCII(",\"category_id\":")
         out.write(Int(event.categoryID.rawValue))
         out.appendASCII(",\"category_count\":")
@@ -194,17 +200,22 @@ public struct CaptureDecoder: Sendable {
 
     private static func writeMembers(of request: ControlPointRequest, attError: UInt8?, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"cp\",\"command\":")
-        out.write(request.commandID.name ?? "reserved")
+        name(JSONNames.command(request.commandID), request.commandID.name ?? "reserved", &out)
         switch request {
         case .getNotificationAttributes(let uid, let attributes):
             out.appendASCII(",\"uid\":")
             out.write(Int(uid))
             out.appendASCII(",\"attributes\":[")
             for (index, attribute) in attributes.enumerated() {
-                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
-                out.write(Int(attribute.id.rawValue))
-                out.appendASCII(",\"name\":")
-                out.write(attribute.id.description)
+                if index > 0 { out.appendASCII(",") }
+                if let start = JSONNames.requestedNotificationAttribute(attribute.id) {
+                    out.appendASCII(start)
+                } else {
+                    out.appendASCII("{\"id\":")
+                    out.write(Int(attribute.id.rawValue))
+                    out.appendASCII(",\"name\":")
+                    out.write(attribute.id.description)
+                }
                 if let max = attribute.maxLength {
                     out.appendASCII(",\"max_length\":")
                     out.write(Int(max))
@@ -217,10 +228,15 @@ public struct CaptureDecoder: Sendable {
             out.write(appIdentifier)
             out.appendASCII(",\"attributes\":[")
             for (index, id) in attributes.enumerated() {
-                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
-                out.write(Int(id.rawValue))
-                out.appendASCII(",\"name\":")
-                out.write(id.description)
+                if index > 0 { out.appendASCII(",") }
+                if let start = JSONNames.requestedAppAttribute(id) {
+                    out.appendASCII(start)
+                } else {
+                    out.appendASCII("{\"id\":")
+                    out.write(Int(id.rawValue))
+                    out.appendASCII(",\"name\":")
+                    out.write(id.description)
+                }
                 out.appendASCII("}")
             }
             out.appendASCII("]")
@@ -228,13 +244,13 @@ public struct CaptureDecoder: Sendable {
             out.appendASCII(",\"uid\":")
             out.write(Int(uid))
             out.appendASCII(",\"action\":")
-            out.write(action.description)
+            name(JSONNames.action(action), action.description, &out)
         }
         if let attError {
             out.appendASCII(",\"att_error\":")
             out.write(Int(attError))
             out.appendASCII(",\"att_error_name\":")
-            out.write(ATTErrorCode(rawValue: attError).description)
+            name(JSONNames.attError(ATTErrorCode(rawValue: attError)), ATTErrorCode(rawValue: attError).description, &out)
         }
     }
 
@@ -276,15 +292,20 @@ public struct CaptureDecoder: Sendable {
     }
 
     private static func writeAttribute(_ attribute: DataSourceAttribute, isApp: Bool, _ out: inout JSONWriter) {
-        out.appendASCII("{\"id\":")
-        out.write(Int(attribute.rawID))
-        out.appendASCII(",\"name\":")
-        if isApp {
-            out.write(AppAttributeID(rawValue: attribute.rawID).description)
+        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: attribute.rawID))
+            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: attribute.rawID)) {
+            out.appendASCII(start)
         } else {
-            out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+            out.appendASCII("{\"id\":")
+            out.write(Int(attribute.rawID))
+            out.appendASCII(",\"name\":")
+            if isApp {
+                out.write(AppAttributeID(rawValue: attribute.rawID).description)
+            } else {
+                out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+            }
+            out.appendASCII(",\"length\":")
         }
-        out.appendASCII(",\"length\":")
         out.write(attribute.value.count)
         out.appendASCII(",\"value\":")
         let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }
