@@ -45,12 +45,39 @@ public struct CaptureDecoder: Sendable {
         case .header:
             return
         case .event(_, let event):
-            closeOpenResponse(tag, &out)
-            Self.open(tag, &out)
-            out.appendASCII("\"event\":")
-            out.write(event.rawValue)
-            Self.close(&out)
-        case .value(_, .ns, let bytes, _):
+            decode(event, tag: tag, into: &out)
+        case .value(_, let characteristic, let bytes, let attError):
+            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, tag: tag, into: &out) }
+        }
+    }
+
+    /// Decodes one record of a batch (`CaptureRecordBatch`), as `decode(_:line:tag:into:)` does
+    /// its `record`, with `line` as its position.
+    public mutating func decode(_ record: CaptureRecordView, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
+        switch record.kind {
+        case .header:
+            return
+        case .event(let event):
+            decode(event, tag: tag, into: &out)
+        case .value(let characteristic, let attError):
+            decode(characteristic, record.bytes, attError: attError, line: line, tag: tag, into: &out)
+        }
+    }
+
+    private mutating func decode(_ event: CaptureEvent, tag: Tag, into out: inout JSONWriter) {
+        closeOpenResponse(tag, &out)
+        Self.open(tag, &out)
+        out.appendASCII("\"event\":")
+        out.write(event.rawValue)
+        Self.close(&out)
+    }
+
+    private mutating func decode(
+        _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int, tag: Tag,
+        into out: inout JSONWriter
+    ) {
+        switch characteristic {
+        case .ns:
             do {
                 let event = try NotificationSourceEvent(decoding: bytes)
                 Self.open(tag, &out)
@@ -59,11 +86,11 @@ public struct CaptureDecoder: Sendable {
             } catch {
                 protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
             }
-        case .value(_, .cp, let bytes, let attError):
+        case .cp:
             closeOpenResponse(tag, &out)
             let request: ControlPointRequest
             do {
-                request = try ControlPointRequest(decoding: bytes)
+                request = try ControlPointRequest(decoding: Array(bytes))
             } catch {
                 protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 return
@@ -76,7 +103,7 @@ public struct CaptureDecoder: Sendable {
                     protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 }
             }
-        case .value(_, .ds, let bytes, _):
+        case .ds:
             let output = reassembler.feed(bytes)
             if let response = output.response {
                 Self.open(tag, &out)

@@ -109,50 +109,67 @@ enum DecodeCommand {
         return decodeCapture(reader, path: file)
     }
 
-    /// One record of a capture file with its `conn` member and line number.
-    private typealias NumberedRecord = (record: CaptureRecord, connection: String?, line: Int)
+    /// How many records the reading thread of a capture decode parses before it hands them over.
+    static let batchRecords = 1024
+    /// ... or how many bytes of values, whichever comes first.
+    static let batchBytes = 1 << 18
+    /// The room a new batch starts with for values (below malloc's mmap threshold).
+    static let batchReserve = 1 << 16
 
-    /// Reads and parses the file on another thread, in batches, while this one decodes and
-    /// writes: the two halves of the work take about the same time.
+    /// Reads and parses the file on another thread, in batches (`CaptureRecordBatch`: a batch's
+    /// values share one buffer), while this one decodes and writes.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
         let out = OutputBuffer()
         var decoders = ConnectionDecoders(lineKey: "line")
-        let channel = BatchChannel<NumberedRecord>(depth: 8)
+        let channel = BatchChannel<CaptureRecordBatch>(depth: 8)
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
-            var batch: [NumberedRecord] = []
-            batch.reserveCapacity(256)
+            var parser = CaptureParser()
+            var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
             var lineNumber = 0
+            func send() {
+                channel.send([batch])
+                batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
+            }
             do {
-                try handoff.value.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
-                    batch.append((record, connection, line))
-                    if batch.count == 256 {
-                        channel.send(batch)
-                        batch.removeAll(keepingCapacity: true)
-                    }
+                while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
+                    lineNumber += 1
+                    try batch.append(line: line, number: lineNumber, parser: &parser)
+                }) {
+                    if batch.count >= batchRecords || batch.byteCount >= batchBytes { send() }
                 }
-                if !batch.isEmpty { channel.send(batch) }
+                if !batch.isEmpty { send() }
                 channel.finish()
             } catch {
-                if !batch.isEmpty { channel.send(batch) }
+                if !batch.isEmpty { send() }
                 channel.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
+        var failure: (any Error)? = nil
         do {
-            while let batch = try channel.receive() {
-                out.append { writer in
-                    for item in batch { decoders.decode(item.record, connection: item.connection, position: item.line, into: &writer) }
+            while let batches = try channel.receive() {
+                for batch in batches {
+                    out.append { writer in
+                        batch.forEach { decoders.decode($0, into: &writer) }
+                    }
                 }
             }
         } catch {
-            out.append { decoders.finish(into: &$0) }
-            out.flush()
-            logError("\(displayName(path)): \(error)")
-            return 2
+            failure = error
         }
+        return finish(&decoders, out, path: path, failure: failure, warnings: 0)
+    }
+
+    /// The end of a decode, whether the input ended or its reader failed: the responses still
+    /// open, the output written, and the exit status (2 and the reader's message on a failure).
+    private static func finish(_ decoders: inout ConnectionDecoders, _ out: OutputBuffer, path: String, failure: (any Error)?, warnings: Int) -> Int32 {
         out.append { decoders.finish(into: &$0) }
         out.flush()
-        return decoders.protocolErrorCount > 0 ? 1 : 0
+        if let failure {
+            logError("\(displayName(path)): \(failure)")
+            return 2
+        }
+        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
     }
 
     /// What the reading thread of a btsnoop decode hands over, in file order.
@@ -238,17 +255,13 @@ enum DecodeCommand {
                 warnings = total
             }
         }
+        var failure: (any Error)? = nil
         do {
             while let batch = try channel.receive() { batch.forEach(consume) }
         } catch {
-            out.append { decoders.finish(into: &$0) }
-            out.flush()
-            logError("\(displayName(path)): \(error)")
-            return 2
+            failure = error
         }
-        out.append { decoders.finish(into: &$0) }
-        out.flush()
-        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+        return finish(&decoders, out, path: path, failure: failure, warnings: warnings)
     }
 
     /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
@@ -313,14 +326,24 @@ struct ConnectionDecoders {
     var protocolErrorCount: Int { decoders.values.reduce(unnamed.protocolErrorCount) { $0 + $1.protocolErrorCount } }
 
     mutating func decode(_ record: CaptureRecord, connection: String?, position: Int, into out: inout JSONWriter) {
+        withDecoder(of: connection) { $0.decode(record, line: position, tag: $1, into: &out) }
+    }
+
+    /// Decodes a record of a batch, at its own line.
+    mutating func decode(_ record: CaptureRecordView, into out: inout JSONWriter) {
+        withDecoder(of: record.connection) { $0.decode(record, line: record.line, tag: $1, into: &out) }
+    }
+
+    /// Runs `body` on the decoder of `connection` (made at its first record) with its tag.
+    private mutating func withDecoder(of connection: String?, _ body: (inout CaptureDecoder, CaptureDecoder.Tag) -> Void) {
         let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
-        guard let connection else { return unnamed.decode(record, line: position, tag: tag, into: &out) }
+        guard let connection else { return body(&unnamed, tag) }
         if let index = decoders.index(forKey: connection) {
-            decoders.values[index].decode(record, line: position, tag: tag, into: &out)  // in place, one lookup
+            body(&decoders.values[index], tag)  // in place, one lookup
             return
         }
         var decoder = CaptureDecoder()
-        decoder.decode(record, line: position, tag: tag, into: &out)
+        body(&decoder, tag)
         decoders[connection] = decoder
         order.append(connection)
     }

@@ -1,0 +1,117 @@
+/// Records of an `ancs-capture/1` file parsed in a run, their values' bytes kept end to end in
+/// one buffer: a record costs no allocation of its own. `ancsd decode` parses a batch on one
+/// thread and decodes it (`CaptureDecoder.decode(_:line:tag:into:)` with a `CaptureRecordView`)
+/// on another; `removeAll()` keeps the storage for the next batch.
+///
+/// `append(line:number:parser:)` gives the same records and errors as
+/// `CaptureParser.parseEntry(line:)` (the `capture` fuzz target compares them).
+public struct CaptureRecordBatch: Sendable {
+    /// What a record is, without its bytes.
+    public enum Kind: Hashable, Sendable {
+        case header
+        case value(CaptureCharacteristic, attError: UInt8?)
+        case event(CaptureEvent)
+    }
+
+    private struct Entry: Sendable {
+        var kind: Kind
+        var time: Double?
+        var start: Int
+        var count: Int
+        var connection: String?
+        var line: Int
+    }
+
+    private var bytes: [UInt8] = []
+    private var entries: [Entry] = []
+
+    public init() {}
+
+    /// An empty batch with room for `records` records and `bytes` bytes of values.
+    public init(reservingRecords records: Int, bytes: Int) {
+        entries.reserveCapacity(records)
+        self.bytes.reserveCapacity(bytes)
+    }
+
+    /// How many bytes of values the batch holds.
+    public var byteCount: Int { bytes.count }
+
+    /// How many records the batch holds.
+    public var count: Int { entries.count }
+    public var isEmpty: Bool { entries.isEmpty }
+
+    /// Empties the batch, keeping its storage.
+    public mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        entries.removeAll(keepingCapacity: true)
+    }
+
+    /// Parses line `number` of the file (UTF-8, without its newline) with `parser` and adds its
+    /// record, if it has one (a blank line has none). Throws what `parser.parseEntry(line:)`
+    /// throws.
+    public mutating func append(line text: UnsafeBufferPointer<UInt8>, number: Int, parser: inout CaptureParser) throws(CaptureFormatError) {
+        if let members = CaptureParser.plainMembers(text) {
+            let start = bytes.count
+            if case .event = members.kind {} else if !decodeHex(utf8: members.hex, appendingTo: &bytes) {
+                return try appendGeneral(text, number: number, parser: &parser)
+            }
+            parser.noteFastRecord()
+            let connection = members.connection.map { String(decoding: $0, as: UTF8.self) }
+            entries.append(Entry(kind: members.kind, time: members.time, start: start, count: bytes.count - start,
+                                 connection: connection, line: number))
+            return
+        }
+        try appendGeneral(text, number: number, parser: &parser)
+    }
+
+    private mutating func appendGeneral(_ text: UnsafeBufferPointer<UInt8>, number: Int, parser: inout CaptureParser) throws(CaptureFormatError) {
+        guard let entry = try parser.parseEntry(line: Array(text)) else { return }
+        append(entry.record, connection: entry.connection, line: number)
+    }
+
+    /// Adds a record as it is.
+    public mutating func append(_ record: CaptureRecord, connection: String?, line: Int) {
+        let start = bytes.count
+        switch record {
+        case .header:
+            entries.append(Entry(kind: .header, time: nil, start: start, count: 0, connection: connection, line: line))
+        case .event(let time, let event):
+            entries.append(Entry(kind: .event(event), time: time, start: start, count: 0, connection: connection, line: line))
+        case .value(let time, let characteristic, let value, let attError):
+            bytes += value
+            entries.append(Entry(kind: .value(characteristic, attError: attError), time: time, start: start, count: value.count,
+                                 connection: connection, line: line))
+        }
+    }
+
+    /// Hands each record to `body`, in order; its bytes are valid only during the call.
+    public func forEach(_ body: (CaptureRecordView) throws -> Void) rethrows {
+        try bytes.withUnsafeBufferPointer { all in
+            for entry in entries {
+                let value = UnsafeBufferPointer(rebasing: all[entry.start..<entry.start + entry.count])
+                try body(CaptureRecordView(kind: entry.kind, time: entry.time, bytes: value, connection: entry.connection, line: entry.line))
+            }
+        }
+    }
+}
+
+/// One record of a `CaptureRecordBatch`, its bytes pointing into the batch.
+public struct CaptureRecordView {
+    public var kind: CaptureRecordBatch.Kind
+    public var time: Double?
+    /// A value's bytes (empty for a header or an event).
+    public var bytes: UnsafeBufferPointer<UInt8>
+    /// The `conn` member.
+    public var connection: String?
+    /// The line it came from (1-based).
+    public var line: Int
+
+    /// The record, with its bytes copied (a header's object is not kept: it is empty).
+    public var record: CaptureRecord {
+        switch kind {
+        case .header: .header([:])
+        case .value(let characteristic, let attError): .value(time: time, characteristic: characteristic, bytes: Array(bytes), attError: attError)
+        case .event(let event): .event(time: time, event)
+        }
+    }
+}
