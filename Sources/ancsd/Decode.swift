@@ -213,13 +213,12 @@ enum DecodeCommand {
                 while !atEnd {
                     let chunk = try handoff.value.nextChunk()
                     if let chunk { snoop.append(chunk) } else { atEnd = true }
-                    while let record = try snoop.next(atEnd: atEnd) {
-                        if extractor == nil, let datalink = snoop.datalink {
-                            extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-                        }
-                        records += try extractor?.process(record) ?? []
+                    // Each record read in place: one that completes nothing costs no allocation.
+                    while try snoop.withNext(atEnd: atEnd, { record throws(BtsnoopError) in
+                        if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+                        try extractor?.process(record, into: &records)
                         warn()
-                    }
+                    }) {}
                     send()
                 }
                 records += extractor?.finish() ?? []
