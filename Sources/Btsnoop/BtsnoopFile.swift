@@ -206,8 +206,9 @@ public struct BtsnoopReader: Sendable {
         return (header, start)
     }
 
+    /// The big-endian word at `index` (the caller checked that four bytes are there).
     private func readU32(at index: Int) -> UInt32 {
-        UInt32(buffer[index]) << 24 | UInt32(buffer[index + 1]) << 16 | UInt32(buffer[index + 2]) << 8 | UInt32(buffer[index + 3])
+        buffer.withUnsafeBytes { UInt32(bigEndian: $0.loadUnaligned(fromByteOffset: index, as: UInt32.self)) }
     }
 }
 

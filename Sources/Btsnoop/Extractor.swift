@@ -196,6 +196,9 @@ public struct BtsnoopExtractor: Sendable {
         return out
     }
 
+    /// True if warnings wait to be taken (`takeWarnings()`).
+    public var hasWarnings: Bool { !pendingWarnings.isEmpty }
+
     /// The warnings since the last call: malformed L2CAP signaling or K-frames, each naming its
     /// record and connection. Extraction went on past them.
     public mutating func takeWarnings() -> [BtsnoopError] {

@@ -179,6 +179,53 @@ enum DecodeCommand {
         case warnings([BtsnoopError], total: Int)
     }
 
+    /// The reading thread's side of a btsnoop decode: extracts the records and hands them over
+    /// in batches, with the warnings in their place. (A value of its own rather than variables
+    /// the reading closure captures, so its accesses are checked when compiled, not at run time.)
+    private struct SnoopBatcher {
+        let handles: ANCSHandles
+        let channel: BatchChannel<SnoopItem>
+        var extractor: BtsnoopExtractor? = nil
+        var batch: [SnoopItem] = []
+        var records: [ExtractedRecord] = []
+
+        init(handles: ANCSHandles, channel: BatchChannel<SnoopItem>) {
+            self.handles = handles
+            self.channel = channel
+        }
+
+        mutating func process(_ record: BtsnoopRecordView) throws(BtsnoopError) {
+            if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+            try extractor?.process(record, into: &records)
+            warn()
+        }
+
+        mutating func flushRecords() {
+            if !records.isEmpty { batch.append(.records(records)) }
+            records.removeAll(keepingCapacity: true)
+        }
+
+        mutating func send() {
+            flushRecords()
+            if !batch.isEmpty { channel.send(batch) }
+            batch.removeAll(keepingCapacity: true)
+        }
+
+        mutating func warn() {
+            guard extractor?.hasWarnings == true, let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+            flushRecords()
+            batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
+        }
+
+        /// The end of the file (or of what could be read): writes still waiting are given
+        /// without an answer, and the stream ends.
+        mutating func finish(throwing error: (any Error & Sendable)?) {
+            records += extractor?.finish() ?? []
+            send()
+            channel.finish(throwing: error)
+        }
+    }
+
     /// Decodes a btsnoop file: reading, HCI/L2CAP/ATT extraction on another thread, in batches;
     /// decoding and writing on this one.
     private static func decodeBtsnoop(_ reader: LineReader, path: String, handles: ANCSHandles) -> Int32 {
@@ -191,44 +238,20 @@ enum DecodeCommand {
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
             var snoop = BtsnoopReader()
-            var extractor: BtsnoopExtractor? = nil
-            var batch: [SnoopItem] = []
-            var records: [ExtractedRecord] = []
-            func flushRecords() {
-                if !records.isEmpty { batch.append(.records(records)) }
-                records.removeAll(keepingCapacity: true)
-            }
-            func send() {
-                flushRecords()
-                if !batch.isEmpty { channel.send(batch) }
-                batch.removeAll(keepingCapacity: true)
-            }
-            func warn() {
-                guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
-                flushRecords()
-                batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
-            }
+            var batcher = SnoopBatcher(handles: handles, channel: channel)
             do {
                 var atEnd = false
                 while !atEnd {
                     let chunk = try handoff.value.nextChunk()
                     if let chunk { snoop.append(chunk) } else { atEnd = true }
                     // Each record read in place: one that completes nothing costs no allocation.
-                    while try snoop.withNext(atEnd: atEnd, { record throws(BtsnoopError) in
-                        if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
-                        try extractor?.process(record, into: &records)
-                        warn()
-                    }) {}
-                    send()
+                    while try snoop.withNext(atEnd: atEnd, { record throws(BtsnoopError) in try batcher.process(record) }) {}
+                    batcher.send()
                 }
-                records += extractor?.finish() ?? []
-                send()
-                channel.finish()
+                batcher.finish(throwing: nil)
             } catch {
-                warn()
-                records += extractor?.finish() ?? []
-                send()
-                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+                batcher.warn()
+                batcher.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
         func consume(_ item: SnoopItem) {
