@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import JSON
+
 /// Records of an `ancs-capture/1` file parsed in a run, their values' bytes kept end to end in
 /// one buffer: a record costs no allocation of its own. `ancsd decode` parses a batch on one
 /// thread and decodes it (`CaptureDecoder.decode(_:line:tag:into:)` with a `CaptureRecordView`)
@@ -50,6 +55,10 @@ public struct CaptureRecordBatch: Sendable {
     /// record, if it has one (a blank line has none). Throws what `parser.parseEntry(line:)`
     /// throws.
     public mutating func append(line text: UnsafeBufferPointer<UInt8>, number: Int, parser: inout CaptureParser) throws(CaptureFormatError) {
+        if appendCommonShape(text, number: number) {
+            parser.noteFastRecord()
+            return
+        }
         if let members = CaptureParser.plainMembers(text) {
             let start = bytes.count
             if case .event = members.kind {} else if !decodeHex(utf8: members.hex, appendingTo: &bytes) {
@@ -62,6 +71,67 @@ public struct CaptureRecordBatch: Sendable {
             return
         }
         try appendGeneral(text, number: number, parser: &parser)
+    }
+
+    /// Adds the record of a line of the shape capture writers give a value,
+    /// `{"t":T,"char":"C","hex":"H"}` or `{"t":T,"conn":"N","char":"C","hex":"H"}` (no spaces;
+    /// T digits with an optional fraction; N printable ASCII without a quote or backslash), read
+    /// by matching that text, the hex digits decoded in the same pass that checks them. False,
+    /// and nothing added, for any other line, which then takes the general way: a line of this
+    /// shape holds exactly those members, so both read the same record.
+    mutating func appendCommonShape(_ text: UnsafeBufferPointer<UInt8>, number: Int) -> Bool {
+        let count = text.count
+        @inline(__always) func matches(_ at: Int, _ literal: StaticString) -> Bool {
+            let length = literal.utf8CodeUnitCount
+            guard at + length <= count, let base = text.baseAddress else { return false }
+            return memcmp(base + at, literal.utf8Start, length) == 0
+        }
+        func isDigit(_ at: Int) -> Bool { at < count && text[at] &- UInt8(ascii: "0") < 10 }
+        guard matches(0, "{\"t\":") else { return false }
+        var index = 5
+        let numberStart = index
+        while isDigit(index) { index += 1 }
+        guard index > numberStart else { return false }
+        if index < count, text[index] == UInt8(ascii: ".") {
+            index += 1
+            let fraction = index
+            while isDigit(index) { index += 1 }
+            guard index > fraction else { return false }
+        }
+        // The number as the JSON parser reads it (which also refuses a leading zero).
+        guard let time = (try? JSONValue(parsing: UnsafeBufferPointer(rebasing: text[numberStart..<index])))?.doubleValue else {
+            return false
+        }
+        var connection: String? = nil
+        if matches(index, ",\"conn\":\"") {
+            index += 9
+            let nameStart = index
+            while index < count, text[index] != UInt8(ascii: "\"") {
+                guard text[index] >= 0x20, text[index] < 0x7F, text[index] != UInt8(ascii: "\\") else { return false }
+                index += 1
+            }
+            guard index < count else { return false }
+            connection = String(decoding: UnsafeBufferPointer(rebasing: text[nameStart..<index]), as: UTF8.self)
+            index += 1
+            guard matches(index, ",\"char\":\"") else { return false }
+        } else {
+            guard matches(index, ",\"char\":\"") else { return false }
+        }
+        index += 9
+        guard index + 2 <= count, let characteristic = CaptureParser.characteristic(UnsafeBufferPointer(rebasing: text[index..<index + 2])) else {
+            return false
+        }
+        index += 2
+        guard matches(index, "\",\"hex\":\""), count >= index + 11,
+              text[count - 2] == UInt8(ascii: "\""), text[count - 1] == UInt8(ascii: "}")
+        else { return false }
+        index += 9
+        // Every byte up to the closing quote must be a hex digit: none can be a quote or an escape.
+        let start = bytes.count
+        guard decodeHex(utf8: UnsafeBufferPointer(rebasing: text[index..<count - 2]), appendingTo: &bytes) else { return false }
+        entries.append(Entry(kind: .value(characteristic, attError: nil), time: time, start: start, count: bytes.count - start,
+                             connection: connection, line: number))
+        return true
     }
 
     private mutating func appendGeneral(_ text: UnsafeBufferPointer<UInt8>, number: Int, parser: inout CaptureParser) throws(CaptureFormatError) {

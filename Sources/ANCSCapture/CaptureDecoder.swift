@@ -38,80 +38,93 @@ public struct CaptureDecoder: Sendable {
         return Self.values(of: out)
     }
 
+    /// What decoding a record gives, one object each, before it is written
+    /// (`write(_:tag:into:)`): decoding and writing can then run on different threads.
+    public enum Output: Sendable {
+        /// A connection event.
+        case event(CaptureEvent)
+        /// A Notification Source event.
+        case notification(NotificationSourceEvent)
+        /// A Control Point request, with the phone's ATT error if it refused it.
+        case request(ControlPointRequest, attError: UInt8?)
+        /// A Data Source response, complete or cut short.
+        case response(DataSourceResponse)
+        /// A protocol error at position `line` (and byte `offset` of the value, if known).
+        case protocolError(CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?)
+    }
+
     /// Decodes one record from position `line` of the file, appending one line of JSON per
     /// object to `out`.
     public mutating func decode(_ record: CaptureRecord, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
+        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
+    }
+
+    /// Decodes one record from position `line` of the file, handing each object to `emit` in order.
+    public mutating func decode(_ record: CaptureRecord, line: Int, emit: (Output) -> Void) {
         switch record {
         case .header:
             return
         case .event(_, let event):
-            decode(event, tag: tag, into: &out)
+            decode(event, emit)
         case .value(_, let characteristic, let bytes, let attError):
-            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, tag: tag, into: &out) }
+            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, emit) }
         }
     }
 
     /// Decodes one record of a batch (`CaptureRecordBatch`), as `decode(_:line:tag:into:)` does
     /// its `record`, with `line` as its position.
     public mutating func decode(_ record: CaptureRecordView, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
+        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
+    }
+
+    /// Decodes one record of a batch, handing each object to `emit` in order.
+    public mutating func decode(_ record: CaptureRecordView, line: Int, emit: (Output) -> Void) {
         switch record.kind {
         case .header:
             return
         case .event(let event):
-            decode(event, tag: tag, into: &out)
+            decode(event, emit)
         case .value(let characteristic, let attError):
-            decode(characteristic, record.bytes, attError: attError, line: line, tag: tag, into: &out)
+            decode(characteristic, record.bytes, attError: attError, line: line, emit)
         }
     }
 
-    private mutating func decode(_ event: CaptureEvent, tag: Tag, into out: inout JSONWriter) {
-        closeOpenResponse(tag, &out)
-        Self.open(tag, &out)
-        out.appendASCII("\"event\":")
-        out.write(event.rawValue)
-        Self.close(&out)
+    private mutating func decode(_ event: CaptureEvent, _ emit: (Output) -> Void) {
+        closeOpenResponse(emit)
+        emit(.event(event))
     }
 
     private mutating func decode(
-        _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int, tag: Tag,
-        into out: inout JSONWriter
+        _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int,
+        _ emit: (Output) -> Void
     ) {
         switch characteristic {
         case .ns:
             do {
-                let event = try NotificationSourceEvent(decoding: bytes)
-                Self.open(tag, &out)
-                Self.writeMembers(of: event, &out)
-                Self.close(&out)
+                emit(.notification(try NotificationSourceEvent(decoding: bytes)))
             } catch {
-                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, emit)
             }
         case .cp:
-            closeOpenResponse(tag, &out)
+            closeOpenResponse(emit)
             let request: ControlPointRequest
             do {
                 request = try ControlPointRequest(decoding: Array(bytes))
             } catch {
-                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
                 return
             }
-            Self.open(tag, &out)
-            Self.writeMembers(of: request, attError: attError, &out)
-            Self.close(&out)
+            emit(.request(request, attError: attError))
             if attError == nil {
                 do { try reassembler.expect(request) } catch {
-                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
                 }
             }
         case .ds:
             let output = reassembler.feed(bytes)
-            if let response = output.response {
-                Self.open(tag, &out)
-                Self.writeMembers(of: response, &out)
-                Self.close(&out)
-            }
+            if let response = output.response { emit(.response(response)) }
             if let error = output.error {
-                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
+                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, emit)
             }
         }
     }
@@ -124,36 +137,55 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// Ends the capture: appends the line of a response still in progress.
-    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
+    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) {
+        finish { Self.write($0, tag: tag, into: &out) }
+    }
 
-    private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
+    /// Ends the capture: hands a response still in progress to `emit`.
+    public mutating func finish(emit: (Output) -> Void) { closeOpenResponse(emit) }
+
+    private mutating func closeOpenResponse(_ emit: (Output) -> Void) {
         guard let response = reassembler.finishEarly() else { return }
-        Self.open(tag, &out)
-        Self.writeMembers(of: response, &out)
-        Self.close(&out)
+        emit(.response(response))
     }
 
     private mutating func protocolError(
-        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ tag: Tag,
-        _ out: inout JSONWriter
+        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ emit: (Output) -> Void
     ) {
         protocolErrorCount += 1
-        Self.open(tag, &out)
-        out.appendASCII("\"char\":")
-        out.write(char.rawValue)
-        out.appendASCII(",\"error\":")
-        out.write(code)
-        out.appendASCII(",\"detail\":")
-        out.write(detail)
-        out.appendASCII(",")
-        out.write(tag.positionKey)
-        out.appendASCII(":")
-        out.write(line)
-        if let offset {
-            out.appendASCII(",\"offset\":")
-            out.write(offset)
+        emit(.protocolError(char, code: code, detail: detail, line: line, offset: offset))
+    }
+
+    /// Writes one object as a line of JSON, tagged with `tag`.
+    public static func write(_ output: Output, tag: Tag, into out: inout JSONWriter) {
+        open(tag, &out)
+        switch output {
+        case .event(let event):
+            out.appendASCII("\"event\":")
+            out.write(event.rawValue)
+        case .notification(let event):
+            writeMembers(of: event, &out)
+        case .request(let request, let attError):
+            writeMembers(of: request, attError: attError, &out)
+        case .response(let response):
+            writeMembers(of: response, &out)
+        case .protocolError(let char, let code, let detail, let line, let offset):
+            out.appendASCII("\"char\":")
+            out.write(char.rawValue)
+            out.appendASCII(",\"error\":")
+            out.write(code)
+            out.appendASCII(",\"detail\":")
+            out.write(detail)
+            out.appendASCII(",")
+            out.write(tag.positionKey)
+            out.appendASCII(":")
+            out.write(line)
+            if let offset {
+                out.appendASCII(",\"offset\":")
+                out.write(offset)
+            }
         }
-        Self.close(&out)
+        close(&out)
     }
 
     // MARK: - The objects

@@ -90,7 +90,7 @@ extension CaptureParser {
     }
 
     /// "ns", "cp" or "ds", compared as bytes.
-    private static func characteristic(_ name: UnsafeBufferPointer<UInt8>) -> CaptureCharacteristic? {
+    static func characteristic(_ name: UnsafeBufferPointer<UInt8>) -> CaptureCharacteristic? {
         guard name.count == 2, name[1] == UInt8(ascii: "s") || name[1] == UInt8(ascii: "p") else { return nil }
         switch (name[0], name[1]) {
         case (UInt8(ascii: "n"), UInt8(ascii: "s")): return .ns

@@ -167,16 +167,12 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
 /// (and `bytes` as it was) if they are not hex digit pairs.
 func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>, appendingTo bytes: inout [UInt8]) -> Bool {
     guard chars.count % 2 == 0 else { return false }
-    let start = bytes.count
-    bytes.append(contentsOf: repeatElement(0, count: chars.count / 2))
-    let failedAt = bytes.withUnsafeMutableBufferPointer { all in
-        decodeHexDigits(chars, into: UnsafeMutableBufferPointer(rebasing: all[start...]))
+    // Decoded on the stack (for a value of usual size), then copied on: no zero-filling.
+    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: chars.count / 2) { decoded in
+        guard decodeHexDigits(chars, into: decoded) < 0 else { return false }
+        bytes.append(contentsOf: decoded)
+        return true
     }
-    guard failedAt < 0 else {
-        bytes.removeLast(chars.count / 2)
-        return false
-    }
-    return true
 }
 
 /// Decodes an even number of hex digits into `out` (room for half as many bytes); the index of

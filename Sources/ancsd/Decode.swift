@@ -2,6 +2,7 @@ import ANCSCapture
 import Btsnoop
 import Dispatch
 import JSON
+import Synchronization
 
 /// Why reading a capture stopped, as its reader said it.
 private struct DecodeFailure: Error, Sendable, CustomStringConvertible {
@@ -116,48 +117,88 @@ enum DecodeCommand {
     /// The room a new batch starts with for values (below malloc's mmap threshold).
     static let batchReserve = 1 << 16
 
-    /// Reads and parses the file on another thread, in batches (`CaptureRecordBatch`: a batch's
-    /// values share one buffer), while this one decodes and writes.
+    /// Reads, parses and decodes the file on another thread (`CaptureStage`), handing the decoded
+    /// objects over in batches, while this one writes them as JSON: the two halves of the work
+    /// take about the same time.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
         let out = OutputBuffer()
-        var decoders = ConnectionDecoders(lineKey: "line")
-        let channel = BatchChannel<CaptureRecordBatch>(depth: 8)
+        let channel = BatchChannel<[CaptureStage.Item]>(depth: 8)
+        let protocolErrors = Mutex(0)
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
-            var parser = CaptureParser()
-            var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
+            var stage = CaptureStage(channel: channel)
             var lineNumber = 0
-            func send() {
-                channel.send([batch])
-                batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
-            }
             do {
                 while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
                     lineNumber += 1
-                    try batch.append(line: line, number: lineNumber, parser: &parser)
+                    try stage.batch.append(line: line, number: lineNumber, parser: &stage.parser)
                 }) {
-                    if batch.count >= batchRecords || batch.byteCount >= batchBytes { send() }
+                    if stage.batch.count >= batchRecords || stage.batch.byteCount >= batchBytes { stage.send() }
                 }
-                if !batch.isEmpty { send() }
+                stage.finish()
+                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
                 channel.finish()
             } catch {
-                if !batch.isEmpty { send() }
+                stage.finish()
+                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
                 channel.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
         var failure: (any Error)? = nil
         do {
             while let batches = try channel.receive() {
-                for batch in batches {
+                for items in batches {
                     out.append { writer in
-                        batch.forEach { decoders.decode($0, into: &writer) }
+                        for item in items { CaptureDecoder.write(item.output, tag: item.tag, into: &writer) }
                     }
                 }
             }
         } catch {
             failure = error
         }
-        return finish(&decoders, out, path: path, failure: failure, warnings: 0)
+        out.flush()
+        if let failure {
+            logError("\(displayName(path)): \(failure)")
+            return 2
+        }
+        return protocolErrors.withLock { $0 } > 0 ? 1 : 0
+    }
+
+    /// The reading thread's side of a capture decode: parses lines into a batch, decodes the
+    /// batch's records and hands the decoded objects over. (A value of its own rather than
+    /// variables the reading closure captures, so its accesses are checked when compiled.)
+    private struct CaptureStage {
+        /// A decoded object and the tag it is written with.
+        struct Item: Sendable {
+            var output: CaptureDecoder.Output
+            var tag: CaptureDecoder.Tag
+        }
+
+        let channel: BatchChannel<[Item]>
+        var parser = CaptureParser()
+        var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
+        var decoders = ConnectionDecoders(lineKey: "line")
+        private var items: [Item] = []
+
+        init(channel: BatchChannel<[Item]>) { self.channel = channel }
+
+        /// Decodes the batch and hands its objects over; the batch's storage is kept for the next.
+        mutating func send() {
+            items.reserveCapacity(batch.count + 16)
+            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
+            batch.removeAll()
+            if !items.isEmpty { channel.send([items]) }
+            items = []
+        }
+
+        /// The end of the file (or of what could be read): the batch, then the responses still open.
+        mutating func finish() {
+            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
+            batch.removeAll()
+            decoders.finish { items.append(Item(output: $0, tag: $1)) }
+            if !items.isEmpty { channel.send([items]) }
+            items = []
+        }
     }
 
     /// The end of a decode, whether the input ended or its reader failed: the responses still
@@ -351,9 +392,9 @@ struct ConnectionDecoders {
         withDecoder(of: connection) { $0.decode(record, line: position, tag: $1, into: &out) }
     }
 
-    /// Decodes a record of a batch, at its own line.
-    mutating func decode(_ record: CaptureRecordView, into out: inout JSONWriter) {
-        withDecoder(of: record.connection) { $0.decode(record, line: record.line, tag: $1, into: &out) }
+    /// Decodes a record of a batch, at its own line, handing each object to `emit` with its tag.
+    mutating func decode(_ record: CaptureRecordView, emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
+        withDecoder(of: record.connection) { decoder, tag in decoder.decode(record, line: record.line) { emit($0, tag) } }
     }
 
     /// Runs `body` on the decoder of `connection` (made at its first record) with its tag.
@@ -371,9 +412,16 @@ struct ConnectionDecoders {
     }
 
     mutating func finish(into out: inout JSONWriter) {
-        unnamed.finish(tag: CaptureDecoder.Tag(positionKey: lineKey), into: &out)
+        finish { CaptureDecoder.write($0, tag: $1, into: &out) }
+    }
+
+    /// Ends every connection's decoding, handing the responses still open to `emit` with their tags.
+    mutating func finish(emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
+        let unnamedTag = CaptureDecoder.Tag(positionKey: lineKey)
+        unnamed.finish { emit($0, unnamedTag) }
         for connection in order {
-            decoders[connection]?.finish(tag: CaptureDecoder.Tag(connection: connection, positionKey: lineKey), into: &out)
+            let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
+            decoders[connection]?.finish { emit($0, tag) }
         }
     }
 }
