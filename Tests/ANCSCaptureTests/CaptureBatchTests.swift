@@ -35,6 +35,25 @@ import Testing
         "[1,2]",
         "{not json",
         #"{"format":"ancs-capture/1"}"#,
+        // The shape capture writers give, read by matching its text, and lines just off it.
+        #"{"t":0.001,"char":"ds","hex":"00e80300000015006e65742e"}"#,
+        #"{"t":12,"conn":"hci0/0x0040","char":"cp","hex":"00e8030000000140"}"#,
+        #"{"t":0,"char":"ns","hex":""}"#,
+        #"{"t":01,"char":"ns","hex":"00"}"#,
+        #"{"t":1.,"char":"ns","hex":"00"}"#,
+        #"{"t":1.5e3,"char":"ns","hex":"00"}"#,
+        #"{"t":-1,"char":"ns","hex":"00"}"#,
+        #"{"t":1,"char":"ns","hex":"0"}"}"#,
+        #"{"t":1,"char":"ns","hex":"0\"}"#,
+        #"{"t":1,"char":"ns","hex":"00"} "#,
+        #"{"t":1,"char":"ns","hex":"00","att_error":1}"#,
+        #"{"t":1,"char":"cp","hex":"00"}x"#,
+        #"{"t":1,"char":"np","hex":"00"}"#,
+        #"{"t":1,"conn":"a\"b","char":"ns","hex":"00"}"#,
+        #"{"t":1,"conn":"é","char":"ns","hex":"00"}"#,
+        #"{"t":1,"conn":"x","hex":"00"}"#,
+        #"{"t":1,"char":"ds","hex":"0011223344556677zz"}"#,
+        #"{"t":1,"char":"ds","hex":"00112233445566778"}"#,
     ]
 
     /// Each line read alone (a fresh parser after an error, as a reader stops there), both ways.
