@@ -124,9 +124,10 @@ enum DecodeCommand {
         let out = OutputBuffer()
         let channel = BatchChannel<[CaptureStage.Item]>(depth: 8)
         let protocolErrors = Mutex(0)
+        let spent = SpentBatches<CaptureStage.Item>()
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
-            var stage = CaptureStage(channel: channel)
+            var stage = CaptureStage(channel: channel, spent: spent)
             var lineNumber = 0
             do {
                 while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
@@ -152,6 +153,7 @@ enum DecodeCommand {
                         for item in items { CaptureDecoder.write(item.output, tag: item.tag, into: &writer) }
                     }
                 }
+                spent.give(batches)
             }
         } catch {
             failure = error
@@ -175,15 +177,20 @@ enum DecodeCommand {
         }
 
         let channel: BatchChannel<[Item]>
+        let spent: SpentBatches<Item>
         var parser = CaptureParser()
         var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
         var decoders = ConnectionDecoders(lineKey: "line")
         private var items: [Item] = []
 
-        init(channel: BatchChannel<[Item]>) { self.channel = channel }
+        init(channel: BatchChannel<[Item]>, spent: SpentBatches<Item>) {
+            self.channel = channel
+            self.spent = spent
+        }
 
         /// Decodes the batch and hands its objects over; the batch's storage is kept for the next.
         mutating func send() {
+            spent.drop()
             items.reserveCapacity(batch.count + 16)
             batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
             batch.removeAll()
