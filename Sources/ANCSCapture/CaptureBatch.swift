@@ -90,17 +90,34 @@ public struct CaptureRecordBatch: Sendable {
         guard matches(0, "{\"t\":") else { return false }
         var index = 5
         let numberStart = index
-        while isDigit(index) { index += 1 }
-        guard index > numberStart else { return false }
+        var mantissa: UInt64 = 0
+        while isDigit(index) {
+            mantissa = mantissa &* 10 &+ UInt64(text[index] &- UInt8(ascii: "0"))
+            index += 1
+        }
+        let integerDigits = index - numberStart
+        guard integerDigits > 0, text[numberStart] != UInt8(ascii: "0") || integerDigits == 1 else { return false }  // JSON: no leading zero
+        var fractionDigits = -1
         if index < count, text[index] == UInt8(ascii: ".") {
             index += 1
             let fraction = index
-            while isDigit(index) { index += 1 }
-            guard index > fraction else { return false }
+            while isDigit(index) {
+                mantissa = mantissa &* 10 &+ UInt64(text[index] &- UInt8(ascii: "0"))
+                index += 1
+            }
+            fractionDigits = index - fraction
+            guard fractionDigits > 0 else { return false }
         }
-        // The number as the JSON parser reads it (which also refuses a leading zero).
-        guard let time = (try? JSONValue(parsing: UnsafeBufferPointer(rebasing: text[numberStart..<index])))?.doubleValue else {
-            return false
+        let time: Double
+        if integerDigits + max(fractionDigits, 0) <= 15 {
+            // What the JSON parser reads: an integer exactly, a short decimal as its digits over a
+            // power of ten (both exact Doubles, so the one division rounds correctly).
+            time = fractionDigits < 0 ? Double(mantissa) : Double(mantissa) / Self.powersOfTen[fractionDigits]
+        } else {
+            guard let value = (try? JSONValue(parsing: UnsafeBufferPointer(rebasing: text[numberStart..<index])))?.doubleValue else {
+                return false
+            }
+            time = value
         }
         var connection: String? = nil
         if matches(index, ",\"conn\":\"") {
@@ -133,6 +150,8 @@ public struct CaptureRecordBatch: Sendable {
                              connection: connection, line: number))
         return true
     }
+
+    private static let powersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15]
 
     private mutating func appendGeneral(_ text: UnsafeBufferPointer<UInt8>, number: Int, parser: inout CaptureParser) throws(CaptureFormatError) {
         guard let entry = try parser.parseEntry(line: Array(text)) else { return }

@@ -190,7 +190,7 @@ enum DecodeCommand {
 
         /// Decodes the batch and hands its objects over; the batch's storage is kept for the next.
         mutating func send() {
-            spent.drop()
+            items = spent.reuse()
             items.reserveCapacity(batch.count + 16)
             batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
             batch.removeAll()

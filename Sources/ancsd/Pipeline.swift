@@ -62,13 +62,16 @@ final class SpentBatches<Item: Sendable>: Sendable {
     /// Hands batches back (the consumer's side).
     func give(_ spent: [[Item]]) { batches.withLock { $0.append(spent) } }
 
-    /// Frees what was handed back (the producer's side).
-    func drop() {
-        let taken = batches.withLock { batches -> [[[Item]]] in
+    /// Frees what was handed back (the producer's side), keeping the storage of one batch,
+    /// emptied, for the producer's next (so no large block is allocated per batch).
+    func reuse() -> [Item] {
+        var taken = batches.withLock { batches -> [[[Item]]] in
             var taken: [[[Item]]] = []
             swap(&taken, &batches)
             return taken
         }
-        _ = consume taken
+        guard var last = taken.popLast(), var storage = last.popLast() else { return [] }
+        storage.removeAll(keepingCapacity: true)
+        return storage
     }
 }

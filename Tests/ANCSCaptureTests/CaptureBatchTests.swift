@@ -133,6 +133,33 @@ import Testing
         #expect(viaBatch.protocolErrorCount == viaRecords.protocolErrorCount && viaBatch.protocolErrorCount > 0)
     }
 
+    /// The common shape reads `t` itself: it must give the Double the JSON parser gives, for
+    /// integers and decimals of every length (past 15 digits it asks the parser).
+    @Test func timesReadAsTheJSONParserReadsThem() throws {
+        var state: UInt64 = 14
+        func random(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        var texts = ["0", "0.0", "0.001", "1", "9.999", "123456789012345", "1234567890123456", "0.000000000000001",
+                     "0.0000000000000001", "99999999999999999999", "4503599627370497.5", "1.7976931348623157"]
+        for _ in 0..<2_000 {
+            let integer = String((0..<(1 + random(10))).map { index in Character(String(index == 0 ? 1 + random(9) : random(10))) })
+            let fraction = String((0..<random(9)).map { _ in Character(String(random(10))) })
+            texts.append(random(4) == 0 ? "0." + (fraction.isEmpty ? "5" : fraction) : fraction.isEmpty ? integer : integer + "." + fraction)
+        }
+        for text in texts {
+            let line = Array(#"{"t":\#(text),"char":"ds","hex":"00"}"#.utf8)
+            var batch = CaptureRecordBatch()
+            var parser = CaptureParser()
+            try line.withUnsafeBufferPointer { bytes throws(CaptureFormatError) in try batch.append(line: bytes, number: 1, parser: &parser) }
+            let expected = try JSONValue(parsing: Array(text.utf8)).doubleValue
+            var time: Double? = nil
+            batch.forEach { time = $0.time }
+            #expect(time == expected && time != nil, "t \(text)")
+        }
+    }
+
     @Test func hexAppendingAgreesWithDecodeHex() {
         let cases = ["", "00", "0a0B", "abc", "0g", "0011223344556677", "0011223344556677zz", "ffFFeeEE99887766554433221100", "  "]
         for text in cases {
