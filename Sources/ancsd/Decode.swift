@@ -158,12 +158,7 @@ enum DecodeCommand {
         } catch {
             failure = error
         }
-        out.flush()
-        if let failure {
-            logError("\(displayName(path)): \(failure)")
-            return 2
-        }
-        return protocolErrors.withLock { $0 } > 0 ? 1 : 0
+        return end(out, path: path, failure: failure, problems: protocolErrors.withLock { $0 })
     }
 
     /// The reading thread's side of a capture decode: parses lines into a batch, decodes the
@@ -208,16 +203,16 @@ enum DecodeCommand {
         }
     }
 
-    /// The end of a decode, whether the input ended or its reader failed: the responses still
-    /// open, the output written, and the exit status (2 and the reader's message on a failure).
-    private static func finish(_ decoders: inout ConnectionDecoders, _ out: OutputBuffer, path: String, failure: (any Error)?, warnings: Int) -> Int32 {
-        out.append { decoders.finish(into: &$0) }
+    /// The end of every decode, whether the input ended or its reader failed: the output written,
+    /// and the exit status: 2 with the reader's message on a failure, else 1 if the bytes gave
+    /// `problems` (protocol errors, warnings), else 0.
+    private static func end(_ out: OutputBuffer, path: String, failure: (any Error)?, problems: Int) -> Int32 {
         out.flush()
         if let failure {
             logError("\(displayName(path)): \(failure)")
             return 2
         }
-        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+        return problems > 0 ? 1 : 0
     }
 
     /// What the reading thread of a btsnoop decode hands over, in file order.
@@ -331,7 +326,8 @@ enum DecodeCommand {
         } catch {
             failure = error
         }
-        return finish(&decoders, out, path: path, failure: failure, warnings: warnings)
+        out.append { decoders.finish(into: &$0) }  // the responses still open
+        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + warnings)
     }
 
     /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
