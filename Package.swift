@@ -43,13 +43,13 @@ let package = Package(
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSRuntime", dependencies: ["ANCSSession"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["JSON"], swiftSettings: strict),
+        .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
-            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT"],
+            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop"],
             swiftSettings: strict),
-        .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "JSON"], swiftSettings: strict),
+        .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -70,18 +70,20 @@ let package = Package(
         .executableTarget(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
-        .target(name: "DBus", dependencies: ["CDBus"], swiftSettings: strict),
+        .systemLibrary(name: "CEventLoop"),
+        .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: strict),
+        .target(name: "DBus", dependencies: ["CDBus", "EventLoop"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
             name: "ancsd",
             dependencies: [
                 "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
-                "DBus", "Btsnoop", "CBluetooth", "MQTT",
+                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
-        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "JSON"], swiftSettings: strict),
+        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
         .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
         .executableTarget(
@@ -90,6 +92,7 @@ let package = Package(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"], swiftSettings: strict),
         .testTarget(
             name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "TestSupport", "ancs-gatt-phone"],
             swiftSettings: strict),

@@ -297,6 +297,11 @@ def main():
     with open("/out/status", "w") as status:
         status.write("1\n" if failed else "0\n")
     if failed:
+        # What CI shows of a failure is the console: put the daemons' own account of it there.
+        tail = run("journalctl", "--no-pager", "-b", "-o", "short-monotonic", "-u", "ancsd", "-u", "bluetooth",
+                   "-n", "60", check_status=False, timeout=60)
+        for line in tail.splitlines():
+            say(f"   journal: {line}")
         say(f"FAIL: {failed}")
         return 1
     say(f"PASS: {len(results)} checks")

@@ -3,7 +3,9 @@
 // Byte 0 picks the input: 0xFF, the rest is a whole file; otherwise a file header (datalink 1002
 // H4 for an even byte, 2001 BlueZ monitor for an odd one) is put before the rest, so the fuzzer
 // spends its time on records. Byte 1 is the size of the chunks the file is read in. Nothing may
-// trap; every decoded record must come out as JSON.
+// trap; every decoded record must come out as JSON; reading the records in place
+// (`withNext`, `process(_:into:)`, as `ancsd decode` does) must give the same records and error
+// as copying each out (`next`, `process(_:)`).
 import ANCSCapture
 import Btsnoop
 import JSON
@@ -24,10 +26,13 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let chunkSize = Int(input[1]) * 64 + 1
     var reader = BtsnoopReader()
     var extractor: BtsnoopExtractor? = nil
+    var all: [ExtractedRecord] = []
+    var failure: BtsnoopError? = nil
     var decoder = CaptureDecoder()
     var out = JSONWriter()
     var offset = 0
     func decode(_ records: [ExtractedRecord]) {
+        all += records
         for extracted in records {
             decoder.decode(extracted.record, line: extracted.recordNumber, tag: .init(connection: extracted.connection.description, positionKey: "record"), into: &out)
         }
@@ -46,11 +51,43 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             }
             if atEnd { break }
         }
-    } catch {}
+    } catch {
+        failure = error
+    }
     decode(extractor?.finish() ?? [])
+    let (inPlace, inPlaceFailure) = extractInPlace(file, chunkSize: chunkSize)
+    if inPlace != all || inPlaceFailure != failure { fatalError("reading records in place gives other records or another error") }
     decoder.finish(into: &out)
     for line in out.bytes.split(separator: 0x0A) where (try? JSONValue(parsing: Array(line))) == nil {
         fatalError("a decoded record is not JSON")
     }
     return 0
+}
+
+/// The file's records read in place, and the error that stopped them.
+func extractInPlace(_ file: [UInt8], chunkSize: Int) -> ([ExtractedRecord], BtsnoopError?) {
+    var reader = BtsnoopReader()
+    var extractor: BtsnoopExtractor? = nil
+    var out: [ExtractedRecord] = []
+    var offset = 0
+    do {
+        while true {
+            let atEnd = offset >= file.count
+            if !atEnd {
+                reader.append(Array(file[offset..<min(file.count, offset + chunkSize)]))
+                offset += chunkSize
+            }
+            while try reader.withNext(atEnd: atEnd, { record throws(BtsnoopError) in
+                if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+                try extractor?.process(record, into: &out)
+                _ = extractor?.takeWarnings()
+            }) {}
+            if atEnd { break }
+        }
+    } catch {
+        out += extractor?.finish() ?? []
+        return (out, error)
+    }
+    out += extractor?.finish() ?? []
+    return (out, nil)
 }

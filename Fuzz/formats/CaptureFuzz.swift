@@ -1,8 +1,10 @@
 // libFuzzer target for the ancs-capture/1 reader (make fuzz): files users attach to bug reports.
 // The input is a capture file. Each line goes through both CaptureParser paths, the plain one
 // (`parseRecord(line:)`, bytes read in place) and the general one (`parseEntry(line:)`, a full
-// JSON parse), which must agree on every record and every error; the records then go through
-// CaptureDecoder, whose every output line must be JSON and equal the JSONValue it reports.
+// JSON parse), and through `CaptureRecordBatch` (what `ancsd decode` reads with), which must all
+// agree on every record and every error; the records then go through CaptureDecoder, whose
+// every output line must be JSON and equal the JSONValue it reports, and a decoder fed the
+// batch's records must write the same bytes.
 import ANCS
 import ANCSCapture
 import JSON
@@ -18,6 +20,9 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     var general = CaptureParser()
     var decoder = CaptureDecoder(limits: DataSourceLimits(maxAttributeLength: 64, maxResponseLength: 512))
     var twin = decoder
+    var batched = decoder
+    var batchParser = CaptureParser()
+    var batch = CaptureRecordBatch()
     var lineNumber = 0
     for line in input.split(separator: 0x0A, omittingEmptySubsequences: false) {
         lineNumber += 1
@@ -26,11 +31,30 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             Result { () throws(CaptureFormatError) in try plain.parseRecord(line: buffer) }
         }
         let slow: Result<CaptureEntry?, CaptureFormatError> = Result { () throws(CaptureFormatError) in try general.parseEntry(line: bytes) }
+        batch.removeAll()
+        let inBatch: Result<Void, CaptureFormatError> = bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(CaptureFormatError) in try batch.append(line: buffer, number: lineNumber, parser: &batchParser) }
+        }
+        switch (inBatch, slow) {
+        case (.success, .success(let entry)):
+            check(batch.count == (entry == nil ? 0 : 1), "line \(lineNumber): the batch holds another number of records")
+            batch.forEach { view in
+                if case .header = entry?.record {} else { check(view.record == entry?.record, "line \(lineNumber): the batch read another record") }
+                check(view.connection == entry?.connection && view.line == lineNumber, "line \(lineNumber): the batch read another conn")
+            }
+        case (.failure(let a), .failure(let b)):
+            check(a == b, "line \(lineNumber): the batch gave another error: \(a) / \(b)")
+        default:
+            fatalError("line \(lineNumber): the batch and the general parser disagree: \(inBatch) / \(slow)")
+        }
         switch (fast, slow) {
         case (.success(let a?), .success(let b?)):
             check(a.record == b.record && a.connection == b.connection, "line \(lineNumber): the paths read different records")
             var out = JSONWriter()
             decoder.decode(a.record, line: lineNumber, tag: .init(connection: a.connection), into: &out)
+            var viaBatch = JSONWriter()
+            batch.forEach { batched.decode($0, line: lineNumber, tag: .init(connection: $0.connection), into: &viaBatch) }
+            check(viaBatch.bytes == out.bytes, "line \(lineNumber): decoding the batch wrote other bytes")
             let values = twin.decode(a.record, line: lineNumber)
             let lines = out.bytes.split(separator: 0x0A)
             check(lines.count == values.count, "line \(lineNumber): written and JSONValue outputs differ in count")

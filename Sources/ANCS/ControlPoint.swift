@@ -100,6 +100,7 @@ public enum ControlPointRequest: Hashable, Sendable {
         case .getNotificationAttributes:
             let uid = try uid()
             var attributes: [NotificationAttributeRequest] = []
+            attributes.reserveCapacity(min(8, bytes.count - offset))  // at most the 8 defined IDs, once each
             var seen = ByteSet()
             while offset < bytes.count {
                 let id = NotificationAttributeID(rawValue: bytes[offset])

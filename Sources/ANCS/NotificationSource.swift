@@ -29,6 +29,12 @@ public struct NotificationSourceEvent: Hashable, Sendable {
         try self.init(decodingCollection: value)
     }
 
+    /// Decodes a Notification Source value, which must be exactly 8 bytes, from a buffer
+    /// (compiled here as well, for the same reason).
+    public init(decoding value: UnsafeBufferPointer<UInt8>) throws(NotificationSourceError) {
+        try self.init(decodingCollection: value)
+    }
+
     /// Decodes a Notification Source value, which must be exactly 8 bytes.
     public init(decoding value: some Collection<UInt8>) throws(NotificationSourceError) {
         try self.init(decodingCollection: value)

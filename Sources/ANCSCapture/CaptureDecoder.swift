@@ -38,53 +38,93 @@ public struct CaptureDecoder: Sendable {
         return Self.values(of: out)
     }
 
+    /// What decoding a record gives, one object each, before it is written
+    /// (`write(_:tag:into:)`): decoding and writing can then run on different threads.
+    public enum Output: Sendable {
+        /// A connection event.
+        case event(CaptureEvent)
+        /// A Notification Source event.
+        case notification(NotificationSourceEvent)
+        /// A Control Point request, with the phone's ATT error if it refused it.
+        case request(ControlPointRequest, attError: UInt8?)
+        /// A Data Source response, complete or cut short.
+        case response(DataSourceResponse)
+        /// A protocol error at position `line` (and byte `offset` of the value, if known).
+        case protocolError(CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?)
+    }
+
     /// Decodes one record from position `line` of the file, appending one line of JSON per
     /// object to `out`.
     public mutating func decode(_ record: CaptureRecord, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
+        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
+    }
+
+    /// Decodes one record from position `line` of the file, handing each object to `emit` in order.
+    public mutating func decode(_ record: CaptureRecord, line: Int, emit: (Output) -> Void) {
         switch record {
         case .header:
             return
         case .event(_, let event):
-            closeOpenResponse(tag, &out)
-            Self.open(tag, &out)
-            out.appendASCII("\"event\":")
-            out.write(event.rawValue)
-            Self.close(&out)
-        case .value(_, .ns, let bytes, _):
+            decode(event, emit)
+        case .value(_, let characteristic, let bytes, let attError):
+            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, emit) }
+        }
+    }
+
+    /// Decodes one record of a batch (`CaptureRecordBatch`), as `decode(_:line:tag:into:)` does
+    /// its `record`, with `line` as its position.
+    public mutating func decode(_ record: CaptureRecordView, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
+        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
+    }
+
+    /// Decodes one record of a batch, handing each object to `emit` in order.
+    public mutating func decode(_ record: CaptureRecordView, line: Int, emit: (Output) -> Void) {
+        switch record.kind {
+        case .header:
+            return
+        case .event(let event):
+            decode(event, emit)
+        case .value(let characteristic, let attError):
+            decode(characteristic, record.bytes, attError: attError, line: line, emit)
+        }
+    }
+
+    private mutating func decode(_ event: CaptureEvent, _ emit: (Output) -> Void) {
+        closeOpenResponse(emit)
+        emit(.event(event))
+    }
+
+    private mutating func decode(
+        _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int,
+        _ emit: (Output) -> Void
+    ) {
+        switch characteristic {
+        case .ns:
             do {
-                let event = try NotificationSourceEvent(decoding: bytes)
-                Self.open(tag, &out)
-                Self.writeMembers(of: event, &out)
-                Self.close(&out)
+                emit(.notification(try NotificationSourceEvent(decoding: bytes)))
             } catch {
-                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, emit)
             }
-        case .value(_, .cp, let bytes, let attError):
-            closeOpenResponse(tag, &out)
+        case .cp:
+            closeOpenResponse(emit)
             let request: ControlPointRequest
             do {
-                request = try ControlPointRequest(decoding: bytes)
+                request = try ControlPointRequest(decoding: Array(bytes))
             } catch {
-                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
                 return
             }
-            Self.open(tag, &out)
-            Self.writeMembers(of: request, attError: attError, &out)
-            Self.close(&out)
+            emit(.request(request, attError: attError))
             if attError == nil {
                 do { try reassembler.expect(request) } catch {
-                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
+                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
                 }
             }
-        case .value(_, .ds, let bytes, _):
+        case .ds:
             let output = reassembler.feed(bytes)
-            if let response = output.response {
-                Self.open(tag, &out)
-                Self.writeMembers(of: response, &out)
-                Self.close(&out)
-            }
+            if let response = output.response { emit(.response(response)) }
             if let error = output.error {
-                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
+                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, emit)
             }
         }
     }
@@ -97,36 +137,55 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// Ends the capture: appends the line of a response still in progress.
-    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
+    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) {
+        finish { Self.write($0, tag: tag, into: &out) }
+    }
 
-    private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
+    /// Ends the capture: hands a response still in progress to `emit`.
+    public mutating func finish(emit: (Output) -> Void) { closeOpenResponse(emit) }
+
+    private mutating func closeOpenResponse(_ emit: (Output) -> Void) {
         guard let response = reassembler.finishEarly() else { return }
-        Self.open(tag, &out)
-        Self.writeMembers(of: response, &out)
-        Self.close(&out)
+        emit(.response(response))
     }
 
     private mutating func protocolError(
-        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ tag: Tag,
-        _ out: inout JSONWriter
+        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ emit: (Output) -> Void
     ) {
         protocolErrorCount += 1
-        Self.open(tag, &out)
-        out.appendASCII("\"char\":")
-        out.write(char.rawValue)
-        out.appendASCII(",\"error\":")
-        out.write(code)
-        out.appendASCII(",\"detail\":")
-        out.write(detail)
-        out.appendASCII(",")
-        out.write(tag.positionKey)
-        out.appendASCII(":")
-        out.write(line)
-        if let offset {
-            out.appendASCII(",\"offset\":")
-            out.write(offset)
+        emit(.protocolError(char, code: code, detail: detail, line: line, offset: offset))
+    }
+
+    /// Writes one object as a line of JSON, tagged with `tag`.
+    public static func write(_ output: Output, tag: Tag, into out: inout JSONWriter) {
+        open(tag, &out)
+        switch output {
+        case .event(let event):
+            out.appendASCII("\"event\":")
+            out.write(event.rawValue)
+        case .notification(let event):
+            writeMembers(of: event, &out)
+        case .request(let request, let attError):
+            writeMembers(of: request, attError: attError, &out)
+        case .response(let response):
+            writeMembers(of: response, &out)
+        case .protocolError(let char, let code, let detail, let line, let offset):
+            out.appendASCII("\"char\":")
+            out.write(char.rawValue)
+            out.appendASCII(",\"error\":")
+            out.write(code)
+            out.appendASCII(",\"detail\":")
+            out.write(detail)
+            out.appendASCII(",")
+            out.write(tag.positionKey)
+            out.appendASCII(":")
+            out.write(line)
+            if let offset {
+                out.appendASCII(",\"offset\":")
+                out.write(offset)
+            }
         }
-        Self.close(&out)
+        close(&out)
     }
 
     // MARK: - The objects
@@ -141,6 +200,12 @@ public struct CaptureDecoder: Sendable {
     }
 
     private static func close(_ out: inout JSONWriter) { out.appendASCII("}\n") }
+
+    /// A name: its text made in advance (`JSONNames`) if there is one, else `slow` as a string.
+    @inline(__always)
+    private static func name(_ fast: StaticString?, _ slow: @autoclosure () -> String, _ out: inout JSONWriter) {
+        if let fast { out.appendASCII(fast) } else { out.write(slow()) }
+    }
 
     /// The lines of `out`, each read back as a value.
     private static func values(of out: borrowing JSONWriter) -> [JSONValue] {
@@ -170,22 +235,22 @@ public struct CaptureDecoder: Sendable {
 
     private static func writeMembers(of event: NotificationSourceEvent, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ns\",\"event\":")
-        out.write(event.eventID.name ?? "reserved")
+        name(JSONNames.event(event.eventID), event.eventID.name ?? "reserved", &out)
         out.appendASCII(",\"event_id\":")
         out.write(Int(event.eventID.rawValue))
         out.appendASCII(",\"uid\":")
         out.write(Int(event.notificationUID))
         out.appendASCII(",\"flags\":[")
         var first = true
-        for name in event.flags.names {
+        for bit in 0..<5 where event.flags.rawValue & 1 << bit != 0 {  // the defined flags, as `flags.names`
             if !first { out.appendASCII(",") }
             first = false
-            out.write(name)
+            name(JSONNames.flag(bit: bit), EventFlags.named[bit].name, &out)
         }
         out.appendASCII("],\"flags_raw\":")
         out.write(Int(event.flags.rawValue))
         out.appendASCII(",\"category\":")
-        out.write(event.categoryID.name ?? "reserved")
+        name(JSONNames.category(event.categoryID), event.categoryID.name ?? "reserved", &out)
         out.appendASCII(",\"category_id\":")
         out.write(Int(event.categoryID.rawValue))
         out.appendASCII(",\"category_count\":")
@@ -194,17 +259,22 @@ public struct CaptureDecoder: Sendable {
 
     private static func writeMembers(of request: ControlPointRequest, attError: UInt8?, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"cp\",\"command\":")
-        out.write(request.commandID.name ?? "reserved")
+        name(JSONNames.command(request.commandID), request.commandID.name ?? "reserved", &out)
         switch request {
         case .getNotificationAttributes(let uid, let attributes):
             out.appendASCII(",\"uid\":")
             out.write(Int(uid))
             out.appendASCII(",\"attributes\":[")
             for (index, attribute) in attributes.enumerated() {
-                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
-                out.write(Int(attribute.id.rawValue))
-                out.appendASCII(",\"name\":")
-                out.write(attribute.id.description)
+                if index > 0 { out.appendASCII(",") }
+                if let start = JSONNames.requestedNotificationAttribute(attribute.id) {
+                    out.appendASCII(start)
+                } else {
+                    out.appendASCII("{\"id\":")
+                    out.write(Int(attribute.id.rawValue))
+                    out.appendASCII(",\"name\":")
+                    out.write(attribute.id.description)
+                }
                 if let max = attribute.maxLength {
                     out.appendASCII(",\"max_length\":")
                     out.write(Int(max))
@@ -217,10 +287,15 @@ public struct CaptureDecoder: Sendable {
             out.write(appIdentifier)
             out.appendASCII(",\"attributes\":[")
             for (index, id) in attributes.enumerated() {
-                out.appendASCII(index == 0 ? "{\"id\":" : ",{\"id\":")
-                out.write(Int(id.rawValue))
-                out.appendASCII(",\"name\":")
-                out.write(id.description)
+                if index > 0 { out.appendASCII(",") }
+                if let start = JSONNames.requestedAppAttribute(id) {
+                    out.appendASCII(start)
+                } else {
+                    out.appendASCII("{\"id\":")
+                    out.write(Int(id.rawValue))
+                    out.appendASCII(",\"name\":")
+                    out.write(id.description)
+                }
                 out.appendASCII("}")
             }
             out.appendASCII("]")
@@ -228,13 +303,13 @@ public struct CaptureDecoder: Sendable {
             out.appendASCII(",\"uid\":")
             out.write(Int(uid))
             out.appendASCII(",\"action\":")
-            out.write(action.description)
+            name(JSONNames.action(action), action.description, &out)
         }
         if let attError {
             out.appendASCII(",\"att_error\":")
             out.write(Int(attError))
             out.appendASCII(",\"att_error_name\":")
-            out.write(ATTErrorCode(rawValue: attError).description)
+            name(JSONNames.attError(ATTErrorCode(rawValue: attError)), ATTErrorCode(rawValue: attError).description, &out)
         }
     }
 
@@ -276,15 +351,20 @@ public struct CaptureDecoder: Sendable {
     }
 
     private static func writeAttribute(_ attribute: DataSourceAttribute, isApp: Bool, _ out: inout JSONWriter) {
-        out.appendASCII("{\"id\":")
-        out.write(Int(attribute.rawID))
-        out.appendASCII(",\"name\":")
-        if isApp {
-            out.write(AppAttributeID(rawValue: attribute.rawID).description)
+        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: attribute.rawID))
+            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: attribute.rawID)) {
+            out.appendASCII(start)
         } else {
-            out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+            out.appendASCII("{\"id\":")
+            out.write(Int(attribute.rawID))
+            out.appendASCII(",\"name\":")
+            if isApp {
+                out.write(AppAttributeID(rawValue: attribute.rawID).description)
+            } else {
+                out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+            }
+            out.appendASCII(",\"length\":")
         }
-        out.appendASCII(",\"length\":")
         out.write(attribute.value.count)
         out.appendASCII(",\"value\":")
         let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }

@@ -20,6 +20,32 @@ extension CaptureParser {
     /// needs the general parser (a header, a nested or escaped value, a repeated member, an
     /// invalid value, which that parser then reports).
     static func plainRecord(_ text: UnsafeBufferPointer<UInt8>) -> (record: CaptureRecord, connection: String?)? {
+        guard let members = plainMembers(text) else { return nil }
+        let connection = members.connection.map { String(decoding: $0, as: UTF8.self) }
+        switch members.kind {
+        case .event(let event):
+            return (.event(time: members.time, event), connection)
+        case .value(let characteristic, let attError):
+            guard case .success(let bytes) = decodeHex(utf8: members.hex) else { return nil }
+            return (.value(time: members.time, characteristic: characteristic, bytes: bytes, attError: attError), connection)
+        case .header:
+            return nil
+        }
+    }
+
+    /// The members of a plain record line, read in place: everything `plainRecord` checks but
+    /// the hex digits, which the caller decodes where it wants them.
+    struct PlainMembers {
+        var kind: CaptureRecordBatch.Kind
+        var time: Double?
+        /// The `hex` member's digits (empty for an event).
+        var hex: UnsafeBufferPointer<UInt8>
+        var connection: UnsafeBufferPointer<UInt8>?
+    }
+
+    /// The members of a line `plainRecord` reads (its hex digits not decoded yet); nil when the
+    /// line needs the general parser.
+    static func plainMembers(_ text: UnsafeBufferPointer<UInt8>) -> PlainMembers? {
         var time: JSONValue?
         var char: UnsafeBufferPointer<UInt8>?
         var hex: UnsafeBufferPointer<UInt8>?
@@ -50,24 +76,21 @@ extension CaptureParser {
             guard let value = time.doubleValue, value >= 0 else { return nil }
             seconds = value
         }
-        let connection = conn.map { String(decoding: $0, as: UTF8.self) }
         if let event {
             guard let parsed = CaptureEvent(rawValue: String(decoding: event, as: UTF8.self)) else { return nil }
-            return (.event(time: seconds, parsed), connection)
+            return PlainMembers(kind: .event(parsed), time: seconds, hex: UnsafeBufferPointer(start: nil, count: 0), connection: conn)
         }
-        guard let char, let hex, let characteristic = characteristic(char),
-              case .success(let bytes) = decodeHex(utf8: hex)
-        else { return nil }
+        guard let char, let hex, let characteristic = characteristic(char) else { return nil }
         var code: UInt8? = nil
         if let attError {
             guard characteristic == .cp, let value = attError.intValue, let byte = UInt8(exactly: value) else { return nil }
             code = byte
         }
-        return (.value(time: seconds, characteristic: characteristic, bytes: bytes, attError: code), connection)
+        return PlainMembers(kind: .value(characteristic, attError: code), time: seconds, hex: hex, connection: conn)
     }
 
     /// "ns", "cp" or "ds", compared as bytes.
-    private static func characteristic(_ name: UnsafeBufferPointer<UInt8>) -> CaptureCharacteristic? {
+    static func characteristic(_ name: UnsafeBufferPointer<UInt8>) -> CaptureCharacteristic? {
         guard name.count == 2, name[1] == UInt8(ascii: "s") || name[1] == UInt8(ascii: "p") else { return nil }
         switch (name[0], name[1]) {
         case (UInt8(ascii: "n"), UInt8(ascii: "s")): return .ns

@@ -156,28 +156,43 @@ public func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>) -> Result<[UInt8],
     guard chars.count % 2 == 0 else { return .failure(HexError(reason: "odd number of hex digits (\(chars.count))")) }
     var failedAt = -1
     let bytes = [UInt8](unsafeUninitializedCapacity: chars.count / 2) { out, initialized in
-        var index = 0
-        if let start = chars.baseAddress, let target = out.baseAddress {
-            // Eight digits (four bytes) at a time while they are all valid.
-            while index + 8 <= chars.count, let four = hexWord(UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self)) {
-                UnsafeMutableRawPointer(target + index >> 1).storeBytes(of: four, as: UInt32.self)
-                index += 8
-                initialized = index >> 1
-            }
-        }
-        while index < chars.count {
-            let high = hexValue(chars[index]), low = hexValue(chars[index + 1])
-            guard high | low < 0x10 else {
-                failedAt = high >= 0x10 ? index : index + 1
-                return
-            }
-            out[index >> 1] = high << 4 | low
-            index += 2
-            initialized = index >> 1
-        }
+        failedAt = decodeHexDigits(chars, into: out)
+        initialized = failedAt < 0 ? chars.count / 2 : 0
     }
     if failedAt >= 0 { return .failure(HexError(reason: "not a hex digit at position \(failedAt + 1)")) }
     return .success(bytes)
+}
+
+/// Decodes hex digit pairs as `decodeHex(utf8:)` does, appending the bytes to `bytes`; false
+/// (and `bytes` as it was) if they are not hex digit pairs.
+func decodeHex(utf8 chars: UnsafeBufferPointer<UInt8>, appendingTo bytes: inout [UInt8]) -> Bool {
+    guard chars.count % 2 == 0 else { return false }
+    // Decoded on the stack (for a value of usual size), then copied on: no zero-filling.
+    return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: chars.count / 2) { decoded in
+        guard decodeHexDigits(chars, into: decoded) < 0 else { return false }
+        bytes.append(contentsOf: decoded)
+        return true
+    }
+}
+
+/// Decodes an even number of hex digits into `out` (room for half as many bytes); the index of
+/// the first character that is not a hex digit, or -1 when all are.
+private func decodeHexDigits(_ chars: UnsafeBufferPointer<UInt8>, into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+    var index = 0
+    if let start = chars.baseAddress, let target = out.baseAddress {
+        // Eight digits (four bytes) at a time while they are all valid.
+        while index + 8 <= chars.count, let four = hexWord(UnsafeRawPointer(start + index).loadUnaligned(as: UInt64.self)) {
+            UnsafeMutableRawPointer(target + index >> 1).storeBytes(of: four, as: UInt32.self)
+            index += 8
+        }
+    }
+    while index < chars.count {
+        let high = hexValue(chars[index]), low = hexValue(chars[index + 1])
+        guard high | low < 0x10 else { return high >= 0x10 ? index : index + 1 }
+        out[index >> 1] = high << 4 | low
+        index += 2
+    }
+    return -1
 }
 
 /// Eight ASCII hex digits (in memory order, little-endian word) as the four bytes they spell, in

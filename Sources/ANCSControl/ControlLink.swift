@@ -1,16 +1,16 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-public import Dispatch
+public import EventLoop
 public import JSON
 
 /// A client connection to the daemon's control socket (docs/control.md), for `ancsd desktop`.
 ///
-/// Non-blocking, on the caller's serial queue: a read source splits what arrives into lines,
+/// Non-blocking, on the caller's event loop: a watch splits what arrives into lines,
 /// delivered in order through `lines`, which ends when the daemon closes the connection (or it
 /// fails, or `close()`). Requests are one short line each; one that does not fit into the
 /// socket's buffer means the daemon has stopped reading, and closes the connection.
-public final class ControlLink: @unchecked Sendable {  // mutable state only on `queue`
+public final class ControlLink: @unchecked Sendable {  // mutable state only on `loop`
     /// The longest line accepted from the daemon (a `list` of many notifications is long).
     public static let maxLineLength = 32 << 20
 
@@ -18,20 +18,20 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
     public let lines: AsyncStream<[UInt8]>
     private let continuation: AsyncStream<[UInt8]>.Continuation
     private let fd: Int32
-    private let queue: DispatchQueue
-    private var source: (any DispatchSourceRead)?
+    private let loop: EventLoop
+    private var watch: Watch?
     private var input: [UInt8] = []
     private var closed = false
     private var pendingOutput: [UInt8] = []
 
-    private init(fd: Int32, queue: DispatchQueue) {
+    private init(fd: Int32, loop: EventLoop) {
         self.fd = fd
-        self.queue = queue
+        self.loop = loop
         (lines, continuation) = AsyncStream.makeStream(of: [UInt8].self)
     }
 
     /// Connects to the socket at `path`; the reason as text when that fails.
-    public static func connect(path: String, queue: DispatchQueue) -> Result<ControlLink, ControlLinkError> {
+    public static func connect(path: String, loop: EventLoop) -> Result<ControlLink, ControlLinkError> {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -51,21 +51,22 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
             Glibc.close(fd)
             return .failure(ControlLinkError(reason))
         }
-        let link = ControlLink(fd: fd, queue: queue)
-        queue.async { link.start() }
+        let link = ControlLink(fd: fd, loop: loop)
+        loop.execute { link.start() }
         return .success(link)
     }
 
     private func start() {
         guard !closed else { return }
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.readAvailable() }
-        self.source = source
-        source.resume()
+        do {
+            watch = try loop.watch(fd: fd, interest: .readable) { [weak self] _ in self?.readAvailable() }
+        } catch {
+            close()
+        }
     }
 
     /// Sends one request line; false (and the connection closed) if it could not be written.
-    /// Call on the queue.
+    /// Call on the loop.
     @discardableResult
     public func send(_ request: JSONObject) -> Bool {
         guard !closed else { return false }
@@ -110,32 +111,18 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
         }
     }
 
-    /// Closes the connection and ends `lines`. Call on the queue; again does nothing.
+    /// Closes the connection and ends `lines`. Call on the loop; again does nothing.
     public func close() {
         guard !closed else { return }
         closed = true
         continuation.finish()
-        if let source {
-            // The source owns the descriptor from now: close it when the source is done with it.
-            let fd = self.fd
-            source.setCancelHandler { _ = Glibc.close(fd) }
-            source.cancel()
-            self.source = nil
-        } else {
-            Glibc.close(fd)
-        }
+        watch?.cancel()  // unregistered at once, before the descriptor is closed
+        watch = nil
+        Glibc.close(fd)
     }
 
     deinit {
-        guard !closed else { return }
-        continuation.finish()
-        if let source {
-            let fd = self.fd
-            source.setCancelHandler { _ = Glibc.close(fd) }
-            source.cancel()
-        } else {
-            Glibc.close(fd)
-        }
+        close()
     }
 }
 

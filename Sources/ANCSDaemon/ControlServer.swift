@@ -46,16 +46,16 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
 
     /// Creates the socket at `path` (replacing a stale one) with `mode` and, if given, `group`.
     ///
-    /// With `executor`, the server's sockets and request tasks run on the daemon's own queue and
-    /// task executor, never on Swift's global executor (which would keep libdispatch's 1 Hz
-    /// workqueue monitor running).
+    /// The server's sockets are served on a private serial queue of its own. With `executor`,
+    /// request tasks run on the daemon's task executor, never on Swift's global executor (which
+    /// would keep libdispatch's 1 Hz workqueue monitor running).
     public init(
         path: String, mode: mode_t = 0o660, group: String? = nil, handler: any ControlHandler, logger: Logger,
         executor: DaemonExecutor? = nil
     ) throws(ControlSocketError) {
         self.path = path
         self.executor = executor
-        queue = executor?.queue ?? DispatchQueue(label: "ancsd.control")
+        queue = DispatchQueue(label: "ancsd.control")
         self.handler = handler
         self.logger = logger
         var address = sockaddr_un()

@@ -4,6 +4,7 @@ import ANCSSession
 import BlueZ
 import DBus
 import Dispatch
+public import EventLoop
 
 /// The long-running part of `ancsd run`: follows bluetoothd's object tree, runs an ANCS session
 /// for every bonded, connected phone that exposes ANCS, and sends what they say to the outputs.
@@ -57,7 +58,7 @@ public actor Daemon {
 
     public init(
         options: DaemonOptions, output: OutputRouter, logger: Logger, notifier: SystemdNotifier = SystemdNotifier(),
-        executor: DaemonExecutor = DaemonExecutor(), onReady: (@Sendable () -> Void)? = nil
+        executor: DaemonExecutor, onReady: (@Sendable () -> Void)? = nil
     ) {
         self.executor = executor
         self.options = options
@@ -104,7 +105,7 @@ public actor Daemon {
     /// went away or the phone did not answer within 10 s.
     func fetchFullMessage(_ uid: UInt32, on link: PhoneLink) async -> PhoneNotification? {
         let linkID = link.id
-        executor.queue.asyncAfter(deadline: .now() + .seconds(10)) { [weak self] in
+        executor.after(.seconds(10)) { [weak self] in
             self?.assumeIsolated { daemon in
                 guard let link = daemon.links.values.first(where: { $0.id == linkID }) else { return }
                 for waiter in link.eventWaiters.removeValue(forKey: uid) ?? [] { waiter.resume(returning: link.session.notification(uid: uid)) }
@@ -147,7 +148,7 @@ public actor Daemon {
     private func scheduleStatus() {
         guard notifier.isActive, !statusPending, statusLine != sentStatus else { return }
         statusPending = true
-        executor.queue.asyncAfter(deadline: .now() + .seconds(1)) { [weak self] in
+        executor.after(.seconds(1)) { [weak self] in
             self?.assumeIsolated { $0.sendStatus() }
         }
     }
@@ -183,7 +184,7 @@ public actor Daemon {
         output.start(OutputContext(actions: self, executor: executor))
         // The connection shares the daemon's queue: a Control Point write and its reply cost no
         // thread switch inside ancsd.
-        let connection = try await DBusConnection.connect(to: options.bus, queue: executor.queue, activatesServices: false)
+        let connection = try await DBusConnection.connect(to: options.bus, loop: executor, activatesServices: false)
         self.connection = connection
         logger.debug("connected to the bus as \(connection.uniqueName)")
         defer { Task(executorPreference: executor) { await connection.close() } }
@@ -379,7 +380,7 @@ public actor Daemon {
         let delay = subscribeRetryMilliseconds[path] ?? 500
         subscribeRetryMilliseconds[path] = min(delay * 2, 30_000)
         logger.warning("\(link.device.address): cannot subscribe to ANCS: \(error); trying again in \(Double(delay) / 1000) s")
-        executor.queue.asyncAfter(deadline: .now() + .milliseconds(delay)) { [weak self] in
+        executor.after(.milliseconds(delay)) { [weak self] in
             self?.assumeIsolated { $0.restartFailedLink(path: path, linkID: linkID) }
         }
     }
@@ -411,10 +412,10 @@ public actor Daemon {
                 guard link.state == .subscribing, let raw = fd.take() else { return }
                 let isDataSource = characteristic == link.characteristics.dataSource
                 let id = link.id, path = link.device.path
-                // The reader runs on the daemon's queue: each datagram goes straight into the
+                // The reader runs on the daemon's loop: each datagram goes straight into the
                 // session, with no task or thread in between.
-                let reader = NotificationReader(
-                    fd: raw, queue: executor.queue,
+                let reader = try NotificationReader(
+                    fd: raw, loop: executor,
                     onValue: { [weak self] value in
                         self?.assumeIsolated { $0.receive(isDataSource ? .dataSource(value) : .notificationSource(value), linkID: id, path: path) }
                     },
@@ -571,19 +572,19 @@ public actor Daemon {
     ///
     /// The session tolerates being called early, so a deadline later than the armed one keeps
     /// the armed one: while requests follow each other (each moves the deadline later) the
-    /// timer is re-armed about once per quiet period instead of twice per request, each of
-    /// which would wake libdispatch's manager thread.
+    /// timer is re-armed about once per quiet period instead of twice per request (each a
+    /// timerfd_settime).
     private func armTimer(for link: PhoneLink) {
         guard let deadline = link.session.nextDeadline else {
             if link.timerDeadline != nil {
                 link.timerDeadline = nil
-                link.timer?.schedule(deadline: .distantFuture, repeating: .never)
+                link.timer?.cancel()
             }
             return
         }
         if let armed = link.timerDeadline, armed <= deadline { return }
         link.timerDeadline = deadline
-        let timer: any DispatchSourceTimer
+        let timer: LoopTimer
         if let existing = link.timer {
             timer = existing
         } else {
@@ -593,10 +594,7 @@ public actor Daemon {
             }
             link.timer = timer
         }
-        let remaining = max(.zero, deadline - link.now)
-        let (seconds, attoseconds) = remaining.components
-        let nanoseconds = Int(clamping: seconds.multipliedReportingOverflow(by: 1_000_000_000).partialValue + attoseconds / 1_000_000_000)
-        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .never, leeway: .milliseconds(1))
+        timer.schedule(after: max(.zero, deadline - link.now))
     }
 
     private func timerFired(linkID: UInt64, path: ObjectPath) {

@@ -1,32 +1,41 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Dispatch
+import ANCSRuntime
+import EventLoop
 
 /// Reads the datagrams of an AcquireNotify socket (one per GATT notification) as they come.
 ///
-/// A dispatch read source watches the descriptor, so nothing runs while the phone is quiet.
-/// Each datagram is handed to `onValue`; end of stream or an error (the link is gone) calls
-/// `onClose` once. The descriptor is closed when the reader is cancelled or closed.
+/// The daemon's event loop watches the descriptor, so nothing runs while the phone is quiet,
+/// and a datagram is read and handled on the thread that woke for it. Each datagram is handed
+/// to `onValue`; end of stream or an error (the link is gone) calls `onClose` once. The
+/// descriptor is the reader's from `init` on: closed when the reader is cancelled or closes.
 final class NotificationReader: @unchecked Sendable {
-    // Mutable state is only touched on `queue`.
-    private let source: any DispatchSourceRead
+    // Mutable state is only touched on the loop.
+    private var watch: Watch?
     private let fd: Int32
     private var buffer = [UInt8](repeating: 0, count: 4096)  // > the largest ATT MTU (517)
     private var closed = false
 
-    init(fd: Int32, queue: DispatchQueue, onValue: @escaping @Sendable ([UInt8]) -> Void, onClose: @escaping @Sendable (String) -> Void) {
+    init(
+        fd: Int32, loop: DaemonExecutor, onValue: @escaping @Sendable ([UInt8]) -> Void,
+        onClose: @escaping @Sendable (String) -> Void
+    ) throws(EventLoop.Failure) {
         self.fd = fd
         let flags = fcntl(fd, F_GETFL)
         _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [unowned self] in
-            self.drain(onValue: onValue, onClose: onClose)
-        }
-        source.setCancelHandler {
+        do {
+            watch = try loop.watch(fd: fd, interest: .readable) { [weak self] _ in
+                self?.drain(onValue: onValue, onClose: onClose)
+            }
+        } catch {
             _ = Glibc.close(fd)
+            throw error
         }
-        source.resume()
+    }
+
+    deinit {
+        cancel()
     }
 
     private func drain(onValue: @Sendable ([UInt8]) -> Void, onClose: @Sendable (String) -> Void) {
@@ -39,8 +48,7 @@ final class NotificationReader: @unchecked Sendable {
             if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
             if count < 0 && errno == EINTR { continue }
             let reason = count == 0 ? "the link closed" : String(cString: strerror(errno))
-            closed = true
-            source.cancel()
+            cancel()
             onClose(reason)
             return
         }
@@ -48,6 +56,10 @@ final class NotificationReader: @unchecked Sendable {
 
     /// Stops reading and closes the descriptor.
     func cancel() {
-        source.cancel()
+        guard let watch else { return }
+        self.watch = nil
+        closed = true
+        watch.cancel()
+        _ = Glibc.close(fd)
     }
 }

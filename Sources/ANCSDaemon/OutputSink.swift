@@ -44,8 +44,8 @@ extension OutputSink {
 public struct OutputContext: Sendable {
     /// Performs phone actions, as the control socket's `action` command does.
     public var actions: any PhoneActions
-    /// The daemon's executor: a sink that wants dispatch sources without a thread of its own
-    /// (sockets, timers) puts them on `executor.queue`. Its handlers must stay short.
+    /// The daemon's executor: a sink that wants to watch descriptors or run timers without a
+    /// thread of its own does so on this loop (`watch`, `makeTimer`). Its handlers must stay short.
     public var executor: DaemonExecutor
 
     public init(actions: any PhoneActions, executor: DaemonExecutor) {

@@ -2,7 +2,7 @@ import ANCS
 import ANCSSession
 import BlueZ
 import DBus
-import Dispatch
+import EventLoop
 
 /// One phone's connection: its ANCS session and how notifications reach it.
 ///
@@ -40,7 +40,7 @@ final class PhoneLink {
     /// The Control Point write in flight (the session keeps at most one).
     var write: Task<Void, Never>?
     /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
-    var timer: (any DispatchSourceTimer)?
+    var timer: LoopTimer?
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0

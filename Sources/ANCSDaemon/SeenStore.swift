@@ -161,16 +161,18 @@ public final class SeenStore {
 
     /// Remembers that the phone showed this (again).
     public func record(_ fingerprint: NotificationFingerprint, device: String) {
-        var entry = phone(device)
-        entry.set.insert(fingerprint)
-        if let path = path(for: device) {
-            if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
-                entry.linesOnDisk = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
-            } else {
-                entry.linesOnDisk += 1
-            }
+        _ = phone(device)  // loaded and marked used
+        // In place: a copy of the entry would share the set's storage, and inserting into it
+        // would copy the whole set (4,096 entries) for every notification shown.
+        phones[device]?.set.insert(fingerprint)
+        guard let path = path(for: device), let entry = phones[device] else { return }
+        let lines: Int
+        if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
+            lines = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
+        } else {
+            lines = entry.linesOnDisk + 1
         }
-        phones[device] = entry
+        phones[device]?.linesOnDisk = lines
     }
 
     /// How many fingerprints the phone has in memory.
@@ -180,10 +182,9 @@ public final class SeenStore {
 
     private func phone(_ device: String) -> Phone {
         useCounter += 1
-        if var entry = phones[device] {
-            entry.lastUsed = useCounter
-            phones[device] = entry
-            return entry
+        if phones[device] != nil {
+            phones[device]?.lastUsed = useCounter
+            if let entry = phones[device] { return entry }
         }
         if phones.count >= Self.phonesInMemory, let victim = phones.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key {
             phones[victim] = nil

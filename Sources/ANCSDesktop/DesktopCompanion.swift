@@ -4,7 +4,7 @@ import Glibc
 import ANCSControl
 public import ANCSRuntime
 public import DBus
-import Dispatch
+public import EventLoop
 import JSON
 
 /// `ancsd desktop`: shows the phones' notifications as desktop notifications.
@@ -121,7 +121,7 @@ public actor DesktopCompanion {
     /// What was popped up (hashes, oldest first, at most `recordCapacity`).
     private var record: Set<Int> = []
     private var recordOrder: [Int] = []
-    private var sweepTimer: (any DispatchSourceTimer)?
+    private var sweepTimer: LoopTimer?
     private var pending: [Int: Request] = [:]
     private var nextRequest = 0
     /// Whether the server takes body markup (`GetCapabilities`), once known.
@@ -139,7 +139,7 @@ public actor DesktopCompanion {
     /// Runs until cancelled (then closes the notifications it shows) or until the bus goes away.
     /// - Throws: when the bus cannot be reached or goes away.
     public func run() async throws {
-        let bus = try await DBusConnection.connect(to: options.bus, queue: executor.queue)
+        let bus = try await DBusConnection.connect(to: options.bus, loop: executor)
         self.bus = bus
         let signals: AsyncStream<Signal>
         do {
@@ -180,7 +180,7 @@ public actor DesktopCompanion {
         var delay = Self.firstRetry
         var failures = 0
         while !Task.isCancelled {
-            switch ControlLink.connect(path: options.controlPath, queue: executor.queue) {
+            switch ControlLink.connect(path: options.controlPath, loop: executor) {
             case .failure(let error):
                 failures += 1
                 if failures == 1 {
@@ -315,9 +315,7 @@ public actor DesktopCompanion {
                 Task(executorPreference: self.executor) { await self.sweep() }
             }
         }
-        let (seconds, attoseconds) = options.replaySettle.components
-        let nanoseconds = Int(clamping: seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        sweepTimer?.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .never, leeway: .milliseconds(100))
+        sweepTimer?.schedule(after: options.replaySettle)
     }
 
     private func sweep() {
@@ -557,35 +555,31 @@ public actor DesktopCompanion {
 
     // MARK: Waiting
 
-    /// Waits `duration` (less if the task is cancelled), with a timer on the executor's queue.
+    /// Waits `duration` (less if the task is cancelled), with a timer on the executor's loop.
     private func pause(_ duration: Duration) async {
         let state = PauseState()
-        let queue = executor.queue
+        let loop = executor
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                queue.async { state.arm(continuation, after: duration, queue: queue) }
+                loop.execute { state.arm(continuation, after: duration, loop: loop) }
             }
         } onCancel: {
-            queue.async { state.fire() }
+            loop.execute { state.fire() }
         }
     }
 }
 
-/// A pause's timer and continuation; touched only on the executor's queue.
+/// A pause's timer and continuation; touched only on the executor's loop.
 private final class PauseState: @unchecked Sendable {
     private var continuation: CheckedContinuation<Void, Never>?
-    private var timer: (any DispatchSourceTimer)?
+    private var timer: LoopTimer?
     private var fired = false
 
-    func arm(_ continuation: CheckedContinuation<Void, Never>, after duration: Duration, queue: DispatchQueue) {
+    func arm(_ continuation: CheckedContinuation<Void, Never>, after duration: Duration, loop: EventLoop) {
         guard !fired else { return continuation.resume() }
         self.continuation = continuation
-        let (seconds, attoseconds) = duration.components
-        let nanoseconds = Int(clamping: seconds * 1_000_000_000 + attoseconds / 1_000_000_000)
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.setEventHandler { [self] in fire() }
-        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), leeway: .milliseconds(50))
-        timer.resume()
+        let timer = loop.makeTimer { [self] in fire() }
+        timer.schedule(after: duration)
         self.timer = timer
     }
 

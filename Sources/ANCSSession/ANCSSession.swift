@@ -65,6 +65,12 @@ public struct ANCSSession: Sendable {
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
     private var inFlight: InFlight?
+    /// Control Point writes sent whose result has not come yet, oldest first by construction:
+    /// bluetoothd runs one ATT request at a time per link and answers in order. A notification
+    /// request ends when its response is complete (which proves the write was accepted), so
+    /// the next write may go out before the previous result arrives; that late result is then
+    /// counted off here and ignored.
+    private var writesUnacknowledged = 0
     private var deniedReported = false
     private var fullMessageWanted: Set<UInt32> = []
     /// Notifications the filter dropped (their modifications are ignored), oldest first, bounded
@@ -189,6 +195,15 @@ public struct ANCSSession: Sendable {
     /// How the last Control Point write ended.
     public mutating func handleWriteResult(_ result: WriteResult, now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
+        guard writesUnacknowledged > 0 else {
+            return [.log(.debug, "ignored a Control Point write result with no write in flight")]
+        }
+        writesUnacknowledged -= 1
+        guard writesUnacknowledged == 0 else {
+            // The result of an earlier write whose response already came (or that timed out).
+            if case .accepted = result { return [] }
+            return [.log(.debug, "ignored the late result of an earlier Control Point write: \(result)")]
+        }
         guard var flight = inFlight, !flight.writeDone else {
             return [.log(.debug, "ignored a Control Point write result with no write in flight")]
         }
@@ -314,6 +329,7 @@ public struct ANCSSession: Sendable {
                 let bytes = try request.encoded()
                 try reassembler.expect(request)
                 inFlight = InFlight(work: work, appOnly: appOnly, sentAt: now)
+                writesUnacknowledged += 1
                 actions.append(.writeControlPoint(bytes))
             } catch {
                 actions.append(.log(.warning, "cannot ask for \(describe(work)): \(error)"))
@@ -346,9 +362,12 @@ public struct ANCSSession: Sendable {
         return requests
     }
 
-    /// Finishes the request in flight once both its write result and its response are in.
+    /// Finishes the request in flight once both its write result and its response are in; a
+    /// complete response alone is enough for a request that has one (the phone answered, so it
+    /// accepted the write), which keeps the write's D-Bus reply off the path of a burst.
     private mutating func finishIfDone(now: Duration, into actions: inout [SessionAction]) {
-        guard let flight = inFlight, flight.writeDone else { return }
+        guard let flight = inFlight, flight.writeDone || flight.response != nil else { return }
+        if !flight.writeDone { notificationSharingAllowed = true }
         switch flight.work {
         case .action(let uid, let action):
             inFlight = nil

@@ -57,6 +57,32 @@ public struct BtsnoopRecord: Hashable, Sendable {
     public var unixMicroseconds: Int64 { timestamp &- btsnoopUnixEpoch }
 }
 
+/// A record of a btsnoop file with its bytes in place (`BtsnoopReader.withNext(atEnd:_:)`):
+/// what `BtsnoopRecord` holds, without a copy of the bytes.
+public struct BtsnoopRecordView {
+    /// The fields of a record's header, with its position in the file.
+    public struct Header: Hashable, Sendable {
+        /// 1-based position in the file.
+        public var number: Int
+        public var originalLength: UInt32
+        public var flags: UInt32
+        public var cumulativeDrops: UInt32
+        /// Microseconds since midnight, January 1st of year 0 (the btsnoop epoch).
+        public var timestamp: Int64
+        public var includedLength: Int
+    }
+
+    public var header: Header
+    /// The record's bytes, valid only while the view is handed out.
+    public var data: UnsafeBufferPointer<UInt8>
+    /// The file's datalink.
+    public var datalink: BtsnoopDatalink
+
+    public var number: Int { header.number }
+    public var flags: UInt32 { header.flags }
+    public var timestamp: Int64 { header.timestamp }
+}
+
 /// The btsnoop timestamp of 1970-01-01T00:00:00Z.
 public let btsnoopUnixEpoch: Int64 = 0x00DC_DDB3_0F2F_8000
 
@@ -86,12 +112,23 @@ public struct BtsnoopReader: Sendable {
     }
 
     /// Adds bytes read from the file.
+    public mutating func append(_ bytes: [UInt8]) {
+        compact()
+        buffer += bytes
+    }
+
+    /// Adds bytes read from the file.
     public mutating func append(_ bytes: some Sequence<UInt8>) {
+        compact()
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// Drops the bytes already read once they are the larger part of the buffer.
+    private mutating func compact() {
         if position > 65_536 && position * 2 > buffer.count {
             buffer.removeFirst(position)
             position = 0
         }
-        buffer.append(contentsOf: bytes)
     }
 
     private var available: Int { buffer.count - position }
@@ -100,6 +137,26 @@ public struct BtsnoopReader: Sendable {
     /// file ended cleanly). Throws on a bad header, an unsupported datalink, a corrupt record, or
     /// (with `atEnd`) a file that ends inside a record.
     public mutating func next(atEnd: Bool) throws(BtsnoopError) -> BtsnoopRecord? {
+        guard let (header, start) = try nextHeader(atEnd: atEnd) else { return nil }
+        let data = Array(buffer[start..<start + header.includedLength])
+        return BtsnoopRecord(number: header.number, originalLength: header.originalLength, flags: header.flags,
+                             cumulativeDrops: header.cumulativeDrops, timestamp: header.timestamp, data: data)
+    }
+
+    /// Hands the next complete record to `body` with its bytes in place (valid only during the
+    /// call), as `next(atEnd:)` would give it but without copying them; false (and no call)
+    /// when `next(atEnd:)` gives nil.
+    public mutating func withNext(atEnd: Bool, _ body: (BtsnoopRecordView) throws(BtsnoopError) -> Void) throws(BtsnoopError) -> Bool {
+        guard let (header, start) = try nextHeader(atEnd: atEnd), let datalink else { return false }
+        try buffer.withBytes { all throws(BtsnoopError) in
+            try body(BtsnoopRecordView(header: header, data: UnsafeBufferPointer(rebasing: all[start..<start + header.includedLength]),
+                                       datalink: datalink))
+        }
+        return true
+    }
+
+    /// Reads the next record's header and moves past the record; its header and where its bytes start.
+    private mutating func nextHeader(atEnd: Bool) throws(BtsnoopError) -> (BtsnoopRecordView.Header, Int)? {
         if datalink == nil {
             guard available >= 16 else {
                 if atEnd { throw BtsnoopError(record: nil, reason: "truncated: the file header needs 16 bytes, the file has \(available)") }
@@ -142,14 +199,16 @@ public struct BtsnoopReader: Sendable {
             return nil
         }
         let start = position + 24
-        let data = Array(buffer[start..<start + Int(included)])
         position = start + Int(included)
         recordCount = number
-        return BtsnoopRecord(number: number, originalLength: original, flags: flags, cumulativeDrops: drops, timestamp: timestamp, data: data)
+        let header = BtsnoopRecordView.Header(number: number, originalLength: original, flags: flags, cumulativeDrops: drops,
+                                              timestamp: timestamp, includedLength: Int(included))
+        return (header, start)
     }
 
+    /// The big-endian word at `index` (the caller checked that four bytes are there).
     private func readU32(at index: Int) -> UInt32 {
-        UInt32(buffer[index]) << 24 | UInt32(buffer[index + 1]) << 16 | UInt32(buffer[index + 2]) << 8 | UInt32(buffer[index + 3])
+        buffer.withUnsafeBytes { UInt32(bigEndian: $0.loadUnaligned(fromByteOffset: index, as: UInt32.self)) }
     }
 }
 

@@ -44,6 +44,9 @@ struct EATTChannels: Sendable {
     }
 
     private var endpoints: [EndpointKey: Endpoint] = [:]
+
+    /// True while no EATT channel is open: then no K-frame can belong to one.
+    var isEmpty: Bool { endpoints.isEmpty }
     /// Connection requests waiting for their response, by the way they went.
     private var requests: [RequestKey: Request] = [:]
 

@@ -107,7 +107,7 @@ public struct BtsnoopExtractor: Sendable {
         var prepared: [UInt16: (direction: HCIDirection, bytes: [UInt8])] = [:]
     }
 
-    private var states: [ConnectionKey: Connection] = [:]
+    private var states = ConnectionTable<Connection>()
     /// Handles and server side learnt per controller and peer address.
     private var known: [String: (handles: ANCSHandles, server: HCIDirection?)] = [:]
     private var pendingWarnings: [BtsnoopError] = []
@@ -123,23 +123,50 @@ public struct BtsnoopExtractor: Sendable {
 
     /// Reads one btsnoop record; returns the capture records it completes.
     public mutating func process(_ record: BtsnoopRecord) throws(BtsnoopError) -> [ExtractedRecord] {
-        let first = firstTimestamp ?? record.timestamp
-        firstTimestamp = first
-        let time = Double(record.timestamp &- first) / 1_000_000
         var out: [ExtractedRecord] = []
-        switch try HCIPacket(record: record, datalink: datalink) {
+        try record.data.withBytes { data throws(BtsnoopError) in
+            try process(number: record.number, flags: record.flags, timestamp: record.timestamp, data: data, into: &out)
+        }
+        return out
+    }
+
+    /// Reads one btsnoop record given in place (`BtsnoopReader.withNext(atEnd:_:)`); appends the
+    /// capture records it completes to `out`. The same as `process(_:)`, without copying the
+    /// record: a record that completes nothing costs no allocation.
+    public mutating func process(_ record: BtsnoopRecordView, into out: inout [ExtractedRecord]) throws(BtsnoopError) {
+        try process(number: record.number, flags: record.flags, timestamp: record.timestamp, data: record.data, into: &out)
+    }
+
+    private mutating func process(
+        number: Int, flags: UInt32, timestamp: Int64, data: UnsafeBufferPointer<UInt8>, into out: inout [ExtractedRecord]
+    ) throws(BtsnoopError) {
+        let first = firstTimestamp ?? timestamp
+        firstTimestamp = first
+        let time = Double(timestamp &- first) / 1_000_000
+        switch try HCIPacketView(number: number, flags: flags, data: data, datalink: datalink) {
         case .acl(let controller, let direction, let handle, let boundary, let payload):
             let key = ConnectionKey(controller: controller, handle: handle)
             // In place: copying the connection out and back would copy its tables for every record.
-            let frame = states[key, default: Connection()].reassemblers[direction].feed(boundary: boundary, payload: payload)
-            if let frame {
-                try handleL2CAP(frame, key: key, direction: direction, time: time, record: record.number, into: &out)
+            if !states.contains(key) { states[key] = Connection() }
+            switch states[key]?.reassemblers[direction].feed(boundary: boundary, payload: payload) ?? .none {
+            case .none:
+                break
+            case .whole(let cid, let range):
+                try handleL2CAP(cid: cid, payload: UnsafeBufferPointer(rebasing: payload[range]), key: key, direction: direction,
+                                time: time, record: number, into: &out)
+            case .buffered(let cid, let length):
+                let frame = states[key]?.reassemblers[direction].takeFrame() ?? []
+                defer { states[key]?.reassemblers[direction].giveBack(frame) }
+                try frame.withBytes { bytes throws(BtsnoopError) in
+                    try handleL2CAP(cid: cid, payload: UnsafeBufferPointer(rebasing: bytes[4..<4 + length]), key: key,
+                                    direction: direction, time: time, record: number, into: &out)
+                }
             }
         case .event(let controller, let code, let parameters):
             switch LinkEvent(code: code, parameters: parameters) {
             case .connected(let handle, let peer)?:
                 let key = ConnectionKey(controller: controller, handle: handle)
-                if states[key] != nil { end(key, time: time, record: record.number, event: false, into: &out) }
+                if states[key] != nil { end(key, time: time, record: number, event: false, into: &out) }
                 var state = Connection()
                 state.peer = peer
                 if let learnt = known["\(controller)/\(peer)"] {
@@ -147,20 +174,19 @@ public struct BtsnoopExtractor: Sendable {
                     state.server = learnt.server
                 }
                 states[key] = state
-                emit(.event(time: time, .connected), key: key, record: record.number, peer: peer, into: &out)
+                emit(.event(time: time, .connected), key: key, record: number, peer: peer, into: &out)
             case .disconnected(let handle)?:
-                end(ConnectionKey(controller: controller, handle: handle), time: time, record: record.number, event: true, into: &out)
+                end(ConnectionKey(controller: controller, handle: handle), time: time, record: number, event: true, into: &out)
             case nil:
                 break
             }
         case .controllerRemoved(let controller):
             for key in states.keys.sorted() where key.controller == controller {
-                end(key, time: time, record: record.number, event: true, into: &out)
+                end(key, time: time, record: number, event: true, into: &out)
             }
         case .other:
             break
         }
-        return out
     }
 
     /// The end of the file: Control Point writes still waiting for an answer are given without one.
@@ -169,6 +195,9 @@ public struct BtsnoopExtractor: Sendable {
         for key in states.keys.sorted() { out += states[key]?.held.answerAll() ?? [] }
         return out
     }
+
+    /// True if warnings wait to be taken (`takeWarnings()`).
+    public var hasWarnings: Bool { !pendingWarnings.isEmpty }
 
     /// The warnings since the last call: malformed L2CAP signaling or K-frames, each naming its
     /// record and connection. Extraction went on past them.
@@ -200,7 +229,11 @@ public struct BtsnoopExtractor: Sendable {
     private mutating func emit(_ record: CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]) {
         if !connections.contains(key) { connections.append(key) }
         let extracted = ExtractedRecord(recordNumber: number, connection: key, record: record, peer: peer)
-        out += states[key]?.held.add(extracted) ?? [extracted]
+        if states[key]?.held.isEmpty ?? true {
+            out.append(extracted)  // nothing waits: no array of its own
+        } else {
+            out += states[key]?.held.add(extracted) ?? [extracted]
+        }
     }
 
     /// A Control Point write of `bytes` on `bearer`, held until its answer.
@@ -222,28 +255,32 @@ public struct BtsnoopExtractor: Sendable {
 
     /// An L2CAP frame: ATT on 0x0004, LE signaling on 0x0005, K-frames on EATT channels.
     private mutating func handleL2CAP(
-        _ frame: (cid: UInt16, payload: [UInt8]), key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
+        cid: UInt16, payload: UnsafeBufferPointer<UInt8>, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
         into out: inout [ExtractedRecord]
     ) throws(BtsnoopError) {
-        switch frame.cid {
+        switch cid {
         case 0x0004:
-            try handleATT(frame.payload, bearer: 0x0004, key: key, direction: direction, time: time, record: record, into: &out)
+            try handleATT(payload, bearer: 0x0004, key: key, direction: direction, time: time, record: record, into: &out)
         case 0x0005:
-            guard let outcome = states[key]?.channels.signal(frame.payload, direction: direction) else { return }
+            guard let outcome = states[key]?.channels.signal(Array(payload), direction: direction) else { return }
             for bearer in outcome.closed {
                 out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
                 states[key]?.prepared[bearer] = nil
             }
             if let warning = outcome.warning { warn("L2CAP signaling: \(warning)", key: key, record: record) }
         default:
-            guard let (bearer, outcome) = states[key]?.channels.kFrame(frame.payload, cid: frame.cid, direction: direction) else { return }
+            guard states[key]?.channels.isEmpty == false,
+                  let (bearer, outcome) = states[key]?.channels.kFrame(Array(payload), cid: cid, direction: direction)
+            else { return }
             switch outcome {
             case .sdu(let pdu):
-                try handleATT(pdu, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+                try pdu.withBytes { bytes throws(BtsnoopError) in
+                    try handleATT(bytes, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+                }
             case .incomplete:
                 break
             case .dropped(let why):
-                warn("EATT channel \(hex4(frame.cid)) (\(direction)): SDU dropped: \(why)", key: key, record: record)
+                warn("EATT channel \(hex4(cid)) (\(direction)): SDU dropped: \(why)", key: key, record: record)
             }
         }
     }
@@ -252,18 +289,17 @@ public struct BtsnoopExtractor: Sendable {
 
     /// An ATT PDU on `bearer` (0x0004, or the EATT channel's CID on the host's side).
     private mutating func handleATT(
-        _ pdu: [UInt8], bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
+        _ pdu: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
     ) throws(BtsnoopError) {
         guard let opcode = pdu.first else { return }
         func fail(_ what: String) -> BtsnoopError {
             BtsnoopError(record: record, reason: "corrupt: \(what) (ATT opcode \(hex2(opcode)), \(pdu.count) bytes)")
         }
         func u16(_ index: Int) -> UInt16 { UInt16(pdu[index]) | UInt16(pdu[index + 1]) << 8 }
-        // One lookup, and fields read in place (reading `states[key]?.server` would copy the
-        // whole connection, tables and all, for every PDU).
-        let index = states.index(forKey: key)
-        let handles = index.map { defaultHandles.overlaid(with: states.values[$0].discovered) } ?? defaultHandles
-        let server = index.flatMap { states.values[$0].server }
+        // Read in place (`ConnectionTable` yields the connection; nothing is copied).
+        let handles = defaultHandles.overlaid(with: states[key]?.discovered ?? ANCSHandles())
+        let server = states[key]?.server
         let fromServer = server.map { $0 == direction } ?? true
         let fromClient = server.map { $0 != direction } ?? true
 
@@ -402,5 +438,21 @@ extension String {
         while slice.first == " " { slice.removeFirst() }
         while slice.last == " " { slice.removeLast() }
         return String(slice)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// `withUnsafeBufferPointer` for a body that throws a `BtsnoopError` (without relying on the
+    /// standard library's typed throws there, which older toolchains lack).
+    func withBytes(_ body: (UnsafeBufferPointer<UInt8>) throws(BtsnoopError) -> Void) throws(BtsnoopError) {
+        var failure: BtsnoopError? = nil
+        withUnsafeBufferPointer { bytes in
+            do throws(BtsnoopError) {
+                try body(bytes)
+            } catch {
+                failure = error
+            }
+        }
+        if let failure { throw failure }
     }
 }

@@ -20,6 +20,9 @@ struct HeldRecords: Sendable {
 
     private var entries: [Entry] = []
 
+    /// True when no record is held.
+    var isEmpty: Bool { entries.isEmpty }
+
     /// The write waiting on `bearer`, if one is.
     func waiting(on bearer: UInt16) -> Write? {
         for case .waiting(let write) in entries where write.bearer == bearer { return write }

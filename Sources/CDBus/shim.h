@@ -66,9 +66,8 @@ static const dbus_bool_t CDBUS_TRUE = TRUE;
 static const dbus_bool_t CDBUS_FALSE = FALSE;
 
 /*
- * The single kernel timer that drives libdbus's timeouts. Re-arming it is one syscall on
- * the connection's queue; a DispatchSourceTimer would wake libdispatch's manager thread
- * on every re-arm (twice per method call).
+ * The single kernel timer that drives libdbus's timeouts, watched by the connection's event
+ * loop. Re-arming it is one syscall, from whichever thread holds the loop.
  */
 
 /* A non-blocking, close-on-exec CLOCK_MONOTONIC timerfd, or -1. */

@@ -1,5 +1,5 @@
 import CDBus
-public import Dispatch
+public import EventLoop
 import Glibc
 import Synchronization
 
@@ -88,32 +88,34 @@ public struct SignalSubscription: Sendable, Hashable {
 
 /// A private connection to a message bus, with an event loop that needs no thread of its own.
 ///
-/// All state is owned by this actor, whose executor is a serial DispatchQueue that also
-/// runs libdbus's I/O (DispatchSources on its fds) and its timeouts (one timer, armed only
-/// while a timeout is pending). An idle connection makes no wakeups. Close it with
-/// `close()`; dropping the last reference closes it too.
+/// All state is owned by this actor, whose executor is an `EventLoop` that also runs libdbus's
+/// I/O (watches on its fds) and its timeouts (one timer, armed only while a timeout is
+/// pending). An idle connection makes no wakeups. Close it with `close()`; dropping the last
+/// reference closes it too.
 public actor DBusConnection {
-    let executor: QueueExecutor
+    let loop: EventLoop
+    /// The loop was made for this connection alone, and ends with it.
+    private let ownsLoop: Bool
     let core: ConnectionCore
     private let nameBox = Mutex<String>("")
     private let callIDs = Atomic<UInt64>(1 << 32)
     /// Whether method calls may make the bus start (D-Bus-activate) their destination.
     public nonisolated let activatesServices: Bool
 
-    /// This actor runs on its connection's serial queue. Another actor may return this from
-    /// its own `unownedExecutor` to share the queue (and so the connection's isolation
+    /// This actor runs on its connection's event loop. Another actor may return this from
+    /// its own `unownedExecutor` to share the loop (and so the connection's isolation
     /// domain); for calls without thread hops, also run its tasks with `taskExecutor` as
     /// their executor preference.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
-        executor.asUnownedSerialExecutor()
+        loop.asUnownedSerialExecutor()
     }
 
-    /// The connection's queue as a task executor. Code that talks to D-Bus a lot runs
+    /// The connection's event loop as a task executor. Code that talks to D-Bus a lot runs
     /// fastest in a task preferring it — `Task(executorPreference: connection.taskExecutor)`
     /// or `withTaskExecutorPreference(connection.taskExecutor) { … }`: a reply then resumes
     /// the waiting code on the thread that read it, with no further thread hop. Keep such
-    /// code non-blocking: it shares the connection's queue.
-    public nonisolated var taskExecutor: any TaskExecutor { executor }
+    /// code non-blocking: it shares the connection's loop.
+    public nonisolated var taskExecutor: any TaskExecutor { loop }
 
     /// Our unique bus name (`:1.42`), known once `connect` has returned.
     public nonisolated var uniqueName: String { nameBox.withLock { $0 } }
@@ -121,18 +123,24 @@ public actor DBusConnection {
     /// The default method-call timeout (libdbus's default).
     public static let defaultTimeout: Duration = .seconds(25)
 
-    private init(raw: OpaquePointer, executor: QueueExecutor, activatesServices: Bool) {
-        self.executor = executor
+    private init(raw: OpaquePointer, loop: EventLoop, ownsLoop: Bool, activatesServices: Bool) {
+        self.loop = loop
+        self.ownsLoop = ownsLoop
         self.activatesServices = activatesServices
-        self.core = ConnectionCore(raw: raw, queue: executor.queue)
+        self.core = ConnectionCore(raw: raw, loop: loop)
+    }
+
+    deinit {
+        // Nothing can reach this connection any more, so nothing can enqueue on its own loop.
+        if ownsLoop { loop.shutdown() }
     }
 
     /// Opens a private connection to `address`, authenticates and registers with the bus
     /// (`Hello`), all without blocking a thread on I/O.
     ///
-    /// The connection runs on `queue`, a serial queue, if given (else on a private one): a
-    /// client whose own actor runs on the same queue calls it and gets its replies without
-    /// a thread switch either way.
+    /// The connection runs on `loop` if given (else on a loop of its own, a thread that ends with
+    /// the connection): a client whose own actor runs on the same loop calls it and gets its
+    /// replies without a thread switch either way.
     ///
     /// With `activatesServices` false, every method call is sent with NO_AUTO_START: calling a
     /// service that is not running fails at once (`NameHasNoOwner`) instead of making the bus
@@ -140,7 +148,7 @@ public actor DBusConnection {
     /// that systemd skips).
     /// - Throws: `DBusError.connectionFailed`, `.timeout` or `.disconnected`.
     public static func connect(
-        to address: BusAddress, timeout: Duration = .seconds(25), queue: DispatchQueue? = nil,
+        to address: BusAddress, timeout: Duration = .seconds(25), loop: EventLoop? = nil,
         activatesServices: Bool = true
     ) async throws -> DBusConnection {
         let resolved = try address.resolve()
@@ -153,9 +161,16 @@ public actor DBusConnection {
         }
         // A private connection that is dropped open aborts the process: close on every path.
         dbus_connection_set_exit_on_disconnect(raw, 0)
+        let connectionLoop: EventLoop
+        do {
+            connectionLoop = try loop ?? EventLoop(name: "dbus")
+        } catch {
+            dbus_connection_close(raw)
+            dbus_connection_unref(raw)
+            throw DBusError.connectionFailed("\(error)")
+        }
         let connection = DBusConnection(
-            raw: raw, executor: QueueExecutor(queue: queue ?? DispatchQueue(label: "dbus.connection")),
-            activatesServices: activatesServices)
+            raw: raw, loop: connectionLoop, ownsLoop: loop == nil, activatesServices: activatesServices)
         try await connection.start(timeout: timeout)
         return connection
     }
@@ -204,34 +219,26 @@ public actor DBusConnection {
         }
     }
 
-    /// Runs `body` on the connection's queue, inside the actor, if it still exists.
+    /// Runs `body` on the connection's loop, inside the actor, if it still exists.
     nonisolated func onQueue(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
-        executor.queue.async { [weak self] in
+        loop.execute { [weak self] in
             self?.handle(body)
         }
     }
 
-    /// For source handlers, already on the queue: runs `body` inside the actor, then the
-    /// jobs it made runnable.
+    /// For watch and timer handlers, already on the loop: runs `body` inside the actor (the
+    /// loop runs the jobs it made runnable right after).
     nonisolated func handle(_ body: @Sendable (isolated DBusConnection) -> Void) {
-        executor.runHandler {
-            assumeIsolated { body($0) }
-        }
+        assumeIsolated { body($0) }
     }
 
-    /// Runs `body` inside the actor as soon as possible: inline when already on this
-    /// connection's queue; with `DispatchQueue.sync` from other threads (no thread hop when
-    /// the queue is free — `body` must only hand work to libdbus, which never blocks here);
-    /// asynchronously from another connection's queue, where a sync could deadlock.
+    /// Runs `body` inside the actor as soon as possible (`EventLoop.perform`): inline when
+    /// already on this connection's loop; on the calling thread from a thread that runs no loop
+    /// (no thread hop when the loop is free — `body` must only hand work to libdbus, which never
+    /// blocks here); asynchronously from another loop's thread, where waiting could deadlock.
     nonisolated func perform(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
-        if executor.isCurrent {
+        loop.perform { [self] in
             assumeIsolated { body($0) }
-        } else if QueueExecutor.isOnAnyConnectionQueue {
-            onQueue(body)
-        } else {
-            executor.queue.sync {
-                assumeIsolated { body($0) }
-            }
         }
     }
 
@@ -413,7 +420,7 @@ public actor DBusConnection {
     }
 
     /// Installs `rule` with the bus and calls `handler` for each matching signal, on the
-    /// connection's queue (keep it quick), until `unsubscribe`.
+    /// connection's loop (keep it quick), until `unsubscribe`.
     public func subscribe(
         to rule: MatchRule, handler: @escaping @Sendable (Signal) -> Void
     ) async throws -> SignalSubscription {

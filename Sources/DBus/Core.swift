@@ -1,5 +1,5 @@
 import CDBus
-import Dispatch
+import EventLoop
 import Glibc
 
 /// A received signal.
@@ -42,8 +42,8 @@ public struct Signal: Sendable {
 
 // MARK: - C callbacks
 //
-// libdbus calls these synchronously from inside the libdbus call we made, i.e. on the
-// connection's queue (or, for the final close, from the exclusive context of deinit).
+// libdbus calls these synchronously from inside the libdbus call we made, i.e. holding the
+// connection's event loop (or, for the final close, from the exclusive context of deinit).
 // They reach the core through an unretained pointer; the core outlives every callback
 // because it clears all callbacks in `shutdown()` before releasing the connection.
 
@@ -90,21 +90,21 @@ private let cPendingNotify: DBusPendingCallNotifyFunction = { pending, data in
     core.completeCall(pending)
 }
 
-/// All state of one connection, owned by the `DBusConnection` actor and touched only on
-/// its queue (or in deinit, when nothing else can reach it).
+/// All state of one connection, owned by the `DBusConnection` actor and touched only while
+/// holding its event loop (or in deinit, when nothing else can reach it).
 final class ConnectionCore {
     /// The libdbus connection; valid until `shutdown()`.
     private let raw: OpaquePointer
-    let queue: DispatchQueue
+    let loop: EventLoop
     weak var owner: DBusConnection?
     private(set) var isClosed = false
     private var installed = false
     var uniqueName = ""
     private var nextID: UInt64 = 1
 
-    init(raw: OpaquePointer, queue: DispatchQueue) {
+    init(raw: OpaquePointer, loop: EventLoop) {
         self.raw = raw
-        self.queue = queue
+        self.loop = loop
     }
 
     deinit {
@@ -118,17 +118,19 @@ final class ConnectionCore {
 
     private var selfPointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
 
-    /// Hooks libdbus up to this core. Called once, on the queue, with `owner` set.
+    /// Hooks libdbus up to this core. Called once, on the loop, with `owner` set.
     func install() throws(DBusError) {
         let fd = cdbus_timerfd_create()
         guard fd >= 0 else { throw .failed("cannot create a timer: errno \(errno)") }
-        let timer = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        timer.setEventHandler { [weak owner] in
-            owner?.handle { $0.core.handleTimer() }
+        let owner = self.owner
+        do {
+            timer = try loop.watch(fd: fd, interest: .readable) { [weak owner] _ in
+                owner?.handle { $0.core.handleTimer() }
+            }
+        } catch {
+            close(fd)
+            throw .failed("cannot watch a timer: \(error)")
         }
-        timer.setCancelHandler { close(fd) }
-        timer.resume()
-        self.timer = timer
         timerFD = fd
         installed = true
         dbus_connection_set_exit_on_disconnect(raw, 0)
@@ -146,8 +148,8 @@ final class ConnectionCore {
 
     private final class WatchState {
         let raw: OpaquePointer
-        var sources: [any DispatchSourceProtocol] = []
-        var resumed = false
+        /// One loop watch per direction libdbus asked for, each on a dup of its fd.
+        var watches: [(watch: Watch, interest: Watch.Events)] = []
         init(raw: OpaquePointer) { self.raw = raw }
     }
 
@@ -161,30 +163,26 @@ final class ConnectionCore {
         let flags = dbus_watch_get_flags(watch)
         let state = WatchState(raw: watch)
         let owner = self.owner
-        // Each source watches its own dup of libdbus's fd, closed by the source's cancel
-        // handler. libdispatch unregisters a cancelled source asynchronously and needs its
-        // fd open until then, but libdbus closes the fd right after removing the watch: the
-        // next socket then reuses the number and the late unregistration removes the new
-        // source's interest — a reply that never wakes us (seen as Hello timing out when
-        // connections are opened and closed in a loop). A dup also keeps the read and write
-        // sources of one socket from sharing an epoll registration.
-        for (bit, makeSource) in [
-            (CDBUS_WATCH_READABLE, { (fd: Int32, queue: DispatchQueue) -> any DispatchSourceProtocol in
-                DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue) }),
-            (CDBUS_WATCH_WRITABLE, { (fd: Int32, queue: DispatchQueue) -> any DispatchSourceProtocol in
-                DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue) }),
-        ] where flags & bit != 0 {
-            let sourceFD = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            guard sourceFD >= 0 else {
+        // Each direction watches its own dup of libdbus's fd: epoll takes one registration per
+        // descriptor, and libdbus may give a readable and a writable watch of one socket.
+        for (bit, interest) in [(CDBUS_WATCH_READABLE, Watch.Events.readable), (CDBUS_WATCH_WRITABLE, .writable)]
+        where flags & bit != 0 {
+            let watchFD = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            guard watchFD >= 0 else {
                 cancel(state)
                 return false
             }
-            let source = makeSource(sourceFD, queue)
-            source.setEventHandler { [weak owner] in
-                owner?.handle { $0.core.handleWatch(id, bit) }
+            do {
+                // Registered disabled; `update` turns it on when libdbus enables the watch.
+                let watch = try loop.watch(fd: watchFD, interest: []) { [weak owner] _ in
+                    owner?.handle { $0.core.handleWatch(id, bit) }
+                }
+                state.watches.append((watch, interest))
+            } catch {
+                close(watchFD)
+                cancel(state)
+                return false
             }
-            source.setCancelHandler { close(sourceFD) }
-            state.sources.append(source)
         }
         watches[id] = state
         watchIDs[watch] = id
@@ -194,22 +192,16 @@ final class ConnectionCore {
 
     private func update(_ state: WatchState) {
         let enabled = dbus_watch_get_enabled(state.raw) != 0
-        if enabled && !state.resumed {
-            for s in state.sources { s.resume() }
-            state.resumed = true
-        } else if !enabled && state.resumed {
-            for s in state.sources { s.suspend() }
-            state.resumed = false
-        }
+        for (watch, interest) in state.watches { watch.update(enabled ? interest : []) }
     }
 
+    /// Unregisters at once (libdbus closes its fd right after removing a watch), then closes the dups.
     private func cancel(_ state: WatchState) {
-        for s in state.sources { s.cancel() }
-        // A suspended or never-activated source must be resumed before it is released.
-        if !state.resumed {
-            for s in state.sources { s.resume() }
-            state.resumed = true
+        for (watch, _) in state.watches {
+            watch.cancel()
+            close(watch.fd)
         }
+        state.watches = []
     }
 
     fileprivate func removeWatch(_ watch: OpaquePointer) {
@@ -233,8 +225,8 @@ final class ConnectionCore {
 
     // MARK: Timeouts (one timer for all of them)
     //
-    // One timerfd, watched by a DispatchSource read source on the queue, armed for the
-    // earliest enabled timeout and disarmed when there is none: no timeout, no wakeup.
+    // One timerfd, watched on the loop, armed for the earliest enabled timeout and disarmed
+    // when there is none: no timeout, no wakeup.
 
     private final class TimeoutState {
         let raw: OpaquePointer
@@ -243,7 +235,7 @@ final class ConnectionCore {
     }
 
     private var timeouts: [OpaquePointer: TimeoutState] = [:]
-    private var timer: (any DispatchSourceRead)?
+    private var timer: Watch?
     private var timerFD: Int32 = -1
     private var armedDeadline: UInt64?
     /// False after the timer fired: the timerfd's state is then re-set unconditionally.
@@ -325,7 +317,7 @@ final class ConnectionCore {
     private func scheduleDrain() {
         guard !drainScheduled, !isClosed else { return }
         drainScheduled = true
-        queue.async { [weak owner] in
+        loop.execute { [weak owner] in
             owner?.handle { connection in
                 connection.core.drainScheduled = false
                 connection.core.drain()
@@ -905,12 +897,8 @@ final class ConnectionCore {
         watches = [:]
         watchIDs = [:]
         timeouts = [:]
-        if let timer {
-            _ = cdbus_timerfd_arm(timerFD, 0)
-            timer.cancel()  // its cancel handler closes the timerfd
-        } else if timerFD >= 0 {
-            close(timerFD)
-        }
+        timer?.cancel()
+        if timerFD >= 0 { close(timerFD) }
         timer = nil
         timerFD = -1
         dbus_connection_unref(raw)

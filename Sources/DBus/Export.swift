@@ -51,7 +51,7 @@ public struct ExportedMethod: Sendable {
         self.handler = .async(handler)
     }
 
-    /// A method whose handler runs synchronously on the connection's queue, replying with
+    /// A method whose handler runs synchronously on the connection's loop, replying with
     /// no task hop. It must be quick and must not block.
     public static func immediate(
         _ name: MemberName, input: Signature = .empty, output: Signature = .empty,
@@ -110,7 +110,7 @@ public struct ExportedProperty: Sendable {
     /// What a change emits.
     public let changeSignal: ChangeSignal
     /// Called for a remote `Set` before the value is stored; throw to refuse it (the error
-    /// becomes the reply). Runs on the connection's queue: keep it quick.
+    /// becomes the reply). Runs on the connection's loop: keep it quick.
     public let onSet: (@Sendable (_ newValue: DBusValue, _ call: MethodCall) throws -> Void)?
 
     /// A property with an initial value.

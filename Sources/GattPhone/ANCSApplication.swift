@@ -34,7 +34,7 @@ enum ANCSCharacteristicRole: String, CaseIterable, Sendable {
     }
 }
 
-/// What bluetoothd asks of the application; each handler runs on the connection's queue.
+/// What bluetoothd asks of the application; each handler runs on the connection's loop.
 struct ANCSApplicationHandlers: Sendable {
     /// A Control Point write: the value and the options bluetoothd passed (`mtu`, `device`, ...).
     var write: @Sendable (_ value: [UInt8], _ options: [String: DBusValue]) throws -> Void

@@ -36,6 +36,10 @@ public final class GattPhone: Sendable {
         var model: PhoneModel
         /// Whether the consumer subscribed to the Notification Source in this connection.
         var subscribed = false
+        /// bluetoothd called StopNotify on our Notification Source in this connection (the
+        /// consumer wrote its CCC off) and has not called StartNotify since: only that call
+        /// means the consumer is back, whatever the accessory's side of the bus still shows.
+        var unsubscribedByCCC = false
         /// The ATT MTU bluetoothd last reported with a Control Point write.
         var mtu = 23
         /// The bluetoothd (unique name) our application and agent are registered with.

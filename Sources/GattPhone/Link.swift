@@ -86,7 +86,7 @@ extension GattPhone {
             return
         }
         status(peer.paired ? "connected_bonded" : "connected", [:])
-        if consumerSubscribed(tree) { subscriptionSeen() }
+        if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
     }
 
     /// The accessory as the phone's adapter knows it, once bluetoothd has seen it.
@@ -134,6 +134,9 @@ extension GattPhone {
         let changed = state.withLock { s -> Bool in
             guard s.connected != connected else { return false }
             s.connected = connected
+            // A new link starts with no CCC write seen: BlueZ restores a bond's CCC values
+            // without telling the application.
+            s.unsubscribedByCCC = false
             if connected {
                 s.model.newSession(renumber: configuration.settings.renumberOnConnect)
             } else {

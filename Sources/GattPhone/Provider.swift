@@ -6,7 +6,7 @@ import PhoneSimulator
 
 /// The Notification Provider side: Control Point writes, subscriptions and scenario steps.
 extension GattPhone {
-    /// A Control Point write, on the connection's queue: the answer goes back as the write's
+    /// A Control Point write, on the connection's loop: the answer goes back as the write's
     /// reply, and a Data Source response follows it through the outbox.
     func controlPointWritten(_ value: [UInt8], options: [String: DBusValue]) throws {
         let (outcome, mtu) = state.withLock { s in
@@ -54,17 +54,22 @@ extension GattPhone {
         event(enabled ? "subscribed" : "unsubscribed", ["characteristic": .string(role.rawValue)])
         guard role == .notificationSource else { return }
         if enabled {
+            state.withLock { $0.unsubscribedByCCC = false }
             subscriptionSeen()
         } else {
-            state.withLock { $0.subscribed = false }
+            state.withLock { $0.subscribed = false; $0.unsubscribedByCCC = true }
         }
     }
 
     /// The consumer subscribed to the Notification Source (StartNotify, or seen from its side):
     /// the first time in a connection, or since it unsubscribed, every notification is replayed.
-    func subscriptionSeen() {
+    ///
+    /// Seen from its side only while no StopNotify is outstanding: when a consumer dies, its
+    /// bluetoothd writes the CCC off and shows NotifyAcquired a moment longer, and a replay then
+    /// would go to nobody (the system test's watchdog step lost both notifications so).
+    func subscriptionSeen(fromConsumerSide: Bool = false) {
         let replay = state.withLock { s -> [NotificationSourceEvent]? in
-            guard s.connected, !s.subscribed else { return nil }
+            guard s.connected, !s.subscribed, !(fromConsumerSide && s.unsubscribedByCCC) else { return nil }
             s.subscribed = true
             return s.model.replay()
         }

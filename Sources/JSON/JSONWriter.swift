@@ -207,7 +207,7 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
     public mutating func appendRaw(_ text: UnsafeRawBufferPointer) { append(text.assumingMemoryBound(to: UInt8.self)) }
 
     /// Appends JSON text given as a static string, such as `,"name":`.
-    @inlinable
+    @inlinable @inline(__always)
     public mutating func appendASCII(_ text: StaticString) {
         append(text.utf8Start, text.utf8CodeUnitCount)
     }

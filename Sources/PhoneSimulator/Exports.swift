@@ -3,7 +3,7 @@ import DBus
 import JSON
 
 /// The BlueZ object tree and its method handlers. Every handler is `immediate`: it runs on
-/// the connection's queue, inside its isolation, and its reply is sent before anything it
+/// the connection's loop, inside its isolation, and its reply is sent before anything it
 /// queued for the outboxes.
 extension PhoneSimulator {
     func exportAll(_ c: isolated DBusConnection) throws {

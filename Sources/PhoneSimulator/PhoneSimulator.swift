@@ -1,5 +1,6 @@
 import ANCS
 public import DBus
+import EventLoop
 import Dispatch
 import JSON
 import Synchronization
@@ -24,7 +25,7 @@ public enum SimulatorError: Error, Sendable, CustomStringConvertible {
 /// A simulated bluetoothd 5.66 with one adapter and one or more iPhones that speak ANCS.
 ///
 /// All state sits behind one mutex, and every change that shows on D-Bus runs on the bus
-/// connection's queue (method handlers do; scenario steps hop there with `simPerform`), so
+/// connection's loop (method handlers do; scenario steps hop there with `simPerform`), so
 /// the objects, signals and replies a client sees are always in one consistent order.
 /// Notification values for each characteristic of each phone leave through their own
 /// serial outbox, after the method reply that caused them.
@@ -37,6 +38,11 @@ public final class PhoneSimulator: Sendable {
     let events: Timeline?
     let state: Mutex<SimState>
     let socketQueue = DispatchQueue(label: "ancs-phone-sim.sockets")
+    /// The loop every bus connection of the simulator runs on, and the outboxes with it: a
+    /// Control Point write, the response it queues and the datagrams that carry it are handled
+    /// on one thread, with no hop in between. (Nil only if no loop could be made: each
+    /// connection then gets its own.)
+    let loop: EventLoop?
     /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
     let outboxes: [[Outbox]]
     let consumers = Mutex<[Task<Void, Never>]>([])
@@ -56,6 +62,7 @@ public final class PhoneSimulator: Sendable {
             return d
         }))
         outboxes = settings.devices.map { _ in [Outbox(), Outbox()] }
+        loop = try? EventLoop(name: "phone-sim")
     }
 
     // MARK: Lifecycle
@@ -83,6 +90,7 @@ public final class PhoneSimulator: Sendable {
         let tasks = consumers.withLock { $0 }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
+        loop?.shutdown()
     }
 
     /// The unique bus name the simulator currently has, if connected.
@@ -93,7 +101,7 @@ public final class PhoneSimulator: Sendable {
     private func comeUp() async throws {
         let conn: DBusConnection
         do {
-            conn = try await DBusConnection.connect(to: busAddress)
+            conn = try await DBusConnection.connect(to: busAddress, loop: loop)
         } catch {
             throw SimulatorError.bus("cannot connect to the bus: \(error)")
         }
@@ -168,7 +176,7 @@ public final class PhoneSimulator: Sendable {
         for (device, row) in outboxes.enumerated() {
             for (index, outbox) in row.enumerated() {
                 let characteristic: ANCSCharacteristic = index == 0 ? .notificationSource : .dataSource
-                tasks.append(Task { [self] in
+                tasks.append(Task(executorPreference: loop) { [self] in
                     for await item in outbox.stream {
                         await self.handle(item, device: device, characteristic: characteristic)
                     }
@@ -211,7 +219,7 @@ public final class PhoneSimulator: Sendable {
     enum Delivery: Equatable { case sent, dropped, wouldBlock }
 
     /// Sends one GATT notification value the way the client subscribed: a datagram on the
-    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's queue.
+    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop.
     private func deliver(
         _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
     ) -> Delivery {
@@ -253,12 +261,12 @@ public final class PhoneSimulator: Sendable {
         return .sent
     }
 
-    // MARK: State changes that show on D-Bus (on the connection's queue)
+    // MARK: State changes that show on D-Bus (on the connection's loop)
 
     /// Applies property changes in order; objects that are gone are skipped.
     func apply(_ changes: [PropertyChange], _ c: isolated DBusConnection?) {
         // An unwrapped `isolated` optional is no longer known to be isolated: re-assert it
-        // (this runs on the connection's queue, so the check passes).
+        // (this runs on the connection's loop, so the check passes).
         guard let c, !changes.isEmpty else { return }
         c.assumeIsolated { c in
             for change in changes {

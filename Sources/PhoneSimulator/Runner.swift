@@ -156,7 +156,7 @@ extension PhoneSimulator {
         state.withLock { s in s.devices[device].model.notification(key: key)?.uid }
     }
 
-    /// Runs `body` on the live connection's queue (or directly when bluetoothd is down).
+    /// Runs `body` on the live connection's loop (or directly when bluetoothd is down).
     func onBus<T: Sendable>(_ body: @escaping @Sendable (isolated DBusConnection?) -> T) async -> T {
         if let conn = connection() {
             return await conn.simPerform { c in body(c) }

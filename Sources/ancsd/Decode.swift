@@ -2,6 +2,7 @@ import ANCSCapture
 import Btsnoop
 import Dispatch
 import JSON
+import Synchronization
 
 /// Why reading a capture stopped, as its reader said it.
 private struct DecodeFailure: Error, Sendable, CustomStringConvertible {
@@ -109,50 +110,109 @@ enum DecodeCommand {
         return decodeCapture(reader, path: file)
     }
 
-    /// One record of a capture file with its `conn` member and line number.
-    private typealias NumberedRecord = (record: CaptureRecord, connection: String?, line: Int)
+    /// How many records the reading thread of a capture decode parses before it hands them over.
+    static let batchRecords = 1024
+    /// ... or how many bytes of values, whichever comes first.
+    static let batchBytes = 1 << 18
+    /// The room a new batch starts with for values (below malloc's mmap threshold).
+    static let batchReserve = 1 << 16
 
-    /// Reads and parses the file on another thread, in batches, while this one decodes and
-    /// writes: the two halves of the work take about the same time.
+    /// Reads, parses and decodes the file on another thread (`CaptureStage`), handing the decoded
+    /// objects over in batches, while this one writes them as JSON: the two halves of the work
+    /// take about the same time.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
         let out = OutputBuffer()
-        var decoders = ConnectionDecoders(lineKey: "line")
-        let channel = BatchChannel<NumberedRecord>(depth: 8)
+        let channel = BatchChannel<[CaptureStage.Item]>(depth: 8)
+        let protocolErrors = Mutex(0)
+        let spent = SpentBatches<CaptureStage.Item>()
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
-            var batch: [NumberedRecord] = []
-            batch.reserveCapacity(256)
+            var stage = CaptureStage(channel: channel, spent: spent)
             var lineNumber = 0
             do {
-                try handoff.value.forEachCaptureRecord(lineNumber: &lineNumber) { record, connection, line in
-                    batch.append((record, connection, line))
-                    if batch.count == 256 {
-                        channel.send(batch)
-                        batch.removeAll(keepingCapacity: true)
-                    }
+                while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
+                    lineNumber += 1
+                    try stage.batch.append(line: line, number: lineNumber, parser: &stage.parser)
+                }) {
+                    if stage.batch.count >= batchRecords || stage.batch.byteCount >= batchBytes { stage.send() }
                 }
-                if !batch.isEmpty { channel.send(batch) }
+                stage.finish()
+                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
                 channel.finish()
             } catch {
-                if !batch.isEmpty { channel.send(batch) }
+                stage.finish()
+                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
                 channel.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
+        var failure: (any Error)? = nil
         do {
-            while let batch = try channel.receive() {
-                out.append { writer in
-                    for item in batch { decoders.decode(item.record, connection: item.connection, position: item.line, into: &writer) }
+            while let batches = try channel.receive() {
+                for items in batches {
+                    out.append { writer in
+                        for item in items { CaptureDecoder.write(item.output, tag: item.tag, into: &writer) }
+                    }
                 }
+                spent.give(batches)
             }
         } catch {
-            out.append { decoders.finish(into: &$0) }
-            out.flush()
-            logError("\(displayName(path)): \(error)")
+            failure = error
+        }
+        return end(out, path: path, failure: failure, problems: protocolErrors.withLock { $0 })
+    }
+
+    /// The reading thread's side of a capture decode: parses lines into a batch, decodes the
+    /// batch's records and hands the decoded objects over. (A value of its own rather than
+    /// variables the reading closure captures, so its accesses are checked when compiled.)
+    private struct CaptureStage {
+        /// A decoded object and the tag it is written with.
+        struct Item: Sendable {
+            var output: CaptureDecoder.Output
+            var tag: CaptureDecoder.Tag
+        }
+
+        let channel: BatchChannel<[Item]>
+        let spent: SpentBatches<Item>
+        var parser = CaptureParser()
+        var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
+        var decoders = ConnectionDecoders(lineKey: "line")
+        private var items: [Item] = []
+
+        init(channel: BatchChannel<[Item]>, spent: SpentBatches<Item>) {
+            self.channel = channel
+            self.spent = spent
+        }
+
+        /// Decodes the batch and hands its objects over; the batch's storage is kept for the next.
+        mutating func send() {
+            items = spent.reuse()
+            items.reserveCapacity(batch.count + 16)
+            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
+            batch.removeAll()
+            if !items.isEmpty { channel.send([items]) }
+            items = []
+        }
+
+        /// The end of the file (or of what could be read): the batch, then the responses still open.
+        mutating func finish() {
+            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
+            batch.removeAll()
+            decoders.finish { items.append(Item(output: $0, tag: $1)) }
+            if !items.isEmpty { channel.send([items]) }
+            items = []
+        }
+    }
+
+    /// The end of every decode, whether the input ended or its reader failed: the output written,
+    /// and the exit status: 2 with the reader's message on a failure, else 1 if the bytes gave
+    /// `problems` (protocol errors, warnings), else 0.
+    private static func end(_ out: OutputBuffer, path: String, failure: (any Error)?, problems: Int) -> Int32 {
+        out.flush()
+        if let failure {
+            logError("\(displayName(path)): \(failure)")
             return 2
         }
-        out.append { decoders.finish(into: &$0) }
-        out.flush()
-        return decoders.protocolErrorCount > 0 ? 1 : 0
+        return problems > 0 ? 1 : 0
     }
 
     /// What the reading thread of a btsnoop decode hands over, in file order.
@@ -160,6 +220,53 @@ enum DecodeCommand {
         case records([ExtractedRecord])
         /// Warnings to print, and how many the file gave so far.
         case warnings([BtsnoopError], total: Int)
+    }
+
+    /// The reading thread's side of a btsnoop decode: extracts the records and hands them over
+    /// in batches, with the warnings in their place. (A value of its own rather than variables
+    /// the reading closure captures, so its accesses are checked when compiled, not at run time.)
+    private struct SnoopBatcher {
+        let handles: ANCSHandles
+        let channel: BatchChannel<SnoopItem>
+        var extractor: BtsnoopExtractor? = nil
+        var batch: [SnoopItem] = []
+        var records: [ExtractedRecord] = []
+
+        init(handles: ANCSHandles, channel: BatchChannel<SnoopItem>) {
+            self.handles = handles
+            self.channel = channel
+        }
+
+        mutating func process(_ record: BtsnoopRecordView) throws(BtsnoopError) {
+            if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+            try extractor?.process(record, into: &records)
+            warn()
+        }
+
+        mutating func flushRecords() {
+            if !records.isEmpty { batch.append(.records(records)) }
+            records.removeAll(keepingCapacity: true)
+        }
+
+        mutating func send() {
+            flushRecords()
+            if !batch.isEmpty { channel.send(batch) }
+            batch.removeAll(keepingCapacity: true)
+        }
+
+        mutating func warn() {
+            guard extractor?.hasWarnings == true, let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+            flushRecords()
+            batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
+        }
+
+        /// The end of the file (or of what could be read): writes still waiting are given
+        /// without an answer, and the stream ends.
+        mutating func finish(throwing error: (any Error & Sendable)?) {
+            records += extractor?.finish() ?? []
+            send()
+            channel.finish(throwing: error)
+        }
     }
 
     /// Decodes a btsnoop file: reading, HCI/L2CAP/ATT extraction on another thread, in batches;
@@ -174,45 +281,20 @@ enum DecodeCommand {
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
             var snoop = BtsnoopReader()
-            var extractor: BtsnoopExtractor? = nil
-            var batch: [SnoopItem] = []
-            var records: [ExtractedRecord] = []
-            func flushRecords() {
-                if !records.isEmpty { batch.append(.records(records)) }
-                records.removeAll(keepingCapacity: true)
-            }
-            func send() {
-                flushRecords()
-                if !batch.isEmpty { channel.send(batch) }
-                batch.removeAll(keepingCapacity: true)
-            }
-            func warn() {
-                guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
-                flushRecords()
-                batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
-            }
+            var batcher = SnoopBatcher(handles: handles, channel: channel)
             do {
                 var atEnd = false
                 while !atEnd {
                     let chunk = try handoff.value.nextChunk()
                     if let chunk { snoop.append(chunk) } else { atEnd = true }
-                    while let record = try snoop.next(atEnd: atEnd) {
-                        if extractor == nil, let datalink = snoop.datalink {
-                            extractor = BtsnoopExtractor(datalink: datalink, defaultHandles: handles)
-                        }
-                        records += try extractor?.process(record) ?? []
-                        warn()
-                    }
-                    send()
+                    // Each record read in place: one that completes nothing costs no allocation.
+                    while try snoop.withNext(atEnd: atEnd, { record throws(BtsnoopError) in try batcher.process(record) }) {}
+                    batcher.send()
                 }
-                records += extractor?.finish() ?? []
-                send()
-                channel.finish()
+                batcher.finish(throwing: nil)
             } catch {
-                warn()
-                records += extractor?.finish() ?? []
-                send()
-                channel.finish(throwing: DecodeFailure(description: "\(error)"))
+                batcher.warn()
+                batcher.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
         func consume(_ item: SnoopItem) {
@@ -238,17 +320,14 @@ enum DecodeCommand {
                 warnings = total
             }
         }
+        var failure: (any Error)? = nil
         do {
             while let batch = try channel.receive() { batch.forEach(consume) }
         } catch {
-            out.append { decoders.finish(into: &$0) }
-            out.flush()
-            logError("\(displayName(path)): \(error)")
-            return 2
+            failure = error
         }
-        out.append { decoders.finish(into: &$0) }
-        out.flush()
-        return decoders.protocolErrorCount > 0 || warnings > 0 ? 1 : 0
+        out.append { decoders.finish(into: &$0) }  // the responses still open
+        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + warnings)
     }
 
     /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
@@ -313,22 +392,39 @@ struct ConnectionDecoders {
     var protocolErrorCount: Int { decoders.values.reduce(unnamed.protocolErrorCount) { $0 + $1.protocolErrorCount } }
 
     mutating func decode(_ record: CaptureRecord, connection: String?, position: Int, into out: inout JSONWriter) {
+        withDecoder(of: connection) { $0.decode(record, line: position, tag: $1, into: &out) }
+    }
+
+    /// Decodes a record of a batch, at its own line, handing each object to `emit` with its tag.
+    mutating func decode(_ record: CaptureRecordView, emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
+        withDecoder(of: record.connection) { decoder, tag in decoder.decode(record, line: record.line) { emit($0, tag) } }
+    }
+
+    /// Runs `body` on the decoder of `connection` (made at its first record) with its tag.
+    private mutating func withDecoder(of connection: String?, _ body: (inout CaptureDecoder, CaptureDecoder.Tag) -> Void) {
         let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
-        guard let connection else { return unnamed.decode(record, line: position, tag: tag, into: &out) }
+        guard let connection else { return body(&unnamed, tag) }
         if let index = decoders.index(forKey: connection) {
-            decoders.values[index].decode(record, line: position, tag: tag, into: &out)  // in place, one lookup
+            body(&decoders.values[index], tag)  // in place, one lookup
             return
         }
         var decoder = CaptureDecoder()
-        decoder.decode(record, line: position, tag: tag, into: &out)
+        body(&decoder, tag)
         decoders[connection] = decoder
         order.append(connection)
     }
 
     mutating func finish(into out: inout JSONWriter) {
-        unnamed.finish(tag: CaptureDecoder.Tag(positionKey: lineKey), into: &out)
+        finish { CaptureDecoder.write($0, tag: $1, into: &out) }
+    }
+
+    /// Ends every connection's decoding, handing the responses still open to `emit` with their tags.
+    mutating func finish(emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
+        let unnamedTag = CaptureDecoder.Tag(positionKey: lineKey)
+        unnamed.finish { emit($0, unnamedTag) }
         for connection in order {
-            decoders[connection]?.finish(tag: CaptureDecoder.Tag(connection: connection, positionKey: lineKey), into: &out)
+            let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
+            decoders[connection]?.finish { emit($0, tag) }
         }
     }
 }

@@ -92,9 +92,10 @@ enum DesktopCommand {
         let companion = DesktopCompanion(options: options, logger: logger, executor: executor)
         let task = Task(executorPreference: executor) { try await companion.run() }
         var sources: [any DispatchSourceSignal] = []
+        let signalQueue = DispatchQueue(label: "ancsd.signals")
         for number in [SIGTERM, SIGINT] {
             signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: executor.queue)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: signalQueue)
             source.setEventHandler {
                 logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
                 task.cancel()

@@ -159,20 +159,6 @@ func readTextFile(_ path: String) -> Result<String, SystemError> {
 func displayName(_ path: String) -> String { path == "-" ? "standard input" : path }
 
 extension LineReader {
-    /// Hands each `ancs-capture/1` record to `body` with its `conn` member and line number, reading
-    /// lines in place (`CaptureParser.parseRecord(line:)`). `lineNumber` is the last line read,
-    /// also when a line is malformed and this throws.
-    func forEachCaptureRecord(lineNumber: inout Int, _ body: (CaptureRecord, String?, Int) -> Void) throws {
-        var parser = CaptureParser()
-        var number = lineNumber
-        defer { lineNumber = number }
-        while try withNextLine({ line throws(CaptureFormatError) in
-            number += 1
-            guard let (record, connection) = try parser.parseRecord(line: line) else { return }
-            body(record, connection, number)
-        }) {}
-    }
-
     /// Hands each `ancs-capture/1` entry to `body` with its line number. `lineNumber` is the last
     /// line read, also when a line is malformed and this throws.
     func forEachCaptureEntry(lineNumber: inout Int, _ body: (CaptureEntry, Int) -> Void) throws {

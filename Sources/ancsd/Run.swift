@@ -6,6 +6,7 @@ import ANCSRuntime
 import ANCSSession
 import BlueZ
 import DBus
+import EventLoop
 import Dispatch
 import MQTT
 import Synchronization
@@ -171,12 +172,12 @@ enum RunCommand {
     }
 
     /// Runs `ancsd run`. Call it with `executor` as the task's executor preference (main.swift
-    /// does): every job of the daemon then runs on that one private queue, never on Swift's
+    /// does): every job of the daemon then runs on that one event loop, never on Swift's
     /// global executor, whose first use starts libdispatch's 1 Hz workqueue monitor.
     static func run(_ arguments: [String], bus: String?, executor: DaemonExecutor) async -> Int32 {
         // Taken over first thing: a SIGHUP during start-up must not kill ancsd (the default
         // action), and a SIGTERM during start-up must still stop it cleanly once it runs.
-        let signals = SignalRouter(queue: executor.queue)
+        let signals = SignalRouter(loop: executor)
         defer { signals.cancel() }
         let commandLine: CommandLineSettings
         do {
@@ -218,13 +219,13 @@ enum RunCommand {
         // Code pages that work maps back in are given back again after 2 s without an event.
         output.attach(QuietRelease(queue: executor.queue), key: QuietRelease.key)
         // The file pages only start-up needed are given back (ProcessMemory) on the daemon's
-        // queue 200 ms after it is ready, once start-up is over: done at ready itself, or beside
+        // loop 200 ms after it is ready, once start-up is over: done at ready itself, or beside
         // it on another thread, it delays the last start-up steps, which widens a shutdown race
         // (docs/performance.md, "A shutdown race found on the way").
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
             onReady: {
-                executor.queue.asyncAfter(deadline: .now() + .milliseconds(200)) { ProcessMemory.releaseStartupText() }
+                executor.after(.milliseconds(200)) { ProcessMemory.releaseStartupText() }
             })
         var control: ControlServer?
         if let path = settings.controlPath {
@@ -258,14 +259,11 @@ enum RunCommand {
 
         // The watchdog is answered on the daemon's executor, so a wedged daemon stops answering.
         // Its timer is the only periodic wakeup, and only when systemd asks for it.
-        let watchdog = notifier.watchdogInterval.map { interval -> any DispatchSourceTimer in
-            let period = interval / 2
-            let (seconds, attoseconds) = period.components
-            let nanoseconds = Int(clamping: seconds.multipliedReportingOverflow(by: 1_000_000_000).partialValue + attoseconds / 1_000_000_000)
+        let watchdog = notifier.watchdogInterval.map { interval -> LoopTimer in
             let timer = executor.makeTimer {
                 daemon.assumeIsolated { daemon in if daemon.ping() { notifier.watchdog() } }
             }
-            timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds), leeway: .milliseconds(100))
+            timer.schedule(after: interval / 2, repeating: interval / 2)
             return timer
         }
         defer { watchdog?.cancel() }
@@ -343,22 +341,26 @@ enum RunCommand {
         return name.isEmpty ? "host" : name
     }
 
-    /// SIGTERM, SIGINT and SIGHUP as dispatch sources on the daemon's queue, from the start of
-    /// `run`: a signal that comes before `route(_:)` gave the handler waits for it.
+    /// SIGTERM, SIGINT and SIGHUP as dispatch sources (on a queue of their own, each signal
+    /// handed to the daemon's loop), from the start of `run`: a signal that comes before
+    /// `route(_:)` gave the handler waits for it.
     ///
     /// libdispatch takes a signal over (its own handler and a signalfd) only when its manager
     /// thread registers the source, a moment after `resume()`: a signal in between met SIG_IGN
     /// and was lost, so a SIGTERM early in start-up left ancsd running. Until libdispatch's
     /// handler is in place, `noteEarlySignal` notes the signals; `init` waits for that moment.
-    final class SignalRouter: @unchecked Sendable {  // touched only on `queue`
-        private let queue: DispatchQueue
+    final class SignalRouter: @unchecked Sendable {  // touched only on `loop`
+        private let loop: DaemonExecutor
+        /// libdispatch's signal sources run here, and hand each signal to the loop.
+        private let queue = DispatchQueue(label: "ancsd.signals")
         private var sources: [any DispatchSourceSignal] = []
         private var pending: [Int32] = []
         private var handler: (@Sendable (Int32) -> Void)?
         private static let numbers = [SIGTERM, SIGINT, SIGHUP]
 
-        init(queue: DispatchQueue) {
-            self.queue = queue
+        /// Call on `loop`.
+        init(loop: DaemonExecutor) {
+            self.loop = loop
             _ = earlySignals.load(ordering: .relaxed)  // initialised before the handler can run
             for number in Self.numbers {
                 var action = sigaction()
@@ -369,7 +371,10 @@ enum RunCommand {
             }
             for number in Self.numbers {
                 let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { [weak self] in self?.deliver(number) }
+                source.setEventHandler { [weak self] in
+                    guard let self else { return }
+                    self.loop.execute { self.deliver(number) }
+                }
                 source.resume()
                 sources.append(source)
             }
@@ -392,7 +397,7 @@ enum RunCommand {
 
         /// Hands every signal to `handler` from now on, those that came before first.
         func route(_ handler: @escaping @Sendable (Int32) -> Void) {
-            dispatchPrecondition(condition: .onQueue(queue))
+            loop.checkIsolated()
             self.handler = handler
             let early = pending
             pending = []

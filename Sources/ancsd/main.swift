@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ANCSDaemon
 import ANCSRuntime
+import EventLoop
 
 let topLevelHelp = """
 Usage: ancsd [--bus ADDRESS] <command> [options]
@@ -105,7 +106,14 @@ sigemptyset(&handledSignals)
 for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
 pthread_sigmask(SIG_UNBLOCK, &handledSignals, nil)
 
-// All asynchronous work runs on one private serial queue (see DaemonExecutor), never on
-// Swift's global executor: an idle daemon then makes no wakeups.
-let executor = DaemonExecutor()
+// All asynchronous work runs on one event loop (see DaemonExecutor), never on Swift's global
+// executor: an idle daemon then makes no wakeups.
+let executor: DaemonExecutor
+do {
+    executor = try DaemonExecutor(name: "ancsd")
+} catch {
+    let message = Array("ancsd: \(error)\n".utf8)
+    _ = write(2, message, message.count)
+    exit(1)
+}
 exit(await withTaskExecutorPreference(executor) { await runMain(Array(CommandLine.arguments.dropFirst()), executor: executor) })

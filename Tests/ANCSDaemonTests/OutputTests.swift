@@ -175,11 +175,13 @@ private struct NoActions: PhoneActions {
 }
 
 @Suite struct OutputRouterTests {
-    @Test func everySinkGetsTheSameRecordFormattedOnce() {
+    @Test func everySinkGetsTheSameRecordFormattedOnce() throws {
         let a = RecordingSink("a"), b = RecordingSink("b")
         let router = OutputRouter(sinks: [a, b])
-        router.start(OutputContext(actions: NoActions(), executor: DaemonExecutor()))
-        router.start(OutputContext(actions: NoActions(), executor: DaemonExecutor()))
+        let executor = try DaemonExecutor(name: "test")
+        defer { executor.shutdown() }
+        router.start(OutputContext(actions: NoActions(), executor: executor))
+        router.start(OutputContext(actions: NoActions(), executor: executor))
         #expect(a.started == 1 && b.started == 1, "started once")
         let event = OutputEvent.notification(sample(), device: "AA:BB")
         router.emit(event)

@@ -200,13 +200,25 @@ import Testing
         #expect(h.events.count == 1 && !h.events[0].notification.attributesComplete, "shown with what is known after the second failure")
     }
 
+    /// A complete response proves the phone accepted the write: the notification is shown at
+    /// once and the next request goes out without waiting for the write's D-Bus reply (which
+    /// comes through the bus, behind the datagrams); that late reply is counted off, and the
+    /// next write's result still reaches its own request.
     @Test func dataBeforeTheWriteAcknowledgement() {
         var h = Harness()
         h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationAdded, uid: 2)
         h.ds(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
-        #expect(h.events.isEmpty, "waits for the write result")
+        #expect(h.events.count == 1, "shown without waiting for the write result")
+        #expect(h.writes.count == 2, "the next request went out")
+        h.written(.failed("a late reply of the first write"))
+        h.ds(notificationResponse(uid: 2, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.count == 2, "the first write's late result did not fail the second request")
         h.written(.accepted)
-        #expect(h.events.count == 1)
+        h.ns(.notificationAdded, uid: 3)
+        #expect(h.writes.count == 3)
+        h.written(.attError(ATTErrorCode(rawValue: 0xA2)))
+        #expect(h.logs.contains { $0.1.contains("notification 3 is gone from the phone") }, "the third write's own error reached the third request")
     }
 
     @Test func aLostAcknowledgementStillUsesTheResponse() {

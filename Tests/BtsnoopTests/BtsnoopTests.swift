@@ -20,8 +20,44 @@ func exchange(_ b: inout SnoopBuilder, controller: UInt16 = 0, handle: UInt16) {
     b.notify(controller: controller, handle: handle, attribute: ds, Array(response.dropFirst(20)))
 }
 
-/// Every record of a file, or the error that stopped it and what came before.
+/// Every record of a file, or the error that stopped it and what came before. The file is read
+/// both ways, record by record (`next`, `process(_:)`) and in place (`withNext`,
+/// `process(_:into:)`), which must give the same.
 func extract(_ bytes: [UInt8], handles: ANCSHandles = ANCSHandles(), chunk: Int = 7) -> (records: [ExtractedRecord], error: BtsnoopError?) {
+    let copied = extractByRecord(bytes, handles: handles, chunk: chunk)
+    let inPlace = extractInPlace(bytes, handles: handles, chunk: chunk)
+    #expect(copied.records == inPlace.records, "reading records in place gives other records")
+    #expect(copied.error == inPlace.error, "reading records in place gives another error")
+    return copied
+}
+
+/// `extract` with each record read in place.
+func extractInPlace(_ bytes: [UInt8], handles: ANCSHandles, chunk: Int) -> (records: [ExtractedRecord], error: BtsnoopError?) {
+    var reader = BtsnoopReader()
+    var extractor: BtsnoopExtractor?
+    var out: [ExtractedRecord] = []
+    do {
+        var offset = 0
+        while true {
+            let atEnd = offset >= bytes.count
+            reader.append(Array(bytes[min(offset, bytes.count)..<min(bytes.count, offset + chunk)]))
+            offset += chunk
+            while try reader.withNext(atEnd: atEnd, { record throws(BtsnoopError) in
+                if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+                try extractor?.process(record, into: &out)
+            }) {}
+            if atEnd { break }
+        }
+    } catch {
+        out += extractor?.finish() ?? []
+        return (out, error)
+    }
+    out += extractor?.finish() ?? []
+    return (out, nil)
+}
+
+/// `extract` with each record copied out of the file.
+func extractByRecord(_ bytes: [UInt8], handles: ANCSHandles, chunk: Int) -> (records: [ExtractedRecord], error: BtsnoopError?) {
     var reader = BtsnoopReader()
     var extractor: BtsnoopExtractor?
     var out: [ExtractedRecord] = []

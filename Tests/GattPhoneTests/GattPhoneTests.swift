@@ -48,6 +48,34 @@ import Testing
         #expect(replays() == 2, "the consumer subscribed again: replayed")
     }
 
+    /// The system test's watchdog step, as it failed: the consumer is killed, its bluetoothd
+    /// writes the CCC off (StopNotify) but shows NotifyAcquired a moment longer; a replay on that
+    /// stale view went to nobody, and the new consumer's StartNotify then found the phone
+    /// "subscribed" and got nothing.
+    @Test func aStaleConsumerSideViewAfterStopNotifyDoesNotEatTheReplay() throws {
+        let reports = Mutex<[String]>([])
+        let phone = try GattPhone(
+            .init(adapter: "hci1", peer: "AA:BB:CC:DD:EE:FF", bus: .system, settings: ScenarioSettings()),
+            report: { object in reports.withLock { $0.append(object["event"]?.stringValue ?? "") } })
+        phone.state.withLock { s in
+            s.connected = true
+            _ = s.model.add(NotificationSpec(uid: 1, attributes: [.title: "Held"]))
+        }
+        func replays() -> Int { reports.withLock { $0.filter { $0 == "consumer_subscribed" }.count } }
+        phone.notifyChanged(.notificationSource, true)
+        #expect(replays() == 1)
+        phone.notifyChanged(.notificationSource, false)
+        phone.subscriptionSeen(fromConsumerSide: true)
+        #expect(replays() == 1, "seen from the consumer's side after StopNotify: not replayed yet")
+        phone.notifyChanged(.notificationSource, true)
+        #expect(replays() == 2, "StartNotify from the new consumer: replayed to it")
+        // A new link starts with no CCC write seen: the consumer's side is believed again.
+        phone.linkChanged(connected: false)
+        phone.linkChanged(connected: true)
+        phone.subscriptionSeen(fromConsumerSide: true)
+        #expect(replays() == 3, "a reconnect whose CCC BlueZ restored silently is replayed")
+    }
+
     @Test func refusalsBecomeTheDBusErrorsBlueZTranslates() {
         #expect(GattPhone.dbusError(for: .writeNotPermitted) == ("org.bluez.Error.NotPermitted", "0x03"))
         for code in [ATTErrorCode.unknownCommand, .invalidCommand, .invalidParameter, .actionFailed] {

@@ -36,6 +36,17 @@ import Testing
         for number in [0, 9, 10, -1, -9, -10, 99, 100, 1_234_567, Int.max, Int.min, Int.min + 1] {
             #expect(JSONValue.int(number).serialized == String(number))
         }
+        // Every count of digits, odd and even, each digit pair, and the powers of ten around them
+        // (the writer takes two digits a step).
+        var numbers = Array(-1_000...1_000) + [Int.max - 1, Int.min + 9]
+        var power = 1
+        for _ in 0..<18 {
+            power *= 10
+            numbers += [power - 1, power, power + 1, -power, power * 5 + 7]
+        }
+        for number in numbers {
+            #expect(JSONValue.int(number).serialized == String(number))
+        }
         for number in [0.0, -0.0, 1.5, 1e15, 1e14, -1e14, 1e300, .leastNonzeroMagnitude, 0.1, 123_456.75, -2.0] {
             #expect(JSONValue.double(number).serialized == referenceSerialized(.double(number)))
         }

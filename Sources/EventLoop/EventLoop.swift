@@ -1,0 +1,483 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CEventLoop
+import Synchronization
+
+/// A serial executor that is one thread running an epoll loop of its own: the jobs of the actors
+/// and tasks that use it, the handlers of the descriptors it watches and its timers all run on
+/// that thread, one at a time.
+///
+/// Why not a DispatchQueue: on Linux, libdispatch serves every DispatchSource through its manager
+/// thread, so a readable socket costs two cross-thread wakeups before its handler runs (the
+/// manager's `epoll_wait`, then a worker for the queue). Here the thread that sleeps in
+/// `epoll_wait` runs the handler itself, and a job the handler makes runnable (a continuation
+/// resumed by a reply) runs right after it on the same thread: one wakeup per event, none at all
+/// while idle (no timer is armed unless one is scheduled).
+///
+/// Rules:
+/// - `Watch` and `LoopTimer` handlers run on the loop; keep them short and non-blocking.
+/// - Cancel a watch before closing its descriptor (`Watch.cancel` unregisters it at once).
+/// - A loop runs until `shutdown()`; work enqueued after that is never run, so shut a loop down
+///   only when nothing can reach it any more (its owner's deinit).
+public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
+    /// Why a loop, a watch or a timer could not be set up.
+    public struct Failure: Error, CustomStringConvertible, Sendable {
+        public let description: String
+        init(_ what: String) {
+            description = "\(what): \(String(cString: strerror(errno)))"
+        }
+    }
+
+    private enum Work {
+        case job(UnownedJob)
+        case block(@Sendable () -> Void)
+    }
+
+    /// What other threads hand to the loop.
+    private struct Inbox {
+        var work: [Work] = []
+        /// The loop is in, or about to enter, `epoll_wait` with nothing to do: wake it.
+        var parked = false
+        var stopping = false
+    }
+
+    private static let wakeToken: UInt64 = 0
+    private static let timerToken: UInt64 = 1
+
+    private let name: String
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private let timerFD: Int32
+    private let inbox = Mutex(Inbox())
+    /// Held by whoever runs the loop's work: the loop's thread between two waits, or a thread
+    /// inside `perform`. Everything below is touched only by the holder.
+    private let ownership = Mutex(())
+    private var local: [Work] = []
+    private var running: [Work] = []
+    private var watches: [UInt64: Watch] = [:]
+    private var timers: [UInt64: LoopTimer] = [:]
+    private var armedDeadline: UInt64 = 0
+    private let nextToken = Atomic<UInt64>(2)
+
+    /// Starts a loop on a new thread named `name` (at most 15 bytes are kept).
+    public init(name: String) throws(Failure) {
+        self.name = name
+        epollFD = ancs_epoll_create()
+        wakeFD = ancs_eventfd()
+        timerFD = ancs_timerfd()
+        guard epollFD >= 0, wakeFD >= 0, timerFD >= 0 else {
+            let failure = Failure("cannot create the event loop's descriptors")
+            for fd in [epollFD, wakeFD, timerFD] where fd >= 0 { close(fd) }
+            throw failure
+        }
+        guard ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_ADD), wakeFD, UInt32(ANCS_EPOLLIN), Self.wakeToken) == 0,
+            ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_ADD), timerFD, UInt32(ANCS_EPOLLIN), Self.timerToken) == 0
+        else {
+            let failure = Failure("cannot watch the event loop's descriptors")
+            for fd in [epollFD, wakeFD, timerFD] { close(fd) }
+            throw failure
+        }
+        var thread = pthread_t()
+        // The thread keeps the loop alive until it stops.
+        let retained = Unmanaged.passRetained(self)
+        let started = pthread_create(&thread, nil, { argument in
+            guard let argument else { return nil }
+            let loop = Unmanaged<EventLoop>.fromOpaque(argument).takeRetainedValue()
+            ancs_name_this_thread(loop.name)
+            loop.run()
+            return nil
+        }, retained.toOpaque())
+        guard started == 0 else {
+            retained.release()
+            errno = started
+            throw Failure("cannot start the event loop's thread")
+        }
+        pthread_detach(thread)
+    }
+
+    deinit {
+        close(epollFD)
+        close(wakeFD)
+        close(timerFD)
+    }
+
+    /// Lets the loop's thread finish: it runs what is already enqueued, then exits.
+    public func shutdown() {
+        inbox.withLock { $0.stopping = true }
+        wake()
+    }
+
+    // MARK: Whose turn it is
+
+    /// True when the calling thread runs this loop's work now (on the loop, or inside `perform`).
+    public var isCurrent: Bool { pthread_getspecific(currentLoopKey) == Unmanaged.passUnretained(self).toOpaque() }
+
+    /// True when the calling thread runs some event loop's work now.
+    public static var isOnAnyLoop: Bool { pthread_getspecific(currentLoopKey) != nil }
+
+    /// Runs `body` while holding the loop, with `isCurrent` true on this thread.
+    private func owning<R>(_ body: () -> R) -> R {
+        ownership.withLock { _ in
+            let previous = pthread_getspecific(currentLoopKey)
+            pthread_setspecific(currentLoopKey, Unmanaged.passUnretained(self).toOpaque())
+            defer { pthread_setspecific(currentLoopKey, previous) }
+            return body()
+        }
+    }
+
+    // MARK: Running work
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        submit(.job(UnownedJob(job)))
+    }
+
+    public func checkIsolated() {
+        precondition(isCurrent, "not on the event loop that isolates this code")
+    }
+
+    /// Runs `body` on the loop, after what is already enqueued.
+    public func execute(_ body: @escaping @Sendable () -> Void) {
+        submit(.block(body))
+    }
+
+    /// Runs `body` holding the loop as soon as it can: at once when already on it; on the calling
+    /// thread from a thread that runs no loop (waiting, like `DispatchQueue.sync`, only while the
+    /// loop is busy, never for I/O: keep `body` short); and with `execute` from another loop's
+    /// thread, where waiting could deadlock the two loops.
+    public func perform(_ body: @escaping @Sendable () -> Void) {
+        if isCurrent { return body() }
+        if Self.isOnAnyLoop { return execute(body) }
+        owning {
+            body()
+            // Work that `body` made runnable goes to the loop's thread.
+            guard !local.isEmpty else { return }
+            let moved = local
+            local = []
+            handOver(moved)
+        }
+    }
+
+    /// Runs `delay` from now, once, on the loop.
+    public func after(_ delay: Duration, _ body: @escaping @Sendable () -> Void) {
+        // Held by the loop while armed, and let go once it has fired.
+        LoopTimer(loop: self, handler: body).schedule(after: delay)
+    }
+
+    private func submit(_ work: Work) {
+        if isCurrent {
+            local.append(work)
+        } else {
+            handOver([work])
+        }
+    }
+
+    private func handOver(_ work: [Work]) {
+        let wakeUp = inbox.withLock { inbox -> Bool in
+            inbox.work.append(contentsOf: work)
+            defer { inbox.parked = false }
+            return inbox.parked
+        }
+        if wakeUp { wake() }
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    /// Runs local work, at most `budget` items; true if some is left.
+    private func runLocal(budget: Int = 1024) -> Bool {
+        var ran = 0
+        let serial = asUnownedSerialExecutor()
+        let task = asUnownedTaskExecutor()
+        while !local.isEmpty && ran < budget {
+            swap(&local, &running)
+            for work in running {
+                switch work {
+                case .job(let job): job.runSynchronously(isolatedTo: serial, taskExecutor: task)
+                case .block(let body): body()
+                }
+            }
+            ran += running.count
+            running.removeAll(keepingCapacity: true)
+        }
+        return !local.isEmpty
+    }
+
+    private func run() {
+        defer {
+            // Watches and timers hold the loop: let them go with its thread.
+            owning {
+                watches = [:]
+                timers = [:]
+            }
+        }
+        var ready = [ancs_ready](repeating: ancs_ready(), count: 64)
+        var moreWork = false
+        while true {
+            let stop = owning { () -> Bool in
+                let (taken, stopping) = inbox.withLock { inbox in
+                    var taken: [Work] = []
+                    swap(&taken, &inbox.work)
+                    return (taken, inbox.stopping)
+                }
+                local.append(contentsOf: taken)
+                moreWork = runLocal()
+                return stopping && !moreWork
+            }
+            if stop { break }
+            let timeout: Int32 = moreWork ? 0 : inbox.withLock { inbox in
+                guard inbox.work.isEmpty && !inbox.stopping else { return 0 }
+                inbox.parked = true
+                return -1
+            }
+            let count = ready.withUnsafeMutableBufferPointer { buffer in
+                ancs_epoll_wait(epollFD, buffer.baseAddress, Int32(buffer.count), timeout)
+            }
+            if timeout != 0 { inbox.withLock { $0.parked = false } }
+            guard count > 0 else { continue }
+            owning {
+                // Timers go after the descriptors that were ready with them: a timer that judges
+                // a silence (the session's quiet period) must first see what arrived before it
+                // fired, however late the loop's thread got the CPU.
+                var timerReady: ancs_ready?
+                for event in ready.prefix(Int(count)) {
+                    if event.token == Self.timerToken {
+                        timerReady = event
+                        continue
+                    }
+                    dispatch(event)
+                    // What the handler made runnable (a reply's continuation) runs right away.
+                    moreWork = runLocal()
+                }
+                if let timerReady {
+                    dispatch(timerReady)
+                    moreWork = runLocal()
+                }
+            }
+        }
+    }
+
+    private func dispatch(_ event: ancs_ready) {
+        switch event.token {
+        case Self.wakeToken:
+            var count: UInt64 = 0
+            _ = read(wakeFD, &count, 8)
+        case Self.timerToken:
+            var expirations: UInt64 = 0
+            _ = read(timerFD, &expirations, 8)
+            armedDeadline = 0
+            fireTimers()
+        default:
+            guard let watch = watches[event.token] else { return }
+            watch.deliver(event.events)
+        }
+    }
+
+    // MARK: Watches
+
+    /// Watches `fd` for `interest`; `handler` gets what is ready (a hang-up or error is given as
+    /// all of the current interest, so the handler's read or write sees it). Level-triggered:
+    /// the handler must consume what is ready or change the interest.
+    ///
+    /// The descriptor stays the caller's: cancel the watch before closing it. One descriptor can
+    /// have one watch per loop (watch a `dup` for a second one).
+    ///
+    /// An empty interest keeps the descriptor out of epoll altogether (epoll reports a hang-up
+    /// whatever it is asked for, and the handler would not be there to consume it).
+    public func watch(fd: Int32, interest: Watch.Events, handler: @escaping @Sendable (Watch.Events) -> Void) throws(Failure) -> Watch {
+        let token = nextToken.wrappingAdd(1, ordering: .relaxed).oldValue
+        let watch = Watch(loop: self, fd: fd, token: token, interest: interest, handler: handler)
+        // Known to the loop before epoll can report it.
+        perform { self.watches[token] = watch }
+        if !interest.isEmpty {
+            guard ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_ADD), fd, Watch.epollBits(interest), token) == 0 else {
+                let failure = Failure("cannot watch descriptor \(fd)")
+                perform { self.watches[token] = nil }
+                throw failure
+            }
+        }
+        return watch
+    }
+
+    /// Applies a watch's new interest to epoll, at once, from any thread (epoll_ctl is).
+    fileprivate func modify(_ watch: Watch, from old: Watch.Events, to new: Watch.Events) {
+        let operation = old.isEmpty ? ANCS_EPOLL_CTL_ADD : new.isEmpty ? ANCS_EPOLL_CTL_DEL : ANCS_EPOLL_CTL_MOD
+        _ = ancs_epoll_ctl(epollFD, Int32(operation), watch.fd, Watch.epollBits(new), watch.token)
+    }
+
+    fileprivate func remove(_ watch: Watch, interest: Watch.Events) {
+        // At once, on the calling thread: the caller may close the descriptor next, and a new one
+        // with the same number must not lose its registration to a late removal.
+        if !interest.isEmpty { _ = ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_DEL), watch.fd, 0, 0) }
+        perform { self.watches[watch.token] = nil }
+    }
+
+    // MARK: Timers
+
+    /// A timer on this loop, disarmed until scheduled.
+    public func makeTimer(handler: @escaping @Sendable () -> Void) -> LoopTimer {
+        LoopTimer(loop: self, handler: handler)
+    }
+
+    fileprivate func arm(_ timer: LoopTimer) {
+        timers[timer.id] = timer
+        rearm()
+    }
+
+    fileprivate func disarm(_ timer: LoopTimer) {
+        timers[timer.id] = nil
+        rearm()
+    }
+
+    /// Sets the timerfd to the earliest deadline (or disarms it): no timer, no wakeup.
+    private func rearm() {
+        var earliest = UInt64.max
+        for timer in timers.values where timer.deadline < earliest { earliest = timer.deadline }
+        let wanted = earliest == .max ? 0 : earliest
+        guard wanted != armedDeadline else { return }
+        armedDeadline = wanted
+        _ = ancs_timerfd_arm(timerFD, wanted)
+    }
+
+    private func fireTimers() {
+        let now = ancs_monotonic_ns()
+        let due = timers.values.filter { $0.deadline <= now }.sorted { $0.deadline < $1.deadline }
+        for timer in due where timers[timer.id] === timer && timer.deadline <= now {
+            if timer.interval > 0 {
+                timer.deadline = max(timer.deadline + timer.interval, now + 1)
+            } else {
+                timer.deadline = .max
+                timers[timer.id] = nil
+            }
+            timer.fire()
+            _ = runLocal()
+        }
+        rearm()
+    }
+
+    fileprivate func newToken() -> UInt64 { nextToken.wrappingAdd(1, ordering: .relaxed).oldValue }
+}
+
+/// The thread-specific slot naming the loop whose work the thread runs now.
+private let currentLoopKey: pthread_key_t = {
+    var key = pthread_key_t()
+    pthread_key_create(&key, nil)
+    return key
+}()
+
+/// A descriptor watched by an `EventLoop`; made by `EventLoop.watch`.
+public final class Watch: Sendable {
+    /// What a descriptor is watched for, and what is ready.
+    public struct Events: OptionSet, Sendable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public static let readable = Events(rawValue: 1)
+        public static let writable = Events(rawValue: 2)
+    }
+
+    /// The watched descriptor (still the caller's to close, after `cancel`).
+    public let fd: Int32
+    fileprivate let token: UInt64
+    private let loop: EventLoop
+    private let handler: @Sendable (Events) -> Void
+    /// The interest's bits, and `cancelledBit` once cancelled.
+    private let state: Atomic<UInt8>
+    private static let cancelledBit: UInt8 = 0x80
+
+    fileprivate init(loop: EventLoop, fd: Int32, token: UInt64, interest: Events, handler: @escaping @Sendable (Events) -> Void) {
+        self.loop = loop
+        self.fd = fd
+        self.token = token
+        self.handler = handler
+        state = Atomic(interest.rawValue)
+    }
+
+    fileprivate static func epollBits(_ interest: Events) -> UInt32 {
+        (interest.contains(.readable) ? UInt32(ANCS_EPOLLIN) : 0) | (interest.contains(.writable) ? UInt32(ANCS_EPOLLOUT) : 0)
+    }
+
+    /// What the descriptor is watched for now (empty once cancelled).
+    public var interest: Events {
+        let bits = state.load(ordering: .acquiring)
+        return bits & Self.cancelledBit != 0 ? [] : Events(rawValue: bits)
+    }
+
+    /// Changes what the descriptor is watched for; from any thread.
+    public func update(_ interest: Events) {
+        var current = state.load(ordering: .acquiring)
+        while current & Self.cancelledBit == 0 && current != interest.rawValue {
+            let (exchanged, original) = state.compareExchange(
+                expected: current, desired: interest.rawValue, ordering: .acquiringAndReleasing)
+            if exchanged {
+                loop.modify(self, from: Events(rawValue: current), to: interest)
+                return
+            }
+            current = original
+        }
+    }
+
+    /// Stops watching, at once (the handler is not called again); from any thread.
+    public func cancel() {
+        let previous = state.bitwiseOr(Self.cancelledBit, ordering: .acquiringAndReleasing).oldValue
+        guard previous & Self.cancelledBit == 0 else { return }
+        loop.remove(self, interest: Events(rawValue: previous))
+    }
+
+    fileprivate func deliver(_ epollEvents: UInt32) {
+        let interest = self.interest
+        guard !interest.isEmpty else { return }
+        var ready: Events = []
+        if epollEvents & UInt32(ANCS_EPOLLIN) != 0 { ready.insert(.readable) }
+        if epollEvents & UInt32(ANCS_EPOLLOUT) != 0 { ready.insert(.writable) }
+        if epollEvents & UInt32(ANCS_EPOLLHUP | ANCS_EPOLLERR) != 0 { ready.formUnion(interest) }
+        ready.formIntersection(interest)
+        if !ready.isEmpty { handler(ready) }
+    }
+}
+
+/// A one-shot or repeating timer on an `EventLoop`; made by `EventLoop.makeTimer`. Its handler
+/// runs on the loop. Schedule and cancel it from any thread.
+public final class LoopTimer: @unchecked Sendable {  // mutable state only while holding the loop
+    fileprivate let id: UInt64
+    private let loop: EventLoop
+    private let handler: @Sendable () -> Void
+    /// CLOCK_MONOTONIC nanoseconds; `.max` while disarmed.
+    fileprivate var deadline: UInt64 = .max
+    fileprivate var interval: UInt64 = 0
+
+    fileprivate init(loop: EventLoop, handler: @escaping @Sendable () -> Void) {
+        self.loop = loop
+        self.handler = handler
+        id = loop.newToken()
+    }
+
+    /// Fires `delay` from now, then every `repeating` if given; replaces an earlier schedule.
+    public func schedule(after delay: Duration, repeating: Duration? = nil) {
+        let start = ancs_monotonic_ns() &+ Self.nanoseconds(delay)
+        let every = repeating.map(Self.nanoseconds) ?? 0
+        loop.perform { [self] in
+            deadline = max(start, 1)
+            interval = every
+            loop.arm(self)
+        }
+    }
+
+    /// Disarms the timer; it fires again only if scheduled again.
+    public func cancel() {
+        loop.perform { [self] in
+            deadline = .max
+            loop.disarm(self)
+        }
+    }
+
+    fileprivate func fire() { handler() }
+
+    private static func nanoseconds(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        return overflow ? .max / 2 : whole &+ UInt64(max(0, attoseconds) / 1_000_000_000)
+    }
+}
