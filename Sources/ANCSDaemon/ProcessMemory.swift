@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import CLinux
-public import Dispatch
+public import ANCSRuntime
 import Synchronization
 
 /// Keeps a long-running daemon's resident memory to what it uses.
@@ -145,8 +145,8 @@ public final class QuietRelease: OutputSink {
     public static let key = "ancsd.quiet-release"
     public let name = "the release of file pages after a quiet spell"
     /// How long without an event before the release.
-    public let quiet: DispatchTimeInterval
-    private let schedule: @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void
+    public let quiet: Duration
+    private let schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void
     private let release: @Sendable () -> Void
     private struct State {
         var armed = false
@@ -154,11 +154,11 @@ public final class QuietRelease: OutputSink {
     }
     private let state = Mutex(State())
 
-    /// Releases on `queue` (the daemon's executor queue) `quiet` after the last event.
-    public convenience init(queue: DispatchQueue, quiet: DispatchTimeInterval = .seconds(2)) {
+    /// Releases on the daemon's executor (its timers) `quiet` after the last event.
+    public convenience init(executor: DaemonExecutor, quiet: Duration = .seconds(2)) {
         self.init(
             quiet: quiet,
-            schedule: { delay, work in queue.asyncAfter(deadline: .now() + delay, execute: work) },
+            schedule: { delay, work in executor.after(delay, work) },
             release: {
                 ProcessMemory.releaseStartupText()
                 ProcessMemory.trimHeap()
@@ -167,7 +167,7 @@ public final class QuietRelease: OutputSink {
 
     /// `schedule(delay, work)` runs `work` once after `delay`; `release` gives the pages back.
     init(
-        quiet: DispatchTimeInterval, schedule: @escaping @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void,
+        quiet: Duration, schedule: @escaping @Sendable (Duration, @escaping @Sendable () -> Void) -> Void,
         release: @escaping @Sendable () -> Void
     ) {
         self.quiet = quiet

@@ -121,7 +121,7 @@ private final class ManualTimers: Sendable {
     var armed: Int { state.withLock { $0.pending.count } }
     var releases: Int { state.withLock { $0.released } }
 
-    var schedule: @Sendable (DispatchTimeInterval, @escaping @Sendable () -> Void) -> Void {
+    var schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void {
         { _, work in self.state.withLock { $0.pending.append(work) } }
     }
 
