@@ -134,12 +134,14 @@ public enum ProcessMemory {
 /// runs maps its pages back, 64 KiB per fault, and they stay resident for the life of the
 /// process: over hours the rare paths (a reload, an error answer, an action, a reconnect) add up
 /// to megabytes of code that runs once in a while; and a burst leaves its freed memory resident
-/// in malloc's free lists. This sink gets every event from the output
-/// router (attached once under `key`; a reload carries it over) and gives those pages back when
-/// `quiet` has passed with no event: the same release, the same minor faults when the code runs
-/// again, and `ProcessMemory.trimHeap()`. One timer at a time: the first event arms it; when it fires it arms itself again if
-/// events came meanwhile, and otherwise releases and stays disarmed. So while events flow it
-/// wakes the daemon once per `quiet`, and an idle daemon has no timer at all (no wakeups).
+/// in malloc's free lists. This sink gets every event from the output router (attached once
+/// under `key`; a reload carries it over) and, when `quiet` has passed with no event, runs the
+/// same release again (the same minor faults when the code runs again) and
+/// `ProcessMemory.trimHeap()`. One timer at a time: the first event arms it; when it fires it
+/// arms itself again if events came meanwhile, and otherwise releases and stays disarmed. So
+/// while events flow it wakes the daemon once per `quiet`, and an idle daemon has no timer at
+/// all (no wakeups). Work that makes no event (a control request, a queue drained) is not seen:
+/// what it maps in stays until the next event's quiet spell.
 public final class QuietRelease: OutputSink {
     /// The key it is attached to the output router under.
     public static let key = "ancsd.quiet-release"
