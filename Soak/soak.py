@@ -328,8 +328,10 @@ class Run:
             self.answers_seen += 1
 
     def tail_events(self):
-        with open(self.path("events.jsonl")) as f:
-            partial = ""
+        # Bytes, split at newlines, decoded a whole line at a time: a read can end in the middle
+        # of a character (the plan's titles hold emoji), which a text-mode read fails on.
+        with open(self.path("events.jsonl"), "rb") as f:
+            partial = b""
             while True:
                 before = now_ns()
                 chunk = f.read()
@@ -341,9 +343,9 @@ class Run:
                     time.sleep(0.02)
                     continue
                 partial += chunk
-                *lines, partial = partial.split("\n")
+                *lines, partial = partial.split(b"\n")
                 for line in lines:
-                    event = json.loads(line)
+                    event = json.loads(line.decode())
                     self.inbox.put((event["t_ns"], "sim", event))
 
     def sim_step(self, step):

@@ -350,6 +350,9 @@ extension PhoneSimulator {
         let (changes, clientEnd, mtu) = try state.withLock { s throws -> ([PropertyChange], Int32, Int) in
             var d = s.devices[device]
             defer { s.devices[device] = d }
+            // A call that reaches a bluetoothd on its way out (its subscriptions already dropped)
+            // acquires nothing: the socket would outlive that bluetoothd.
+            guard s.connection === c else { throw BlueZError.failed("bluetoothd is stopping") }
             guard d.connected else { throw BlueZError.notConnected }
             guard settings.acquireNotify else { throw BlueZError.notSupported }
             let sub = d.subscription(characteristic)

@@ -329,20 +329,21 @@ public final class PhoneSimulator: Sendable {
 
     /// The client closed its end of an acquired socket.
     func socketClosed(_ socket: NotifySocket) {
-        guard let conn = connection() else { return }
-        Task {
-            await conn.simPerform { c in
-                let changes = self.state.withLock { s -> [PropertyChange] in
-                    for i in s.devices.indices {
-                        for characteristic in [ANCSCharacteristic.notificationSource, .dataSource]
-                        where s.devices[i].subscription(characteristic).acquired === socket {
-                            return s.devices[i].releaseAcquired(characteristic)
-                        }
-                    }
-                    return []
+        // Released at once, under the lock, whether bluetoothd is up or not: a socket that the
+        // client closed while bluetoothd was restarting stayed acquired for good before, and
+        // every later AcquireNotify failed with "Notify acquired" (soak seed 345850489).
+        let changes = state.withLock { s -> [PropertyChange] in
+            for i in s.devices.indices {
+                for characteristic in [ANCSCharacteristic.notificationSource, .dataSource]
+                where s.devices[i].subscription(characteristic).acquired === socket {
+                    return s.devices[i].releaseAcquired(characteristic)
                 }
-                self.apply(changes, c)
             }
+            return []
+        }
+        guard !changes.isEmpty, let conn = connection() else { return }
+        Task(executorPreference: loop) {
+            await conn.simPerform { c in self.apply(changes, c) }
         }
     }
 

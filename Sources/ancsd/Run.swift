@@ -205,7 +205,6 @@ enum RunCommand {
             return 2
         }
         signal(SIGPIPE, SIG_IGN)
-        ProcessMemory.useOneMallocArena()
         let logger = Logger(threshold: settings.logLevel)
         let notifier = SystemdNotifier()
         let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)
