@@ -72,7 +72,7 @@ let package = Package(
             swiftSettings: strict),
         .systemLibrary(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: strict),
-        .target(name: "DBus", dependencies: ["CDBus", "EventLoop"], swiftSettings: strict),
+        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
             name: "ancsd",

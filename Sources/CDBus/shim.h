@@ -1,8 +1,6 @@
 #ifndef ANCSD_CDBUS_SHIM_H
 #define ANCSD_CDBUS_SHIM_H
 #include <dbus/dbus.h>
-#include <sys/timerfd.h>
-#include <time.h>
 
 /*
  * libdbus defines its type codes and several limits as function-like or cast macros
@@ -64,33 +62,5 @@ static const unsigned int CDBUS_WATCH_HANGUP = DBUS_WATCH_HANGUP;
 /* dbus_bool_t values. */
 static const dbus_bool_t CDBUS_TRUE = TRUE;
 static const dbus_bool_t CDBUS_FALSE = FALSE;
-
-/*
- * The single kernel timer that drives libdbus's timeouts, watched by the connection's event
- * loop. Re-arming it is one syscall, from whichever thread holds the loop.
- */
-
-/* A non-blocking, close-on-exec CLOCK_MONOTONIC timerfd, or -1. */
-static inline int cdbus_timerfd_create(void) {
-    return timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-}
-
-/* Arms `fd` to expire once at the absolute CLOCK_MONOTONIC time `deadline_ns`, or disarms
- * it when `deadline_ns` is 0. Returns 0 or -1. */
-static inline int cdbus_timerfd_arm(int fd, unsigned long long deadline_ns) {
-    struct itimerspec spec;
-    spec.it_interval.tv_sec = 0;
-    spec.it_interval.tv_nsec = 0;
-    spec.it_value.tv_sec = (time_t)(deadline_ns / 1000000000ull);
-    spec.it_value.tv_nsec = (long)(deadline_ns % 1000000000ull);
-    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, 0);
-}
-
-/* CLOCK_MONOTONIC now, in nanoseconds. */
-static inline unsigned long long cdbus_monotonic_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
 
 #endif

@@ -1,4 +1,5 @@
 import CDBus
+import CEventLoop
 import EventLoop
 import Glibc
 
@@ -120,7 +121,7 @@ final class ConnectionCore {
 
     /// Hooks libdbus up to this core. Called once, on the loop, with `owner` set.
     func install() throws(DBusError) {
-        let fd = cdbus_timerfd_create()
+        let fd = ancs_timerfd()
         guard fd >= 0 else { throw .failed("cannot create a timer: errno \(errno)") }
         let owner = self.owner
         do {
@@ -241,7 +242,7 @@ final class ConnectionCore {
     /// False after the timer fired: the timerfd's state is then re-set unconditionally.
     private var armedKnown = true
 
-    private static func now() -> UInt64 { cdbus_monotonic_ns() }
+    private static func now() -> UInt64 { ancs_monotonic_ns() }
 
     private func refresh(_ state: TimeoutState, now: UInt64) {
         if dbus_timeout_get_enabled(state.raw) != 0 {
@@ -280,7 +281,7 @@ final class ConnectionCore {
         guard !armedKnown || next != armedDeadline else { return }
         armedDeadline = next
         armedKnown = true
-        _ = cdbus_timerfd_arm(timerFD, next.map { max($0, 1) } ?? 0)
+        _ = ancs_timerfd_arm(timerFD, next.map { max($0, 1) } ?? 0)
     }
 
     func handleTimer() {

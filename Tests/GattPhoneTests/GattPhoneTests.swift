@@ -26,18 +26,24 @@ import Testing
         #expect(DataSourceEncoder.fragments(of: [1, 2, 3], valueSize: 0) == [[1], [2], [3]])
     }
 
-    /// iOS replays what it holds at every subscription to the Notification Source, also when a
-    /// consumer restarted on a link that stayed up unsubscribes and subscribes again.
-    @Test func aResubscriptionOnTheSameLinkIsReplayedToo() throws {
-        let reports = Mutex<[String]>([])
+    /// A phone with a link up and one notification held, and how many replays it has reported.
+    private static func connectedPhoneHoldingOne() throws -> (GattPhone, () -> Int) {
+        final class Reports: Sendable { let events = Mutex<[String]>([]) }
+        let reports = Reports()
         let phone = try GattPhone(
             .init(adapter: "hci1", peer: "AA:BB:CC:DD:EE:FF", bus: .system, settings: ScenarioSettings()),
-            report: { object in reports.withLock { $0.append(object["event"]?.stringValue ?? "") } })
+            report: { object in reports.events.withLock { $0.append(object["event"]?.stringValue ?? "") } })
         phone.state.withLock { s in
             s.connected = true
             _ = s.model.add(NotificationSpec(uid: 1, attributes: [.title: "Held"]))
         }
-        func replays() -> Int { reports.withLock { $0.filter { $0 == "consumer_subscribed" }.count } }
+        return (phone, { reports.events.withLock { $0.filter { $0 == "consumer_subscribed" }.count } })
+    }
+
+    /// iOS replays what it holds at every subscription to the Notification Source, also when a
+    /// consumer restarted on a link that stayed up unsubscribes and subscribes again.
+    @Test func aResubscriptionOnTheSameLinkIsReplayedToo() throws {
+        let (phone, replays) = try Self.connectedPhoneHoldingOne()
         phone.notifyChanged(.notificationSource, true)
         #expect(replays() == 1)
         phone.notifyChanged(.dataSource, true)
@@ -53,15 +59,7 @@ import Testing
     /// stale view went to nobody, and the new consumer's StartNotify then found the phone
     /// "subscribed" and got nothing.
     @Test func aStaleConsumerSideViewAfterStopNotifyDoesNotEatTheReplay() throws {
-        let reports = Mutex<[String]>([])
-        let phone = try GattPhone(
-            .init(adapter: "hci1", peer: "AA:BB:CC:DD:EE:FF", bus: .system, settings: ScenarioSettings()),
-            report: { object in reports.withLock { $0.append(object["event"]?.stringValue ?? "") } })
-        phone.state.withLock { s in
-            s.connected = true
-            _ = s.model.add(NotificationSpec(uid: 1, attributes: [.title: "Held"]))
-        }
-        func replays() -> Int { reports.withLock { $0.filter { $0 == "consumer_subscribed" }.count } }
+        let (phone, replays) = try Self.connectedPhoneHoldingOne()
         phone.notifyChanged(.notificationSource, true)
         #expect(replays() == 1)
         phone.notifyChanged(.notificationSource, false)
