@@ -542,14 +542,18 @@ public actor Daemon {
         link.recorder?.wroteControlPoint(bytes, at: link.now)
         let gatt = GattClient(connection: connection)
         let path = link.device.path, id = link.id, characteristic = link.characteristics.controlPoint
+        link.writesSent += 1
+        let number = link.writesSent
         link.write = Task(executorPreference: executor) {
-            await self.write(bytes, to: characteristic, gatt: gatt, linkID: id, path: path)
+            await self.write(bytes, number: number, to: characteristic, gatt: gatt, linkID: id, path: path)
         }
     }
 
     /// One Control Point write round trip; the GATT call runs on this actor's executor (in the
     /// caller's isolation), so the only hop is to the bus connection and back.
-    private func write(_ bytes: [UInt8], to characteristic: ObjectPath, gatt: GattClient, linkID: UInt64, path: ObjectPath) async {
+    private func write(
+        _ bytes: [UInt8], number: UInt64, to characteristic: ObjectPath, gatt: GattClient, linkID: UInt64, path: ObjectPath
+    ) async {
         let result: WriteResult
         do {
             try await gatt.writeRequest(characteristic, bytes)
@@ -559,13 +563,13 @@ public actor Daemon {
         } catch {
             return  // cancelled with its link
         }
-        writeFinished(result, linkID: linkID, path: path)
+        writeFinished(result, number: number, linkID: linkID, path: path)
     }
 
-    private func writeFinished(_ result: WriteResult, linkID: UInt64, path: ObjectPath) {
+    private func writeFinished(_ result: WriteResult, number: UInt64, linkID: UInt64, path: ObjectPath) {
         guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
         link.recorder?.writeFinished(result, at: link.now)
-        perform(link.session.handleWriteResult(result, now: link.now), on: link)
+        perform(link.session.handleWriteResult(result, write: number, now: link.now), on: link)
     }
 
     /// Keeps one timer per link armed for the session's next deadline, disarmed when idle.

@@ -48,6 +48,8 @@ public struct ANCSSession: Sendable {
         var sentAt: Duration
         var lastDataAt: Duration?
         var writeDone = false
+        /// Which Control Point write of the session this request sent (1, 2, …).
+        var writeNumber: UInt64 = 0
         var response: DataSourceResponse?
         /// A Data Source error happened: drop bytes until the phone falls quiet, then move on.
         var draining = false
@@ -65,12 +67,10 @@ public struct ANCSSession: Sendable {
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
     private var inFlight: InFlight?
-    /// Control Point writes sent whose result has not come yet, oldest first by construction:
-    /// bluetoothd runs one ATT request at a time per link and answers in order. A notification
-    /// request ends when its response is complete (which proves the write was accepted), so
-    /// the next write may go out before the previous result arrives; that late result is then
-    /// counted off here and ignored.
-    private var writesUnacknowledged = 0
+    /// Control Point writes asked for so far. A notification request ends when its response is
+    /// complete (which proves the write was accepted), so the next write may go out before the
+    /// previous one's result arrives; results name their write, and a late one is ignored.
+    private var writesIssued: UInt64 = 0
     private var deniedReported = false
     private var fullMessageWanted: Set<UInt32> = []
     /// Notifications the filter dropped (their modifications are ignored), oldest first, bounded
@@ -192,20 +192,14 @@ public struct ANCSSession: Sendable {
         return actions
     }
 
-    /// How the last Control Point write ended.
-    public mutating func handleWriteResult(_ result: WriteResult, now: Duration) -> [SessionAction] {
+    /// How a Control Point write ended: `write` is its number, counting the session's
+    /// `.writeControlPoint` actions from 1 (nil: the latest). The result of an earlier write
+    /// (whose response already came, or whose request timed out) is ignored.
+    public mutating func handleWriteResult(_ result: WriteResult, write: UInt64? = nil, now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
-        guard writesUnacknowledged > 0 else {
-            return [.log(.debug, "ignored a Control Point write result with no write in flight")]
-        }
-        writesUnacknowledged -= 1
-        guard writesUnacknowledged == 0 else {
-            // The result of an earlier write whose response already came (or that timed out).
-            if case .accepted = result { return [] }
-            return [.log(.debug, "ignored the late result of an earlier Control Point write: \(result)")]
-        }
-        guard var flight = inFlight, !flight.writeDone else {
-            return [.log(.debug, "ignored a Control Point write result with no write in flight")]
+        guard var flight = inFlight, !flight.writeDone, flight.writeNumber == (write ?? writesIssued) else {
+            guard inFlight != nil else { return [.log(.debug, "ignored a Control Point write result with no write in flight")] }
+            return [.log(.debug, "ignored the result of an earlier Control Point write: \(result)")]
         }
         flight.writeDone = true
         inFlight = flight
@@ -328,8 +322,8 @@ public struct ANCSSession: Sendable {
             do {
                 let bytes = try request.encoded()
                 try reassembler.expect(request)
-                inFlight = InFlight(work: work, appOnly: appOnly, sentAt: now)
-                writesUnacknowledged += 1
+                writesIssued += 1
+                inFlight = InFlight(work: work, appOnly: appOnly, sentAt: now, writeNumber: writesIssued)
                 actions.append(.writeControlPoint(bytes))
             } catch {
                 actions.append(.log(.warning, "cannot ask for \(describe(work)): \(error)"))

@@ -33,7 +33,10 @@ struct Harness {
     }
 
     mutating func ds(_ bytes: [UInt8]) { record(session.handleDataSource(bytes, now: now)) }
-    mutating func written(_ result: WriteResult) { record(session.handleWriteResult(result, now: now)) }
+    /// The result of write number `write` (default: the latest).
+    mutating func written(_ result: WriteResult, write: UInt64? = nil) {
+        record(session.handleWriteResult(result, write: write, now: now))
+    }
 
     mutating func advance(_ duration: Duration) {
         now += duration

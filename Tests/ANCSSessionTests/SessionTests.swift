@@ -211,14 +211,28 @@ import Testing
         h.ds(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
         #expect(h.events.count == 1, "shown without waiting for the write result")
         #expect(h.writes.count == 2, "the next request went out")
-        h.written(.failed("a late reply of the first write"))
+        h.written(.failed("a late reply of the first write"), write: 1)
         h.ds(notificationResponse(uid: 2, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
         #expect(h.events.count == 2, "the first write's late result did not fail the second request")
-        h.written(.accepted)
+        h.written(.accepted, write: 2)
         h.ns(.notificationAdded, uid: 3)
         #expect(h.writes.count == 3)
-        h.written(.attError(ATTErrorCode(rawValue: 0xA2)))
+        h.written(.attError(ATTErrorCode(rawValue: 0xA2)), write: 3)
         #expect(h.logs.contains { $0.1.contains("notification 3 is gone from the phone") }, "the third write's own error reached the third request")
+    }
+
+    /// Results can come out of order (a phone that never answers one write while it answers the
+    /// next, as the simulator's `cp_timeout` does): each reaches its own request or none.
+    @Test func aLateResultOfATimedOutWriteReachesNoOtherRequest() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.fireTimer()  // no answer to write 1: given up
+        #expect(h.events.count == 1 && !h.events[0].notification.attributesComplete)
+        h.ns(.notificationAdded, uid: 2)
+        #expect(h.writes.count == 2)
+        h.written(.failed("timed out"), write: 1)
+        h.ds(notificationResponse(uid: 2, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        #expect(h.events.count == 2 && h.events[1].notification.attributesComplete, "write 1's failure did not fail request 2")
     }
 
     @Test func aLostAcknowledgementStillUsesTheResponse() {
