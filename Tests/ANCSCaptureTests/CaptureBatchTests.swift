@@ -117,7 +117,8 @@ import Testing
         var general = CaptureParser()
         for (index, line) in capture.split(separator: "\n").enumerated() {
             let bytes = Array(line.utf8)
-            try bytes.withUnsafeBufferPointer { text throws(CaptureFormatError) in try batch.append(line: text, number: index + 1, parser: &parser) }
+            // An untyped closure: swiftlang 6.0.3 crashes on a typed-throws one passed to withUnsafeBufferPointer.
+            try bytes.withUnsafeBufferPointer { text in try batch.append(line: text, number: index + 1, parser: &parser) }
             if let record = try general.parse(line: bytes) { records.append((record, index + 1)) }
         }
         var viaBatch = CaptureDecoder()
@@ -152,7 +153,7 @@ import Testing
             let line = Array(#"{"t":\#(text),"char":"ds","hex":"00"}"#.utf8)
             var batch = CaptureRecordBatch()
             var parser = CaptureParser()
-            try line.withUnsafeBufferPointer { bytes throws(CaptureFormatError) in try batch.append(line: bytes, number: 1, parser: &parser) }
+            try line.withUnsafeBufferPointer { bytes in try batch.append(line: bytes, number: 1, parser: &parser) }
             let expected = try JSONValue(parsing: Array(text.utf8)).doubleValue
             var time: Double? = nil
             batch.forEach { time = $0.time }
