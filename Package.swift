@@ -9,13 +9,15 @@ import PackageDescription
 /// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
 /// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT;
 ///   HCI monitor frames to btsnoop records.
-/// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1.
+/// - `CEventLoop` / `EventLoop`: an epoll run loop on one thread, a serial and task executor
+///   that also watches descriptors and runs timers (epoll, eventfd, timerfd; linking nothing).
+/// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
 /// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
 /// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
-/// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one serial executor.
+/// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one executor (an EventLoop).
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
 ///   path and a non-blocking client connection.
 /// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
