@@ -287,7 +287,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     /// An empty interest keeps the descriptor out of epoll altogether (epoll reports a hang-up
     /// whatever it is asked for, and the handler would not be there to consume it).
     public func watch(fd: Int32, interest: Watch.Events, handler: @escaping @Sendable (Watch.Events) -> Void) throws(Failure) -> Watch {
-        let token = nextToken.wrappingAdd(1, ordering: .relaxed).oldValue
+        let token = newToken()
         let watch = Watch(loop: self, fd: fd, token: token, interest: interest, handler: handler)
         // Known to the loop before epoll can report it.
         perform { self.watches[token] = watch }
