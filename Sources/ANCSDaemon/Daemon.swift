@@ -488,12 +488,18 @@ public actor Daemon {
     }
 
     /// Carries out what a session asked for.
+    ///
+    /// A Control Point write goes out first, the rest in order after it: the phone then works
+    /// on the next request while this formats and prints the notification that just completed.
     private func perform(_ actions: [SessionAction], on link: PhoneLink) {
+        for case .writeControlPoint(let bytes) in actions {
+            link.copyFilter.expectResponse(to: bytes)
+            write(bytes, on: link)
+        }
         for action in actions {
             switch action {
-            case .writeControlPoint(let bytes):
-                link.copyFilter.expectResponse(to: bytes)
-                write(bytes, on: link)
+            case .writeControlPoint:
+                break  // sent above
             case .emit(let event):
                 let n = event.notification
                 for waiter in link.eventWaiters.removeValue(forKey: n.uid) ?? [] {
@@ -537,37 +543,53 @@ public actor Daemon {
         scheduleStatus()
     }
 
+    /// Sends a Control Point write at once, on this actor's loop: no task, and the reply comes
+    /// back as a callback on the same loop (`writeCompleted`).
     private func write(_ bytes: [UInt8], on link: PhoneLink) {
         guard let connection else { return }
         link.recorder?.wroteControlPoint(bytes, at: link.now)
-        let gatt = GattClient(connection: connection)
-        let path = link.device.path, id = link.id, characteristic = link.characteristics.controlPoint
+        let path = link.device.path, id = link.id
         link.writesSent += 1
         let number = link.writesSent
-        link.write = Task(executorPreference: executor) {
-            await self.write(bytes, number: number, to: characteristic, gatt: gatt, linkID: id, path: path)
+        startingWrite = true
+        defer { startingWrite = false }
+        do {
+            let call = try GattClient(connection: connection).startWriteRequest(link.characteristics.controlPoint, bytes) {
+                [weak self] outcome in
+                self?.assumeIsolated { $0.writeCompleted(outcome, number: number, linkID: id, path: path) }
+            }
+            link.write = (call, connection)
+        } catch {
+            writeCompleted(.failure(error), number: number, linkID: id, path: path)
         }
     }
 
-    /// One Control Point write round trip; the GATT call runs on this actor's executor (in the
-    /// caller's isolation), so the only hop is to the bus connection and back.
-    private func write(
-        _ bytes: [UInt8], number: UInt64, to characteristic: ObjectPath, gatt: GattClient, linkID: UInt64, path: ObjectPath
-    ) async {
+    /// A write failed before it was sent (its completion ran inside `write`): its result is
+    /// handled on a later turn, not in the middle of carrying out the session's actions.
+    private var startingWrite = false
+
+    private func writeCompleted(_ outcome: Result<Void, any Error>, number: UInt64, linkID: UInt64, path: ObjectPath) {
         let result: WriteResult
-        do {
-            try await gatt.writeRequest(characteristic, bytes)
+        switch outcome {
+        case .success:
             result = .accepted
-        } catch let error as DBusError {
+        case .failure(let error as DBusError):
             result = attErrorCode(in: error).map { .attError(ATTErrorCode(rawValue: $0)) } ?? .failed(error.description)
-        } catch {
+        case .failure:
             return  // cancelled with its link
         }
-        writeFinished(result, number: number, linkID: linkID, path: path)
+        if startingWrite {
+            executor.execute { [weak self] in
+                self?.assumeIsolated { $0.writeFinished(result, number: number, linkID: linkID, path: path) }
+            }
+        } else {
+            writeFinished(result, number: number, linkID: linkID, path: path)
+        }
     }
 
     private func writeFinished(_ result: WriteResult, number: UInt64, linkID: UInt64, path: ObjectPath) {
         guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
+        if number == link.writesSent { link.write = nil }
         link.recorder?.writeFinished(result, at: link.now)
         perform(link.session.handleWriteResult(result, write: number, now: link.now), on: link)
     }

@@ -38,7 +38,7 @@ final class PhoneLink {
     var copyFilter = SignalCopyFilter()
     var tasks: [Task<Void, Never>] = []
     /// The Control Point write in flight (the session keeps at most one).
-    var write: Task<Void, Never>?
+    var write: (call: DBusConnection.PendingCall, connection: DBusConnection)?
     /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
     var timer: LoopTimer?
     /// Control Point writes sent on this link (the session numbers them the same way).
@@ -94,7 +94,7 @@ final class PhoneLink {
         readers = []
         for task in tasks { task.cancel() }
         tasks = []
-        write?.cancel()
+        if let write { write.connection.cancelCall(write.call) }
         write = nil
         timer?.cancel()
         timer = nil

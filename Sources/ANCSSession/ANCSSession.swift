@@ -198,6 +198,10 @@ public struct ANCSSession: Sendable {
     public mutating func handleWriteResult(_ result: WriteResult, write: UInt64? = nil, now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
         guard var flight = inFlight, !flight.writeDone, flight.writeNumber == (write ?? writesIssued) else {
+            // A request ends when its response is complete, so the acknowledgement of its write
+            // usually comes after it: expected, and not worth a message.
+            let number = write ?? writesIssued
+            if case .accepted = result, number >= 1, number <= writesIssued { return [] }
             guard inFlight != nil else { return [.log(.debug, "ignored a Control Point write result with no write in flight")] }
             return [.log(.debug, "ignored the result of an earlier Control Point write: \(result)")]
         }

@@ -49,9 +49,37 @@ public struct GattClient: Sendable {
     ) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
-            member: "WriteValue",
-            arguments: [.array("y", value.map { .byte($0) }), .variantDictionary(["type": .string("request")])],
-            expecting: .empty, timeout: timeout)
+            member: "WriteValue", arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
+    }
+
+    /// `writeRequest` without a task, for code on the connection's loop: the write is sent
+    /// before this returns there, and `completion` gets its result on the loop.
+    /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
+    @discardableResult
+    public func startWriteRequest(
+        _ characteristic: ObjectPath, _ value: [UInt8],
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) throws(DBusError) -> DBusConnection.PendingCall {
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "WriteValue", arguments: Self.writeRequestArguments(value), timeout: timeout
+        ) { reply in
+            switch reply {
+            case .success(let message):
+                do {
+                    _ = try message.arguments(matching: .empty)
+                    completion(.success(()))
+                } catch {
+                    completion(.failure(error))
+                }
+            case .failure(let error):
+                completion(.failure(error))
+            }
+        }
+    }
+
+    private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {
+        [.byteArray(value), .variantDictionary(["type": .string("request")])]
     }
 }
 

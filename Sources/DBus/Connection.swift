@@ -304,6 +304,43 @@ public actor DBusConnection {
         }
     }
 
+    /// Identifies a call started with `startCall`, for `cancelCall`.
+    public struct PendingCall: Sendable, Hashable {
+        let id: UInt64
+    }
+
+    /// Calls a method without a task: `completion` gets the reply (or the error `call` would
+    /// throw) on the connection's loop, inside its isolation.
+    ///
+    /// For code that runs on the loop (an actor sharing the connection's executor) and must
+    /// not wait, such as a daemon's hot path: called there, the message is on the socket
+    /// before this returns, and the reply costs no task, job or continuation. From a thread
+    /// that runs no loop it sends on the calling thread, as `call` does.
+    /// - Throws: `DBusError.invalidArgument` for arguments refused before sending (then
+    ///   `completion` is never called).
+    @discardableResult
+    public nonisolated func startCall(
+        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+        arguments: [DBusValue] = [], timeout: Duration = DBusConnection.defaultTimeout,
+        completion: @escaping @Sendable (Result<Message, any Error>) -> Void
+    ) throws(DBusError) -> PendingCall {
+        let ms = try Self.milliseconds(timeout)
+        let message = try OwnedMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            autoStart: activatesServices)
+        let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
+        perform { connection in
+            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+        }
+        return PendingCall(id: id)
+    }
+
+    /// Drops a call started with `startCall`: its completion gets `CancellationError`, unless
+    /// it has completed already.
+    public nonisolated func cancelCall(_ call: PendingCall) {
+        perform { $0.core.cancelCall(call.id) }
+    }
+
     /// Calls a method and returns the reply's arguments after checking their signature.
     /// - Throws: as `call`, plus `DBusError.unexpectedSignature`.
     public func call(

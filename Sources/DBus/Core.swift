@@ -271,13 +271,19 @@ final class ConnectionCore {
         rearm()
     }
 
-    /// Arms the timer for the earliest enabled timeout, or disarms it.
+    /// Arms the timer for the earliest enabled timeout, or disarms it when none is left.
+    ///
+    /// An armed deadline earlier than the earliest timeout stays: firing early is harmless
+    /// (`handleTimer` finds nothing due and re-arms). So while calls follow each other, each
+    /// adding a timeout later than the last and removing an earlier one, the timerfd is not
+    /// touched at all, where exact arming cost two `timerfd_settime` per call.
     private func rearm() {
         guard timerFD >= 0, !isClosed else { return }
         var next: UInt64?
         for t in timeouts.values {
             if let d = t.deadline, d < (next ?? .max) { next = d }
         }
+        if armedKnown, let armed = armedDeadline, let next, armed <= next { return }
         guard !armedKnown || next != armedDeadline else { return }
         armedDeadline = next
         armedKnown = true
@@ -364,9 +370,12 @@ final class ConnectionCore {
 
     // MARK: Pending calls
 
+    /// Where a call's outcome goes: an awaiting task, or a callback run on the loop.
+    typealias Completion = @Sendable (Result<Message, any Error>) -> Void
+
     private struct PendingEntry {
         let id: UInt64
-        let continuation: CheckedContinuation<Message, any Error>
+        let complete: Completion
     }
 
     private var pendingByPointer: [OpaquePointer: PendingEntry] = [:]
@@ -377,22 +386,28 @@ final class ConnectionCore {
         _ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
         continuation: CheckedContinuation<Message, any Error>
     ) {
-        guard !isClosed else { return continuation.resume(throwing: DBusError.disconnected) }
-        do { try checkFDs(message) } catch { return continuation.resume(throwing: error) }
+        startCall(message, timeoutMilliseconds: timeoutMilliseconds, id: id) { continuation.resume(with: $0) }
+    }
+
+    /// Sends `message` and calls `complete` on the loop with the reply (or an error): at once
+    /// when the call cannot start, otherwise from a later turn of the loop.
+    func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: @escaping Completion) {
+        guard !isClosed else { return complete(.failure(DBusError.disconnected)) }
+        do { try checkFDs(message) } catch { return complete(.failure(error)) }
         var pending: OpaquePointer?
         guard dbus_connection_send_with_reply(raw, message.raw, &pending, timeoutMilliseconds) != 0 else {
-            return continuation.resume(throwing: Marshal.outOfMemory)
+            return complete(.failure(Marshal.outOfMemory))
         }
         // libdbus gives no pending call when the connection is already disconnected.
-        guard let pending else { return continuation.resume(throwing: DBusError.disconnected) }
-        pendingByPointer[pending] = PendingEntry(id: id, continuation: continuation)
+        guard let pending else { return complete(.failure(DBusError.disconnected)) }
+        pendingByPointer[pending] = PendingEntry(id: id, complete: complete)
         pendingByID[id] = pending
         guard dbus_pending_call_set_notify(pending, cPendingNotify, selfPointer, nil) != 0 else {
             pendingByPointer[pending] = nil
             pendingByID[id] = nil
             dbus_pending_call_cancel(pending)
             dbus_pending_call_unref(pending)
-            return continuation.resume(throwing: Marshal.outOfMemory)
+            return complete(.failure(Marshal.outOfMemory))
         }
         if dbus_pending_call_get_completed(pending) != 0 { completeCall(pending) }
     }
@@ -403,19 +418,15 @@ final class ConnectionCore {
         pendingByID[entry.id] = nil
         let reply = dbus_pending_call_steal_reply(pending)
         dbus_pending_call_unref(pending)
-        guard let reply else { return entry.continuation.resume(throwing: DBusError.disconnected) }
+        guard let reply else { return entry.complete(.failure(DBusError.disconnected)) }
         let owned = OwnedMessage(adopting: reply)
         let message: Message
         do {
             message = try Message.decode(owned.raw)
         } catch {
-            return entry.continuation.resume(throwing: error)
+            return entry.complete(.failure(error))
         }
-        if message.kind == .error {
-            entry.continuation.resume(throwing: mapError(message))
-        } else {
-            entry.continuation.resume(returning: message)
-        }
+        entry.complete(message.kind == .error ? .failure(mapError(message)) : .success(message))
     }
 
     private func mapError(_ m: Message) -> DBusError {
@@ -433,7 +444,7 @@ final class ConnectionCore {
         else { return }
         dbus_pending_call_cancel(pending)
         dbus_pending_call_unref(pending)
-        entry.continuation.resume(throwing: CancellationError())
+        entry.complete(.failure(CancellationError()))
     }
 
     // MARK: Incoming messages
@@ -873,7 +884,7 @@ final class ConnectionCore {
         for (p, entry) in pending {
             dbus_pending_call_cancel(p)
             dbus_pending_call_unref(p)
-            entry.continuation.resume(throwing: DBusError.disconnected)
+            entry.complete(.failure(DBusError.disconnected))
         }
         let subs = subscriptions
         subscriptions = [:]
