@@ -1,4 +1,5 @@
 import DBus
+import EventLoop
 import Foundation
 import Synchronization
 import Testing
@@ -252,6 +253,80 @@ extension DBusTests {
 
         /// Tasks preferring a connection's executor: calls to ourselves, and two connections
         /// calling each other from each other's queues at the same time (no deadlock).
+        /// `startCall` from code on the connection's loop: the outcome comes back as a callback,
+        /// on the loop, for replies, error replies, timeouts and cancellation alike.
+        @Test func callsWithoutATask() async throws {
+            try await withPair { pair in
+                try await pair.server.export(trickyObject(), at: trickyPath)
+                let client = pair.client, server = pair.serverName
+                func start(_ member: MemberName, _ args: [DBusValue] = [], timeout: Duration = .seconds(5),
+                           cancel: Bool = false) async throws -> Result<Message, any Error> {
+                    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Result<Message, any Error>, any Error>) in
+                        do {
+                            let call = try client.startCall(
+                                destination: server, path: trickyPath, interface: "com.example.Tricky", member: member,
+                                arguments: args, timeout: timeout
+                            ) { outcome in
+                                client.preconditionIsolated("a completion runs on the connection's loop")
+                                continuation.resume(returning: outcome)
+                            }
+                            if cancel { client.cancelCall(call) }
+                        } catch {
+                            continuation.resume(throwing: error)
+                        }
+                    }
+                }
+                let answered = try await start("ReturnsInt")
+                #expect(try answered.get().arguments == [.int32(42)])
+                let failed = try await start("Fail")
+                #expect(throws: DBusError.remote(name: "com.example.Error.Nope", message: "nope, \"quoted\" ✓")) {
+                    try failed.get()
+                }
+                let late = try await start("Sleep", [.uint32(3000)], timeout: .milliseconds(100))
+                #expect(throws: DBusError.timeout) { try late.get() }
+                let cancelled = try await start("Sleep", [.uint32(3000)], cancel: true)
+                #expect(throws: CancellationError.self) { try cancelled.get() }
+                await #expect(throws: DBusError.invalidArgument("timeout must be positive")) {
+                    _ = try await start("NoArgs", timeout: .zero)
+                }
+            }
+        }
+
+        /// The timeouts' one timer is left armed at an earlier deadline while calls follow each
+        /// other: firing early must not fail a call, a later deadline must not delay an earlier
+        /// one, and once no call is pending the timer is off (no wakeup when idle).
+        @Test func timeoutsStayExactWhileTheTimerIsArmedLazily() async throws {
+            let loop = try EventLoop(name: "lazy-timer")
+            defer { loop.shutdown() }
+            try await withBus { bus in
+                let server = try await DBusConnection.connect(to: .address(bus.address))
+                let client = try await DBusConnection.connect(to: .address(bus.address), loop: loop)
+                try await server.export(trickyObject(), at: trickyPath)
+                let pair = Pair(bus: bus, server: server, client: client)
+                // Armed for 150 ms, answered after 20 ms: the timer stays armed for 150 ms.
+                #expect(try await call(pair, "SlowEcho", [.string("a")], timeout: .milliseconds(150)).arguments == [.string("a")])
+                // It fires early for this call, which must still get its reply after 400 ms.
+                _ = try await call(pair, "Sleep", [.uint32(400)], timeout: .seconds(3))
+                // A 10 s call leaves a late deadline behind; a 200 ms one still times out on time.
+                _ = try await call(pair, "SlowEcho", [.string("b")], timeout: .seconds(10))
+                let start = ContinuousClock.now
+                await expectDBusError(.timeout) { _ = try await call(pair, "Sleep", [.uint32(3000)], timeout: .milliseconds(200)) }
+                #expect(ContinuousClock.now - start < .seconds(2))
+                // Answered long before its 300 ms deadline: with nothing else pending, the timer
+                // is switched off rather than left to fire.
+                _ = try await call(pair, "SlowEcho", [.string("c")], timeout: .milliseconds(300))
+                // Nothing pending: the loop sleeps, even past every deadline used above.
+                let tid = try #require(threadID(named: "lazy-timer"))
+                try await Task.sleep(for: .milliseconds(50))
+                let before = try #require(voluntarySwitches(ofThread: tid))
+                try await Task.sleep(for: .milliseconds(700))
+                let after = try #require(voluntarySwitches(ofThread: tid))
+                #expect(after == before, "the idle connection's loop woke \(after - before) times")
+                await client.close()
+                await server.close()
+            }
+        }
+
         @Test func callsFromConnectionQueues() async throws {
             try await withPair { pair in
                 try await pair.server.export(trickyObject(), at: trickyPath)

@@ -2,6 +2,7 @@ import EventLoop
 import Glibc
 import Synchronization
 import Testing
+import TestSupport
 
 /// An actor isolated to a loop, as the daemon's actors are.
 private actor OnLoop {
@@ -221,42 +222,15 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         defer { loop.shutdown() }
         // The thread names itself first thing: after one round trip it has.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in loop.execute { continuation.resume() } }
-        let tid = try #require(Self.thread(named: "idle-test"))
+        let tid = try #require(threadID(named: "idle-test"))
         let timer = loop.makeTimer {}
         timer.schedule(after: .seconds(3600))
-        func switches() -> Int? {
-            let fd = open("/proc/self/task/\(tid)/status", O_RDONLY)
-            guard fd >= 0 else { return nil }
-            defer { close(fd) }
-            var bytes = [UInt8](repeating: 0, count: 8192)
-            let count = read(fd, &bytes, bytes.count)
-            guard count > 0 else { return nil }
-            let text = String(decoding: bytes[0..<count], as: UTF8.self)
-            let line = text.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
-            return line.flatMap { Int($0.split(separator: "\t").last ?? "") }
-        }
+        func switches() -> Int? { voluntarySwitches(ofThread: tid) }
         try await Task.sleep(for: .milliseconds(50))  // let the loop settle into its wait
         let before = try #require(switches())
         try await Task.sleep(for: .milliseconds(500))
         let after = try #require(switches())
         #expect(after == before, "the idle loop's thread woke \(after - before) times")
         timer.cancel()
-    }
-
-    /// The id of this process's thread named `name`.
-    private static func thread(named name: String) -> String? {
-        guard let dir = opendir("/proc/self/task") else { return nil }
-        defer { closedir(dir) }
-        while let entry = readdir(dir) {
-            let tid = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            guard tid.first?.isNumber == true else { continue }
-            let fd = open("/proc/self/task/\(tid)/comm", O_RDONLY)
-            guard fd >= 0 else { continue }
-            var bytes = [UInt8](repeating: 0, count: 64)
-            let count = read(fd, &bytes, bytes.count)
-            close(fd)
-            if count > 0 && String(decoding: bytes[0..<count], as: UTF8.self) == name + "\n" { return tid }
-        }
-        return nil
     }
 }
