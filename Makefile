@@ -21,6 +21,12 @@ FUZZ_DIR    := .build/fuzz
 # ancs-bench counts heap allocations by defining malloc/calloc/realloc (Benchmarks/ancs-bench/AllocationCounter.swift).
 BENCH_LINK  := $(foreach f,malloc calloc realloc,-Xlinker --defsym=$(f)=ancs_bench_$(f))
 
+# Code layout of the release binary (docs/performance.md, "Code layout"): linked by lld with each
+# function in a section of its own, the functions the daemon runs placed together in the order of
+# linker/ancsd.order (scripts/make-order-file writes it). Other names there are ignored.
+LAYOUT      := -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections \
+	-Xlinker --symbol-ordering-file=$(CURDIR)/linker/ancsd.order -Xlinker --no-warn-symbol-ordering
+
 PREFIX      ?= /usr/local
 DESTDIR     ?=
 BINDIR      ?= $(PREFIX)/bin
@@ -31,7 +37,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
-.PHONY: all print-test-deps build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
+.PHONY: all print-test-deps print-layout build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
 # What building or testing in a Debian root of another architecture needs (scripts/trixie-root).
 CROSS_DEPS  := mmdebstrap qemu-user-static binfmt-support arch-test
@@ -48,6 +54,10 @@ all: build
 print-test-deps:
 	@echo $(TEST_DEPS)
 
+# The code-layout flags of release builds, for scripts/make-order-file.
+print-layout:
+	@echo $(LAYOUT)
+
 deps:
 	@scripts/install-deps $(BUILD_DEPS)
 
@@ -59,7 +69,7 @@ release: deps
 
 ## release-static: ancsd with the Swift runtime linked in, for machines without Swift.
 release-static: deps
-	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
+	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOUT) --product ancsd
 
 ## install: the binary, the systemd unit and sysusers entry, the user unit of "ancsd desktop",
 ## the configuration (kept if it exists), the man page and bash completion. PREFIX and DESTDIR
@@ -151,7 +161,7 @@ check-install:
 ## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
 ## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups).
 # Every product with the same flags (--static-swift-stdlib), so one build serves them all.
-BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib
+BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOUT)
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(BENCH_BUILD) --product ancs-bench $(BENCH_LINK)
