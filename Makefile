@@ -23,9 +23,12 @@ BENCH_LINK  := $(foreach f,malloc calloc realloc,-Xlinker --defsym=$(f)=ancs_ben
 
 # Code layout of the release binary (docs/performance.md, "Code layout"): linked by lld with each
 # function in a section of its own, the functions the daemon runs placed together in the order of
-# linker/ancsd.order (scripts/make-order-file writes it). Other names there are ignored.
-LAYOUT      := -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections \
+# linker/ancsd.order (scripts/make-order-file writes it). Other names there are ignored. These
+# builds have a build directory of their own: SwiftPM does not recompile when only -Xfrontend
+# flags change, so objects of a plain release build would be linked without function sections.
+LAYOUT      := --scratch-path .build/layout -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections \
 	-Xlinker --symbol-ordering-file=$(CURDIR)/linker/ancsd.order -Xlinker --no-warn-symbol-ordering
+LAYOUT_BIN   = $$($(SWIFT) build -c release $(LAYOUT) --show-bin-path)
 
 PREFIX      ?= /usr/local
 DESTDIR     ?=
@@ -35,7 +38,6 @@ SYSCONFDIR  ?= /etc
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
-RELEASE_BIN  = $$($(SWIFT) build -c release --show-bin-path)
 
 .PHONY: all print-test-deps print-layout build release release-static deb check-deb demo test soak system-test check-install bench fuzz deps install uninstall clean
 DEB_DEPS    := $(BUILD_DEPS) debhelper dpkg-dev fakeroot lintian
@@ -75,7 +77,7 @@ release-static: deps
 ## the configuration (kept if it exists), the man page and bash completion. PREFIX and DESTDIR
 ## are respected.
 install: release-static
-	install -Dm755 -s $(RELEASE_BIN)/ancsd $(DESTDIR)$(BINDIR)/ancsd
+	install -Dm755 -s $(LAYOUT_BIN)/ancsd $(DESTDIR)$(BINDIR)/ancsd
 	install -d $(DESTDIR)$(UNITDIR)
 	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ancsd.service > $(DESTDIR)$(UNITDIR)/ancsd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/ancsd.service
@@ -165,12 +167,12 @@ BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOU
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
 	$(BENCH_BUILD) --product ancs-bench $(BENCH_LINK)
-	$$($(SWIFT) build -c release --show-bin-path)/ancs-bench
+	$(LAYOUT_BIN)/ancs-bench
 	$(BENCH_BUILD) --product ancsd
-	python3 Benchmarks/decode/decode_bench.py $$($(SWIFT) build -c release --show-bin-path)
-	$(BENCH_BUILD) --product dbus-bench && $$($(SWIFT) build -c release --show-bin-path)/dbus-bench
+	python3 Benchmarks/decode/decode_bench.py $(LAYOUT_BIN)
+	$(BENCH_BUILD) --product dbus-bench && $(LAYOUT_BIN)/dbus-bench
 	$(BENCH_BUILD) --product ancs-phone-sim
-	python3 Benchmarks/daemon_bench.py $$($(SWIFT) build -c release --show-bin-path)
+	python3 Benchmarks/daemon_bench.py $(LAYOUT_BIN)
 
 ## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP
 ## decoders), the JSON parser and writer, the ancs-capture/1 reader and the btsnoop reader
