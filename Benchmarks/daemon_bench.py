@@ -7,7 +7,11 @@ Measures, on a private dbus-daemon with the simulator answering instantly:
     with the same clock as it reads it), median and p99;
   - throughput of a burst of notifications sent as fast as possible;
   - ancsd's resident memory after the burst;
-  - ancsd's context switches (all threads) while idle for IDLE_SECONDS (default 30).
+  - ancsd's context switches (all threads) while idle for IDLE_SECONDS (default 30);
+  - as a diagnosis, the CPU time per notification of the burst of ancsd, the simulator,
+    dbus-daemon and this script (/proc/PID/task/*/schedstat).
+The burst's output is read in chunks every millisecond and parsed afterwards, so that this
+script costs the 2-core machine little while it measures; a line's stamp can then only be late.
 Targets (issue 14): burst >= 5,000 notifications/s, latency at 100/s median <= 0.5 ms and
 p99 <= 1 ms, RSS after the burst <= 10 MB and idle before any phone <= 8 MB (a static build:
 make bench builds ancsd with --static-swift-stdlib), 0 wakeups. Each figure is printed as
