@@ -38,93 +38,78 @@ public struct CaptureDecoder: Sendable {
         return Self.values(of: out)
     }
 
-    /// What decoding a record gives, one object each, before it is written
-    /// (`write(_:tag:into:)`): decoding and writing can then run on different threads.
-    public enum Output: Sendable {
-        /// A connection event.
-        case event(CaptureEvent)
-        /// A Notification Source event.
-        case notification(NotificationSourceEvent)
-        /// A Control Point request, with the phone's ATT error if it refused it.
-        case request(ControlPointRequest, attError: UInt8?)
-        /// A Data Source response, complete or cut short.
-        case response(DataSourceResponse)
-        /// A protocol error at position `line` (and byte `offset` of the value, if known).
-        case protocolError(CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?)
-    }
-
     /// Decodes one record from position `line` of the file, appending one line of JSON per
-    /// object to `out`.
+    /// object to `out`, each tagged with `tag`.
     public mutating func decode(_ record: CaptureRecord, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
-        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
-    }
-
-    /// Decodes one record from position `line` of the file, handing each object to `emit` in order.
-    public mutating func decode(_ record: CaptureRecord, line: Int, emit: (Output) -> Void) {
         switch record {
         case .header:
             return
         case .event(_, let event):
-            decode(event, emit)
+            decode(event, tag, &out)
         case .value(_, let characteristic, let bytes, let attError):
-            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, emit) }
+            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, tag, &out) }
         }
     }
 
     /// Decodes one record of a batch (`CaptureRecordBatch`), as `decode(_:line:tag:into:)` does
     /// its `record`, with `line` as its position.
     public mutating func decode(_ record: CaptureRecordView, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
-        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
-    }
-
-    /// Decodes one record of a batch, handing each object to `emit` in order.
-    public mutating func decode(_ record: CaptureRecordView, line: Int, emit: (Output) -> Void) {
         switch record.kind {
         case .header:
             return
         case .event(let event):
-            decode(event, emit)
+            decode(event, tag, &out)
         case .value(let characteristic, let attError):
-            decode(characteristic, record.bytes, attError: attError, line: line, emit)
+            decode(characteristic, record.bytes, attError: attError, line: line, tag, &out)
         }
     }
 
-    private mutating func decode(_ event: CaptureEvent, _ emit: (Output) -> Void) {
-        closeOpenResponse(emit)
-        emit(.event(event))
+    private mutating func decode(_ event: CaptureEvent, _ tag: Tag, _ out: inout JSONWriter) {
+        closeOpenResponse(tag, &out)
+        Self.open(tag, &out)
+        out.appendASCII("\"event\":")
+        out.write(event.rawValue)
+        Self.close(&out)
     }
 
+    // Each object is written as soon as it is decoded, from what the decoding gave: nothing is
+    // built to be written later, so an object costs no copy of its values.
     private mutating func decode(
         _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int,
-        _ emit: (Output) -> Void
+        _ tag: Tag, _ out: inout JSONWriter
     ) {
         switch characteristic {
         case .ns:
             do {
-                emit(.notification(try NotificationSourceEvent(decoding: bytes)))
+                let event = try NotificationSourceEvent(decoding: bytes)
+                Self.open(tag, &out)
+                Self.writeMembers(of: event, &out)
+                Self.close(&out)
             } catch {
-                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
             }
         case .cp:
-            closeOpenResponse(emit)
+            closeOpenResponse(tag, &out)
             let request: ControlPointRequest
             do {
-                request = try ControlPointRequest(decoding: Array(bytes))
+                request = try ControlPointRequest(decoding: bytes)
             } catch {
-                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 return
             }
-            emit(.request(request, attError: attError))
+            Self.open(tag, &out)
+            Self.writeMembers(of: request, attError: attError, &out)
+            Self.close(&out)
             if attError == nil {
                 do { try reassembler.expect(request) } catch {
-                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 }
             }
         case .ds:
             let output = reassembler.feed(bytes)
-            if let response = output.response { emit(.response(response)) }
+            if let response = output.response { Self.write(response, tag, &out) }
             if let error = output.error {
-                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, emit)
+                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
             }
         }
     }
@@ -137,54 +122,39 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// Ends the capture: appends the line of a response still in progress.
-    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) {
-        finish { Self.write($0, tag: tag, into: &out) }
-    }
+    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
 
-    /// Ends the capture: hands a response still in progress to `emit`.
-    public mutating func finish(emit: (Output) -> Void) { closeOpenResponse(emit) }
-
-    private mutating func closeOpenResponse(_ emit: (Output) -> Void) {
+    private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
         guard let response = reassembler.finishEarly() else { return }
-        emit(.response(response))
+        Self.write(response, tag, &out)
     }
 
     private mutating func protocolError(
-        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ emit: (Output) -> Void
+        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ tag: Tag,
+        _ out: inout JSONWriter
     ) {
         protocolErrorCount += 1
-        emit(.protocolError(char, code: code, detail: detail, line: line, offset: offset))
+        Self.open(tag, &out)
+        out.appendASCII("\"char\":")
+        out.write(char.rawValue)
+        out.appendASCII(",\"error\":")
+        out.write(code)
+        out.appendASCII(",\"detail\":")
+        out.write(detail)
+        out.appendASCII(",")
+        out.write(tag.positionKey)
+        out.appendASCII(":")
+        out.write(line)
+        if let offset {
+            out.appendASCII(",\"offset\":")
+            out.write(offset)
+        }
+        Self.close(&out)
     }
 
-    /// Writes one object as a line of JSON, tagged with `tag`.
-    public static func write(_ output: Output, tag: Tag, into out: inout JSONWriter) {
+    private static func write(_ response: DataSourceResponse, _ tag: Tag, _ out: inout JSONWriter) {
         open(tag, &out)
-        switch output {
-        case .event(let event):
-            out.appendASCII("\"event\":")
-            out.write(event.rawValue)
-        case .notification(let event):
-            writeMembers(of: event, &out)
-        case .request(let request, let attError):
-            writeMembers(of: request, attError: attError, &out)
-        case .response(let response):
-            writeMembers(of: response, &out)
-        case .protocolError(let char, let code, let detail, let line, let offset):
-            out.appendASCII("\"char\":")
-            out.write(char.rawValue)
-            out.appendASCII(",\"error\":")
-            out.write(code)
-            out.appendASCII(",\"detail\":")
-            out.write(detail)
-            out.appendASCII(",")
-            out.write(tag.positionKey)
-            out.appendASCII(":")
-            out.write(line)
-            if let offset {
-                out.appendASCII(",\"offset\":")
-                out.write(offset)
-            }
-        }
+        writeMembers(of: response, &out)
         close(&out)
     }
 

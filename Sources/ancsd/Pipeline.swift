@@ -53,25 +53,18 @@ struct Handoff<Value>: @unchecked Sendable {
     let value: Value
 }
 
-/// Batches the consumer is done with, handed back so the producer frees them: the memory of
-/// what a thread allocated then goes back to that thread's heap (glibc gives each thread an
-/// arena), rather than through the other thread taking that arena's lock for every block.
-final class SpentBatches<Item: Sendable>: Sendable {
-    private let batches = Mutex<[[[Item]]]>([])
+/// Batches the consumer is done with, handed back so the producer fills them again: their
+/// storage is allocated once, by the producer's thread, and neither thread allocates or frees
+/// a batch's memory per batch.
+final class SpentBatches<Batch: Sendable>: Sendable {
+    private let batches = Mutex<[Batch]>([])
 
-    /// Hands batches back (the consumer's side).
-    func give(_ spent: [[Item]]) { batches.withLock { $0.append(spent) } }
-
-    /// Frees what was handed back (the producer's side), keeping the storage of one batch,
-    /// emptied, for the producer's next (so no large block is allocated per batch).
-    func reuse() -> [Item] {
-        var taken = batches.withLock { batches -> [[[Item]]] in
-            var taken: [[[Item]]] = []
-            swap(&taken, &batches)
-            return taken
-        }
-        guard var last = taken.popLast(), var storage = last.popLast() else { return [] }
-        storage.removeAll(keepingCapacity: true)
-        return storage
+    /// Hands a batch back (the consumer's side).
+    func give(_ spent: consuming Batch) {
+        let spent = spent
+        batches.withLock { $0.append(spent) }
     }
+
+    /// A batch handed back, if there is one (the producer's side), as the consumer left it.
+    func take() -> Batch? { batches.withLock { $0.popLast() } }
 }
