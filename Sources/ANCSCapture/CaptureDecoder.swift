@@ -106,9 +106,8 @@ public struct CaptureDecoder: Sendable {
                 }
             }
         case .ds:
-            let output = reassembler.feed(bytes)
-            if let response = output.response { Self.write(response, tag, &out) }
-            if let error = output.error {
+            let error = reassembler.feed(bytes) { Self.write($0, tag, &out) }
+            if let error {
                 protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
             }
         }
@@ -125,8 +124,7 @@ public struct CaptureDecoder: Sendable {
     public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
 
     private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
-        guard let response = reassembler.finishEarly() else { return }
-        Self.write(response, tag, &out)
+        reassembler.finishEarly { Self.write($0, tag, &out) }
     }
 
     private mutating func protocolError(
@@ -152,7 +150,7 @@ public struct CaptureDecoder: Sendable {
         Self.close(&out)
     }
 
-    private static func write(_ response: DataSourceResponse, _ tag: Tag, _ out: inout JSONWriter) {
+    private static func write(_ response: DataSourceResponseView, _ tag: Tag, _ out: inout JSONWriter) {
         open(tag, &out)
         writeMembers(of: response, &out)
         close(&out)
@@ -201,7 +199,9 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// The JSON form of a reassembled Data Source response.
-    public static func json(for response: DataSourceResponse) -> JSONValue { value { writeMembers(of: response, &$0) } }
+    public static func json(for response: DataSourceResponse) -> JSONValue {
+        response.withView { response in value { writeMembers(of: response, &$0) } }
+    }
 
     private static func writeMembers(of event: NotificationSourceEvent, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ns\",\"event\":")
@@ -283,7 +283,7 @@ public struct CaptureDecoder: Sendable {
         }
     }
 
-    private static func writeMembers(of response: DataSourceResponse, _ out: inout JSONWriter) {
+    private static func writeMembers(of response: DataSourceResponseView, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ds\"")
         let isApp: Bool
         switch response.subject {
@@ -302,16 +302,15 @@ public struct CaptureDecoder: Sendable {
             out.write(Int(id))
         }
         out.appendASCII("],\"attributes\":[")
-        var message: [UInt8]? = nil
-        var messageSize: [UInt8]? = nil
-        for (index, attribute) in response.attributes.enumerated() {
+        var message: UnsafeBufferPointer<UInt8>? = nil
+        var messageSize: UnsafeBufferPointer<UInt8>? = nil
+        for index in 0..<response.count {
             if index > 0 { out.appendASCII(",") }
-            writeAttribute(attribute, isApp: isApp, &out)
+            let rawID = response.rawID(at: index), value = response.value(at: index)
+            writeAttribute(rawID, value, isApp: isApp, &out)
             // The first of each, as `response.value(of:)` finds them.
-            if !isApp, message == nil, attribute.rawID == NotificationAttributeID.message.rawValue { message = attribute.value }
-            if !isApp, messageSize == nil, attribute.rawID == NotificationAttributeID.messageSize.rawValue {
-                messageSize = attribute.value
-            }
+            if !isApp, message == nil, rawID == NotificationAttributeID.message.rawValue { message = value }
+            if !isApp, messageSize == nil, rawID == NotificationAttributeID.messageSize.rawValue { messageSize = value }
         }
         out.appendASCII("]")
         if let message, let messageSize, let size = parseMessageSize(messageSize) {
@@ -320,39 +319,41 @@ public struct CaptureDecoder: Sendable {
         }
     }
 
-    private static func writeAttribute(_ attribute: DataSourceAttribute, isApp: Bool, _ out: inout JSONWriter) {
-        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: attribute.rawID))
-            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: attribute.rawID)) {
+    private static func writeAttribute(_ rawID: UInt8, _ value: UnsafeBufferPointer<UInt8>, isApp: Bool, _ out: inout JSONWriter) {
+        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: rawID))
+            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: rawID)) {
             out.appendASCII(start)
         } else {
             out.appendASCII("{\"id\":")
-            out.write(Int(attribute.rawID))
+            out.write(Int(rawID))
             out.appendASCII(",\"name\":")
             if isApp {
-                out.write(AppAttributeID(rawValue: attribute.rawID).description)
+                out.write(AppAttributeID(rawValue: rawID).description)
             } else {
-                out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+                out.write(NotificationAttributeID(rawValue: rawID).description)
             }
             out.appendASCII(",\"length\":")
         }
-        out.write(attribute.value.count)
+        out.write(value.count)
         out.appendASCII(",\"value\":")
-        let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }
+        let valid = out.writeString(utf8: value)
         out.appendASCII(valid ? ",\"utf8_valid\":true" : ",\"utf8_valid\":false,\"value_hex\":")
-        if !valid { attribute.value.withUnsafeBufferPointer { out.writeHexString($0) } }
+        if !valid { out.writeHexString(value) }
         if !isApp {
-            switch NotificationAttributeID(rawValue: attribute.rawID) {
-            case .date:
-                switch DateAttribute(attribute.value) {
-                case .valid(let date):
+            switch rawID {
+            case NotificationAttributeID.date.rawValue:
+                // As `DateAttribute(value)` reads it.
+                if value.isEmpty {
+                    out.appendASCII(",\"date\":null")
+                } else if let date = ANCSDate(parsing: value) {
                     out.appendASCII(",\"date\":")
                     writeISO8601(date, &out)
-                case .empty: out.appendASCII(",\"date\":null")
-                case .malformed: out.appendASCII(",\"date_error\":\"malformed\"")
+                } else {
+                    out.appendASCII(",\"date_error\":\"malformed\"")
                 }
-            case .messageSize:
+            case NotificationAttributeID.messageSize.rawValue:
                 out.appendASCII(",\"message_size\":")
-                if let size = parseMessageSize(attribute.value) { out.write(size) } else { out.appendASCII("null") }
+                if let size = parseMessageSize(value) { out.write(size) } else { out.appendASCII("null") }
             default:
                 break
             }

@@ -148,7 +148,12 @@ enum DecodeCommand {
             while var batches = try channel.receive() {
                 batches.reverse()
                 while let batch = batches.popLast() {  // moved out, so the reading thread gets it back unshared
-                    batch.forEach { record in out.append { decoders.decode(record, into: &$0) } }  // flushed as it fills
+                    out.appendLines { writer, lineEnded in
+                        batch.forEach { record in
+                            decoders.decode(record, into: &writer)
+                            lineEnded(&writer)
+                        }
+                    }
                     spent.give(consume batch)
                 }
             }
