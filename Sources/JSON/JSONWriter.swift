@@ -81,16 +81,22 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
             append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: number))
             return
         }
-        // At most 20 characters: a sign and 19 digits.
+        // At most 20 characters: a sign and 19 digits, written from the end two at a time.
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
         withUnsafeMutableBytes(of: &digits) { raw in
             var magnitude = number.magnitude
             var position = raw.count
-            repeat {
+            while magnitude >= 10 {
+                let pair = Int(truncatingIfNeeded: magnitude % 100) &* 2
+                magnitude /= 100
+                position -= 2
+                raw[position] = digitPairs[pair]
+                raw[position + 1] = digitPairs[pair + 1]
+            }
+            if position == raw.count || magnitude > 0 {
                 position -= 1
-                raw[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
+                raw[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude)
+            }
             if number < 0 {
                 position -= 1
                 raw[position] = UInt8(ascii: "-")
@@ -273,6 +279,9 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
         append(start, source.count)
     }
 }
+
+/// "00", "01", … "99": the two digits of each value below 100, for `write(_:)` of an integer.
+private let digitPairs: [UInt8] = (0..<100).flatMap { [UInt8(ascii: "0") + UInt8($0 / 10), UInt8(ascii: "0") + UInt8($0 % 10)] }
 
 /// The lowercase hex digit of a value below 16.
 @inline(__always)
