@@ -166,8 +166,9 @@ public struct DataSourceOutput: Hashable, Sendable {
 /// ANCS responses carry no total length and may be split at any byte; a response is complete
 /// when every requested tuple has arrived. Tell the reassembler what was asked with `expect(_:)`,
 /// then `feed(_:)` it each notification value as it comes. Memory is bounded by `limits`; the only
-/// allocations are the response's own values. After an error the broken response is dropped and
-/// the reassembler is idle, ready for the next request.
+/// allocations are the response's own values, and with `feed(_:completing:)`, which hands the
+/// response over in place, not even those once the storage has grown to fit. After an error the
+/// broken response is dropped and the reassembler is idle, ready for the next request.
 public struct DataSourceReassembler: Sendable {
     // Performance notes (the behaviour is that of a byte-at-a-time state machine; see Fuzz/):
     // - What the response must echo is kept in plain scalar fields, so `feed` copies and
@@ -177,6 +178,9 @@ public struct DataSourceReassembler: Sendable {
     //   checks, same order, same errors) without building the bytes, so it allocates nothing.
     // - A UID, a tuple header or a whole value that lies inside one fragment is taken in one
     //   step; only fields cut by a fragment boundary go through the byte-at-a-time stages.
+    // - The values are collected end to end in one buffer (`values`, `spans`), kept from one
+    //   response to the next up to `keptCapacity`; `feed(_:)` copies them out into the
+    //   `DataSourceResponse`, `feed(_:completing:)` shows them where they are.
     private enum Stage: Sendable { case command, uid, appIdentifier, attributeID, attributeLength, value }
 
     /// The caps this reassembler enforces.
