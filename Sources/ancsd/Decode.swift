@@ -129,10 +129,9 @@ enum DecodeCommand {
             var stage = CaptureStage(channel: channel, spent: spent)
             var lineNumber = 0
             do {
-                while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
+                try handoff.value.forEachLine { line throws(CaptureFormatError) in
                     lineNumber += 1
                     try stage.batch.append(line: line, number: lineNumber, parser: &stage.parser)
-                }) {
                     if stage.batch.count >= batchRecords || stage.batch.byteCount >= batchBytes { stage.send() }
                 }
                 stage.send()
