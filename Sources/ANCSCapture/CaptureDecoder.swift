@@ -309,8 +309,8 @@ public struct CaptureDecoder: Sendable {
             let rawID = response.rawID(at: index), value = response.value(at: index)
             writeAttribute(rawID, value, isApp: isApp, &out)
             // The first of each, as `response.value(of:)` finds them.
-            if !isApp, message == nil, rawID == NotificationAttributeID.message.rawValue { message = value }
-            if !isApp, messageSize == nil, rawID == NotificationAttributeID.messageSize.rawValue { messageSize = value }
+            if !isApp, message == nil, rawID == AttributeRawID.message { message = value }
+            if !isApp, messageSize == nil, rawID == AttributeRawID.messageSize { messageSize = value }
         }
         out.appendASCII("]")
         if let message, let messageSize, let size = parseMessageSize(messageSize) {
@@ -341,7 +341,7 @@ public struct CaptureDecoder: Sendable {
         if !valid { out.writeHexString(value) }
         if !isApp {
             switch rawID {
-            case NotificationAttributeID.date.rawValue:
+            case AttributeRawID.date:
                 // As `DateAttribute(value)` reads it.
                 if value.isEmpty {
                     out.appendASCII(",\"date\":null")
@@ -351,7 +351,7 @@ public struct CaptureDecoder: Sendable {
                 } else {
                     out.appendASCII(",\"date_error\":\"malformed\"")
                 }
-            case NotificationAttributeID.messageSize.rawValue:
+            case AttributeRawID.messageSize:
                 out.appendASCII(",\"message_size\":")
                 if let size = parseMessageSize(value) { out.write(size) } else { out.appendASCII("null") }
             default:
@@ -360,6 +360,14 @@ public struct CaptureDecoder: Sendable {
         }
         out.appendASCII("}")
     }
+}
+
+/// The raw values of the notification attributes the decoder reads, as constants (the
+/// `NotificationAttributeID` statics live in another module: each use would be a call).
+private enum AttributeRawID {
+    static let message: UInt8 = 3
+    static let messageSize: UInt8 = 4
+    static let date: UInt8 = 5
 }
 
 /// `date.iso8601` as a JSON string, written digit by digit.

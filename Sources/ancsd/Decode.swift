@@ -118,10 +118,11 @@ enum DecodeCommand {
     static let batchReserve = 1 << 16
 
     /// Reads and parses the file on another thread (`CaptureStage`), handing the records over
-    /// in batches, while this one decodes them and writes the JSON: the batches' storage goes
-    /// back to the reading thread to be filled again, so neither side allocates per record.
+    /// in batches, while this one decodes them and makes the JSON, which a third writes out
+    /// (`BackgroundWriter`). The batches' storage goes back to the reading thread to be filled
+    /// again, so no side allocates per record.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
-        let out = OutputBuffer()
+        let output = BackgroundWriter()
         let channel = BatchChannel<CaptureRecordBatch>(depth: 4)
         let spent = SpentBatches<CaptureRecordBatch>()
         let handoff = Handoff(value: reader)
@@ -142,16 +143,15 @@ enum DecodeCommand {
             }
         }
         var decoders = ConnectionDecoders(lineKey: "line")
+        var writer = output.makeWriter()
         var failure: (any Error)? = nil
         do {
             while var batches = try channel.receive() {
                 batches.reverse()
                 while let batch = batches.popLast() {  // moved out, so the reading thread gets it back unshared
-                    out.appendLines { writer, lineEnded in
-                        batch.forEach { record in
-                            decoders.decode(record, into: &writer)
-                            lineEnded(&writer)
-                        }
+                    batch.forEach { record in
+                        decoders.decode(record, into: &writer)
+                        output.lineEnded(&writer)
                     }
                     spent.give(consume batch)
                 }
@@ -159,8 +159,13 @@ enum DecodeCommand {
         } catch {
             failure = error
         }
-        out.append { decoders.finish(into: &$0) }  // the responses still open
-        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount)
+        decoders.finish(into: &writer)  // the responses still open
+        output.finish(&writer)
+        if let failure {
+            logError("\(displayName(path)): \(failure)")
+            return 2
+        }
+        return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
     /// The reading thread's side of a capture decode: parses lines into a batch and hands it

@@ -38,15 +38,6 @@ final class OutputBuffer {
         flushIfFull()
     }
 
-    /// Lets `body` append many lines to the buffer directly, in one access: after each line it
-    /// calls the function it is given, which writes the lines out once `flushThreshold` bytes
-    /// collect.
-    func appendLines(_ body: (inout JSONWriter, _ lineEnded: (inout JSONWriter) -> Void) -> Void) {
-        body(&writer) { writer in
-            if writer.count >= Self.flushThreshold { writeOut(&writer) }
-        }
-    }
-
     private func flushIfFull() {
         if writer.count >= Self.flushThreshold { flush() }
     }
@@ -54,23 +45,10 @@ final class OutputBuffer {
     /// Writes out everything buffered.
     func flush() { writeOut(&writer) }
 
-    /// Writes out and empties `writer` (the buffer's own).
+    /// Writes out and empties `writer` (the buffer's own, without copying it).
     private func writeOut(_ writer: inout JSONWriter) {
         defer { writer.removeAll() }
         guard !failed, writer.count > 0 else { return }
-        let failedNow = writer.withBytes { bytes in
-            guard let base = bytes.baseAddress else { return false }
-            var offset = 0
-            while offset < bytes.count {
-                let written = write(fd, base + offset, bytes.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    return true
-                }
-                offset += written
-            }
-            return false
-        }
-        if failedNow { failed = true }
+        if !writer.withBytes({ writeAll(fd, $0) }) { failed = true }
     }
 }
