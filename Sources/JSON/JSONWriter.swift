@@ -142,12 +142,7 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
         }
         while index < count {
             // Eight plain ASCII bytes at a time.
-            while index + 8 <= count {
-                let word = ByteScan.load(base + index)
-                if ByteScan.hasControl(word) || ByteScan.hasDELOrHigh(word) || ByteScan.has(word, UInt8(ascii: "\""))
-                    || ByteScan.has(word, UInt8(ascii: "\\")) { break }
-                index += 8
-            }
+            while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(base + index)) { index += 8 }
             guard index < count else { break }
             let byte = text[index]
             if byte >= 0x20 && byte < 0x7F {
