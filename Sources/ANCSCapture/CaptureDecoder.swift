@@ -92,7 +92,7 @@ public struct CaptureDecoder: Sendable {
             closeOpenResponse(tag, &out)
             let request: ControlPointRequest
             do {
-                request = try ControlPointRequest(decoding: bytes)
+                request = try ControlPointRequest(decoding: Array(bytes))  // the array form is compiled in ANCS, specialized
             } catch {
                 protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 return
