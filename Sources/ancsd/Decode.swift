@@ -111,7 +111,7 @@ enum DecodeCommand {
     }
 
     /// How many records the reading thread of a capture decode parses before it hands them over.
-    static let batchRecords = 1024
+    static let batchRecords = 2048
     /// ... or how many bytes of values, whichever comes first.
     static let batchBytes = 1 << 18
     /// The room a new batch starts with for values (below malloc's mmap threshold).

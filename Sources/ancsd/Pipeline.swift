@@ -86,7 +86,7 @@ final class BackgroundWriter: Sendable {
     }
 
     /// How many bytes a buffer collects before it is handed over.
-    static let bufferSize = 1 << 17
+    static let bufferSize = 1 << 19
 
     private let fd: Int32
     private let full = BatchChannel<Buffer>(depth: 4)
