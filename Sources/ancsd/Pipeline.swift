@@ -86,10 +86,10 @@ final class BackgroundWriter: Sendable {
     }
 
     /// How many bytes a buffer collects before it is handed over.
-    static let bufferSize = 1 << 19
+    static let bufferSize = 1 << 18
 
     private let fd: Int32
-    private let full = BatchChannel<Buffer>(depth: 4)
+    private let full = BatchChannel<Buffer>(depth: 2)
     private let empty = Mutex<[Buffer]>([])
     private let failed = Atomic(false)
     private let finished = DispatchSemaphore(value: 0)
