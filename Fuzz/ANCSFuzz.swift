@@ -232,10 +232,15 @@ struct ReassemblerSession {
 
     mutating func feed(_ fragment: ArraySlice<UInt8>) {
         fragmentCount += 1
-        let output: DataSourceOutput = switch fragmentCount % 3 {
-        case 0: reassembler.feed(Array(fragment))
-        case 1: reassembler.feed(fragment)
-        default: reassembler.feed(fragment.lazy.map { $0 })  // no contiguous storage
+        let output: DataSourceOutput
+        switch fragmentCount % 4 {
+        case 0: output = reassembler.feed(Array(fragment))
+        case 1: output = reassembler.feed(fragment)
+        case 2: output = reassembler.feed(fragment.lazy.map { $0 })  // no contiguous storage
+        default:  // the response handed over in place
+            var response: DataSourceResponse? = nil
+            let error = Array(fragment).withUnsafeBufferPointer { reassembler.feed($0, completing: { response = $0.response }) }
+            output = DataSourceOutput(response: response, error: error)
         }
         let referenceOutput = reference.feed(Array(fragment))
         check(output == referenceOutput, "feed: \(output) but the reference gives \(referenceOutput)")

@@ -43,7 +43,12 @@ public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// Parses the 15-character ANCS form, checking every field's range; nil if it is not one.
     public init?(parsing text: some Collection<UInt8>) {
-        let chars = Array(text)
+        guard let date = Array(text).withUnsafeBufferPointer({ ANCSDate(parsing: $0) }) else { return nil }
+        self = date
+    }
+
+    /// Parses the ANCS form from a buffer, as `init?(parsing:)` does, without copying it.
+    public init?(parsing chars: UnsafeBufferPointer<UInt8>) {
         guard chars.count == 15, chars[8] == UInt8(ascii: "T") else { return nil }
         func number(_ range: Range<Int>) -> Int? {
             var value = 0
@@ -111,6 +116,11 @@ public enum DateAttribute: Hashable, Sendable {
 
 /// The MessageSize attribute: the full message size as a decimal string; nil if it is not one.
 public func parseMessageSize(_ raw: [UInt8]) -> Int? {
+    raw.withUnsafeBufferPointer { parseMessageSize($0) }
+}
+
+/// `parseMessageSize(_:)` for bytes in a buffer.
+public func parseMessageSize(_ raw: UnsafeBufferPointer<UInt8>) -> Int? {
     guard !raw.isEmpty, raw.count <= 9 else { return nil }
     var value = 0
     for char in raw {
@@ -137,33 +147,36 @@ public func isMessageTruncated(message: String, messageSize: Int) -> Bool {
 /// A message ending in "…" right after a non-ASCII character goes through the `String` form,
 /// where grapheme rules decide whether that "…" stands alone.
 public func isMessageTruncated(messageBytes raw: [UInt8], messageSize: Int) -> Bool {
+    raw.withUnsafeBufferPointer { isMessageTruncated(messageBytes: $0, messageSize: messageSize) }
+}
+
+/// `isMessageTruncated(messageBytes:messageSize:)` for bytes in a buffer.
+public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, messageSize: Int) -> Bool {
     var utf8 = 0
     var utf16 = 0
     var previousWasASCII = true  // the scalar before the one just counted
     var lastWasASCII = true
-    raw.withUnsafeBufferPointer { bytes in
-        var index = 0
-        while index < bytes.count {
-            previousWasASCII = lastWasASCII
-            let lead = bytes[index]
-            if lead < 0x80 {
-                utf8 += 1
-                utf16 += 1
-                index += 1
-                lastWasASCII = true
-                continue
-            }
-            lastWasASCII = false
-            let length = wellFormedLength(bytes, at: index)
-            if length > 0 {
-                utf8 += length
-                utf16 += length == 4 ? 2 : 1
-                index += length
-            } else {  // one U+FFFD for the maximal ill-formed subpart, as String(decoding:) does
-                utf8 += 3
-                utf16 += 1
-                index += maximalSubpartLength(bytes, at: index)
-            }
+    var index = 0
+    while index < raw.count {
+        previousWasASCII = lastWasASCII
+        let lead = raw[index]
+        if lead < 0x80 {
+            utf8 += 1
+            utf16 += 1
+            index += 1
+            lastWasASCII = true
+            continue
+        }
+        lastWasASCII = false
+        let length = wellFormedLength(raw, at: index)
+        if length > 0 {
+            utf8 += length
+            utf16 += length == 4 ? 2 : 1
+            index += length
+        } else {  // one U+FFFD for the maximal ill-formed subpart, as String(decoding:) does
+            utf8 += 3
+            utf16 += 1
+            index += maximalSubpartLength(raw, at: index)
         }
     }
     let endsWithEllipsis = raw.count >= 3 && raw[raw.count - 3] == 0xE2 && raw[raw.count - 2] == 0x80 && raw[raw.count - 1] == 0xA6

@@ -166,8 +166,9 @@ public struct DataSourceOutput: Hashable, Sendable {
 /// ANCS responses carry no total length and may be split at any byte; a response is complete
 /// when every requested tuple has arrived. Tell the reassembler what was asked with `expect(_:)`,
 /// then `feed(_:)` it each notification value as it comes. Memory is bounded by `limits`; the only
-/// allocations are the response's own values. After an error the broken response is dropped and
-/// the reassembler is idle, ready for the next request.
+/// allocations are the response's own values, and with `feed(_:completing:)`, which hands the
+/// response over in place, not even those once the storage has grown to fit. After an error the
+/// broken response is dropped and the reassembler is idle, ready for the next request.
 public struct DataSourceReassembler: Sendable {
     // Performance notes (the behaviour is that of a byte-at-a-time state machine; see Fuzz/):
     // - What the response must echo is kept in plain scalar fields, so `feed` copies and
@@ -177,6 +178,9 @@ public struct DataSourceReassembler: Sendable {
     //   checks, same order, same errors) without building the bytes, so it allocates nothing.
     // - A UID, a tuple header or a whole value that lies inside one fragment is taken in one
     //   step; only fields cut by a fragment boundary go through the byte-at-a-time stages.
+    // - The values are collected end to end in one buffer (`values`, `spans`), kept from one
+    //   response to the next up to `keptCapacity`; `feed(_:)` copies them out into the
+    //   `DataSourceResponse`, `feed(_:completing:)` shows them where they are.
     private enum Stage: Sendable { case command, uid, appIdentifier, attributeID, attributeLength, value }
 
     /// The caps this reassembler enforces.
@@ -199,8 +203,17 @@ public struct DataSourceReassembler: Sendable {
     private var receivedMask: UInt16 = 0
     private var currentID: UInt8 = 0
     private var currentLength = 0
-    private var currentValue: [UInt8] = []
-    private var attributes: [DataSourceAttribute] = []
+    /// Where the value being collected starts in `values`.
+    private var currentStart = 0
+    /// The values of the tuples, end to end: the finished ones (`spans`), then the one being
+    /// collected. Kept from one response to the next while small, so a response costs no
+    /// allocation until it is handed out as a `DataSourceResponse`.
+    private var values: [UInt8] = []
+    /// The finished tuples, in the order they arrived.
+    private var spans: [DataSourceResponseView.Span] = []
+
+    /// The most value bytes whose storage is kept for the next response.
+    private static let keptCapacity = 16_384
 
     public init(limits: DataSourceLimits = DataSourceLimits()) {
         self.limits = limits
@@ -247,7 +260,7 @@ public struct DataSourceReassembler: Sendable {
         self.appIdentifier = appIdentifier
         self.requestedMask = mask
         self.knownIDCount = knownIDCount
-        attributes.reserveCapacity(count)
+        spans.reserveCapacity(count)
     }
 
     /// Throws exactly what `request.encoded()` throws, in the same order, without encoding.
@@ -304,18 +317,27 @@ public struct DataSourceReassembler: Sendable {
         fieldCount = 0
         receivedMask = 0
         requestedMaxLengths = SIMD8()
-        if currentValue.capacity != 0 { currentValue = [] }
-        if attributes.capacity != 0 { attributes = [] }
+        if values.capacity > Self.keptCapacity { values = [] } else { values.removeAll(keepingCapacity: true) }
+        spans.removeAll(keepingCapacity: true)
     }
 
     /// Ends the pending response now, returning what arrived marked incomplete with the IDs that
     /// are missing (a tuple cut short counts as missing). For a phone that omits a requested
     /// tuple. Returns nil when no response is pending.
     public mutating func finishEarly() -> DataSourceResponse? {
-        guard request != nil else { return nil }
-        let response = makeResponse()
-        reset()
+        var response: DataSourceResponse? = nil
+        finishEarly { response = $0.response }
         return response
+    }
+
+    /// `finishEarly()` handing the response in place to `body` (see `feed(_:completing:)`);
+    /// false when no response is pending.
+    @discardableResult
+    public mutating func finishEarly(_ body: (DataSourceResponseView) -> Void) -> Bool {
+        guard request != nil else { return false }
+        withView(body)
+        reset()
+        return true
     }
 
     /// Feeds one GATT notification value of the Data Source.
@@ -331,22 +353,58 @@ public struct DataSourceReassembler: Sendable {
 
     /// Feeds one GATT notification value of the Data Source from a buffer.
     public mutating func feed(_ bytes: UnsafeBufferPointer<UInt8>) -> DataSourceOutput {
+        switch step(bytes) {
+        case .more:
+            return DataSourceOutput()  // need more; built in place rather than copied from `.needMore`
+        case .failed(let error):
+            return DataSourceOutput(error: error)
+        case .completed(let trailing):
+            let response = makeResponse()
+            reset()
+            return DataSourceOutput(response: response, error: trailing)
+        }
+    }
+
+    /// Feeds one value as `feed(_:)` does, but hands a response it completes to `body` in place,
+    /// its values pointing into the reassembler (valid only during the call), rather than
+    /// building a `DataSourceResponse`. Returns the error `feed(_:)` would give with it.
+    public mutating func feed(
+        _ bytes: UnsafeBufferPointer<UInt8>, completing body: (DataSourceResponseView) -> Void
+    ) -> DataSourceError? {
+        switch step(bytes) {
+        case .more:
+            return nil
+        case .failed(let error):
+            return error
+        case .completed(let trailing):
+            withView(body)
+            reset()
+            return trailing
+        }
+    }
+
+    /// What one step of `feed` led to.
+    private enum Step {
+        case more
+        /// The response is complete (and not reset yet), with the error of bytes after it.
+        case completed(trailing: DataSourceError?)
+        /// The reassembler is idle again.
+        case failed(DataSourceError)
+    }
+
+    private mutating func step(_ bytes: UnsafeBufferPointer<UInt8>) -> Step {
         guard request != nil else {
-            return bytes.isEmpty ? DataSourceOutput() : DataSourceOutput(error: DataSourceError(.noPendingRequest, offset: 0))
+            return bytes.isEmpty ? .more : .failed(DataSourceError(.noPendingRequest, offset: 0))
         }
         var index = 0
         let end = bytes.count
         while index < end {
             switch stage {
             case .value:
-                let take = min(end - index, currentLength - currentValue.count)
-                currentValue.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<(index + take)]))
+                let take = min(end - index, currentLength - (values.count - currentStart))
+                values.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<(index + take)]))
                 advance(&index, by: take)
-                if currentValue.count == currentLength {
-                    var value: [UInt8] = []
-                    swap(&value, &currentValue)
-                    if finishAttribute(value) { return completed(remaining: end - index) }
-                }
+                if values.count - currentStart == currentLength, finishAttribute() { return completed(remaining: end - index) }
             case .attributeID:
                 let id = bytes[index]
                 let bit: UInt16 = id < 16 ? 1 << UInt16(id) : 0
@@ -419,7 +477,7 @@ public struct DataSourceReassembler: Sendable {
                 if fieldCount > appIdentifier.utf8.count { stage = .attributeID }
             }
         }
-        return DataSourceOutput()  // need more; built in place rather than copied from `.needMore`
+        return .more
     }
 
     /// How many bytes from `index` on match the expected app identifier from position
@@ -459,17 +517,13 @@ public struct DataSourceReassembler: Sendable {
         guard offset + currentLength <= limits.maxResponseLength else {
             return .failed(.responseTooLong(length: offset + currentLength, limit: limits.maxResponseLength))
         }
-        if currentLength == 0 {
-            stage = .attributeID
-            return finishAttribute([]) ? .complete : .more
-        }
+        currentStart = values.count
         if currentLength <= bytes.count - index {
-            let value = Array(UnsafeBufferPointer(rebasing: bytes[index..<(index + currentLength)]))
+            values.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[index..<(index + currentLength)]))
             advance(&index, by: currentLength)
-            stage = .attributeID
-            return finishAttribute(value) ? .complete : .more
+            return finishAttribute() ? .complete : .more
         }
-        currentValue.reserveCapacity(currentLength)
+        values.reserveCapacity(currentStart + currentLength)
         stage = .value
         return .more
     }
@@ -487,26 +541,35 @@ public struct DataSourceReassembler: Sendable {
     }
 
     /// Stores the finished tuple; true if that completed the response.
-    private mutating func finishAttribute(_ value: consuming [UInt8]) -> Bool {
-        attributes.append(DataSourceAttribute(rawID: currentID, value: value))
+    private mutating func finishAttribute() -> Bool {
+        spans.append(DataSourceResponseView.Span(rawID: currentID, start: currentStart, count: values.count - currentStart))
         receivedMask |= 1 << UInt16(currentID)
         stage = .attributeID
         return receivedMask == requestedMask
     }
 
-    /// The output for a response just completed, with `remaining` bytes of the fragment after it.
-    private mutating func completed(remaining: Int) -> DataSourceOutput {
-        let response = makeResponse()
-        let trailingAt = offset
-        reset()
-        let error = remaining > 0 ? DataSourceError(.trailingBytes(count: remaining), offset: trailingAt) : nil
-        return DataSourceOutput(response: response, error: error)
+    /// The step for a response just completed, with `remaining` bytes of the fragment after it.
+    private func completed(remaining: Int) -> Step {
+        .completed(trailing: remaining > 0 ? DataSourceError(.trailingBytes(count: remaining), offset: offset) : nil)
     }
 
     private func makeResponse() -> DataSourceResponse {
         let subject: DataSourceResponse.Subject = command == .getAppAttributes
             ? .app(identifier: appIdentifier) : .notification(uid: uid)
+        let attributes = spans.map { DataSourceAttribute(rawID: $0.rawID, value: Array(values[$0.start..<$0.start + $0.count])) }
         return DataSourceResponse(subject: subject, attributes: attributes, missingAttributeIDs: missingIDs())
+    }
+
+    /// Hands the response as it stands to `body`, in place.
+    private func withView(_ body: (DataSourceResponseView) -> Void) {
+        let subject: DataSourceResponse.Subject = command == .getAppAttributes
+            ? .app(identifier: appIdentifier) : .notification(uid: uid)
+        let missing = missingIDs()
+        values.withUnsafeBufferPointer { values in
+            spans.withUnsafeBufferPointer { spans in
+                body(DataSourceResponseView(subject: subject, missingAttributeIDs: missing, values: values, spans: spans))
+            }
+        }
     }
 
     /// The requested IDs that have not arrived, in request order.
@@ -526,9 +589,74 @@ public struct DataSourceReassembler: Sendable {
         return missing
     }
 
-    private mutating func fail(_ kind: DataSourceError.Kind) -> DataSourceOutput {
+    private mutating func fail(_ kind: DataSourceError.Kind) -> Step {
         let error = DataSourceError(kind, offset: offset)
         reset()
-        return DataSourceOutput(error: error)
+        return .failed(error)
+    }
+}
+
+/// A reassembled Data Source response read in place: its values point into the reassembler
+/// that hands it over (`DataSourceReassembler.feed(_:completing:)`), valid only during that
+/// call. What a `DataSourceResponse` says, without an allocation per value.
+public struct DataSourceResponseView {
+    /// Where one tuple's value lies.
+    struct Span {
+        var rawID: UInt8
+        var start: Int
+        var count: Int
+    }
+
+    /// What the response is about.
+    public let subject: DataSourceResponse.Subject
+    /// Requested attribute IDs that never (fully) arrived, in request order; empty when complete.
+    public let missingAttributeIDs: [UInt8]
+    private let values: UnsafeBufferPointer<UInt8>
+    private let spans: UnsafeBufferPointer<Span>
+
+    init(subject: DataSourceResponse.Subject, missingAttributeIDs: [UInt8], values: UnsafeBufferPointer<UInt8>,
+         spans: UnsafeBufferPointer<Span>) {
+        self.subject = subject
+        self.missingAttributeIDs = missingAttributeIDs
+        self.values = values
+        self.spans = spans
+    }
+
+    /// True if every requested tuple arrived.
+    public var isComplete: Bool { missingAttributeIDs.isEmpty }
+
+    /// How many tuples arrived.
+    public var count: Int { spans.count }
+
+    /// The attribute ID byte of tuple `index`, in the order they arrived.
+    public func rawID(at index: Int) -> UInt8 { spans[index].rawID }
+
+    /// The value of tuple `index`, exactly as the phone sent it.
+    public func value(at index: Int) -> UnsafeBufferPointer<UInt8> {
+        let span = spans[index]
+        return UnsafeBufferPointer(rebasing: values[span.start..<span.start + span.count])
+    }
+
+    /// The response as a value of its own (its values copied).
+    public var response: DataSourceResponse {
+        DataSourceResponse(subject: subject, attributes: (0..<count).map { DataSourceAttribute(rawID: rawID(at: $0), value: Array(value(at: $0))) },
+                           missingAttributeIDs: missingAttributeIDs)
+    }
+}
+
+extension DataSourceResponse {
+    /// Hands the response to `body` as a `DataSourceResponseView` (its values copied end to end).
+    public func withView<Result>(_ body: (DataSourceResponseView) throws -> Result) rethrows -> Result {
+        var values: [UInt8] = []
+        var spans: [DataSourceResponseView.Span] = []
+        for attribute in attributes {
+            spans.append(DataSourceResponseView.Span(rawID: attribute.rawID, start: values.count, count: attribute.value.count))
+            values += attribute.value
+        }
+        return try values.withUnsafeBufferPointer { values in
+            try spans.withUnsafeBufferPointer { spans in
+                try body(DataSourceResponseView(subject: subject, missingAttributeIDs: missingAttributeIDs, values: values, spans: spans))
+            }
+        }
     }
 }

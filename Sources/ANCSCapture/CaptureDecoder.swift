@@ -38,93 +38,77 @@ public struct CaptureDecoder: Sendable {
         return Self.values(of: out)
     }
 
-    /// What decoding a record gives, one object each, before it is written
-    /// (`write(_:tag:into:)`): decoding and writing can then run on different threads.
-    public enum Output: Sendable {
-        /// A connection event.
-        case event(CaptureEvent)
-        /// A Notification Source event.
-        case notification(NotificationSourceEvent)
-        /// A Control Point request, with the phone's ATT error if it refused it.
-        case request(ControlPointRequest, attError: UInt8?)
-        /// A Data Source response, complete or cut short.
-        case response(DataSourceResponse)
-        /// A protocol error at position `line` (and byte `offset` of the value, if known).
-        case protocolError(CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?)
-    }
-
     /// Decodes one record from position `line` of the file, appending one line of JSON per
-    /// object to `out`.
+    /// object to `out`, each tagged with `tag`.
     public mutating func decode(_ record: CaptureRecord, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
-        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
-    }
-
-    /// Decodes one record from position `line` of the file, handing each object to `emit` in order.
-    public mutating func decode(_ record: CaptureRecord, line: Int, emit: (Output) -> Void) {
         switch record {
         case .header:
             return
         case .event(_, let event):
-            decode(event, emit)
+            decode(event, tag, &out)
         case .value(_, let characteristic, let bytes, let attError):
-            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, emit) }
+            bytes.withUnsafeBufferPointer { decode(characteristic, $0, attError: attError, line: line, tag, &out) }
         }
     }
 
     /// Decodes one record of a batch (`CaptureRecordBatch`), as `decode(_:line:tag:into:)` does
     /// its `record`, with `line` as its position.
     public mutating func decode(_ record: CaptureRecordView, line: Int, tag: Tag = Tag(), into out: inout JSONWriter) {
-        decode(record, line: line) { Self.write($0, tag: tag, into: &out) }
-    }
-
-    /// Decodes one record of a batch, handing each object to `emit` in order.
-    public mutating func decode(_ record: CaptureRecordView, line: Int, emit: (Output) -> Void) {
         switch record.kind {
         case .header:
             return
         case .event(let event):
-            decode(event, emit)
+            decode(event, tag, &out)
         case .value(let characteristic, let attError):
-            decode(characteristic, record.bytes, attError: attError, line: line, emit)
+            decode(characteristic, record.bytes, attError: attError, line: line, tag, &out)
         }
     }
 
-    private mutating func decode(_ event: CaptureEvent, _ emit: (Output) -> Void) {
-        closeOpenResponse(emit)
-        emit(.event(event))
+    private mutating func decode(_ event: CaptureEvent, _ tag: Tag, _ out: inout JSONWriter) {
+        closeOpenResponse(tag, &out)
+        Self.open(tag, &out)
+        out.appendASCII("\"event\":")
+        out.write(event.rawValue)
+        Self.close(&out)
     }
 
+    // Each object is written as soon as it is decoded, from what the decoding gave: nothing is
+    // built to be written later, so an object costs no copy of its values.
     private mutating func decode(
         _ characteristic: CaptureCharacteristic, _ bytes: UnsafeBufferPointer<UInt8>, attError: UInt8?, line: Int,
-        _ emit: (Output) -> Void
+        _ tag: Tag, _ out: inout JSONWriter
     ) {
         switch characteristic {
         case .ns:
             do {
-                emit(.notification(try NotificationSourceEvent(decoding: bytes)))
+                let event = try NotificationSourceEvent(decoding: bytes)
+                Self.open(tag, &out)
+                Self.writeMembers(of: event, &out)
+                Self.close(&out)
             } catch {
-                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                protocolError(.ns, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
             }
         case .cp:
-            closeOpenResponse(emit)
+            closeOpenResponse(tag, &out)
             let request: ControlPointRequest
             do {
-                request = try ControlPointRequest(decoding: Array(bytes))
+                request = try ControlPointRequest(decoding: Array(bytes))  // the array form is compiled in ANCS, specialized
             } catch {
-                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 return
             }
-            emit(.request(request, attError: attError))
+            Self.open(tag, &out)
+            Self.writeMembers(of: request, attError: attError, &out)
+            Self.close(&out)
             if attError == nil {
                 do { try reassembler.expect(request) } catch {
-                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, emit)
+                    protocolError(.cp, code: error.code, detail: error.description, line: line, offset: nil, tag, &out)
                 }
             }
         case .ds:
-            let output = reassembler.feed(bytes)
-            if let response = output.response { emit(.response(response)) }
-            if let error = output.error {
-                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, emit)
+            let error = reassembler.feed(bytes) { Self.write($0, tag, &out) }
+            if let error {
+                protocolError(.ds, code: error.code, detail: error.description, line: line, offset: error.offset, tag, &out)
             }
         }
     }
@@ -137,54 +121,38 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// Ends the capture: appends the line of a response still in progress.
-    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) {
-        finish { Self.write($0, tag: tag, into: &out) }
-    }
+    public mutating func finish(tag: Tag = Tag(), into out: inout JSONWriter) { closeOpenResponse(tag, &out) }
 
-    /// Ends the capture: hands a response still in progress to `emit`.
-    public mutating func finish(emit: (Output) -> Void) { closeOpenResponse(emit) }
-
-    private mutating func closeOpenResponse(_ emit: (Output) -> Void) {
-        guard let response = reassembler.finishEarly() else { return }
-        emit(.response(response))
+    private mutating func closeOpenResponse(_ tag: Tag, _ out: inout JSONWriter) {
+        reassembler.finishEarly { Self.write($0, tag, &out) }
     }
 
     private mutating func protocolError(
-        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ emit: (Output) -> Void
+        _ char: CaptureCharacteristic, code: String, detail: String, line: Int, offset: Int?, _ tag: Tag,
+        _ out: inout JSONWriter
     ) {
         protocolErrorCount += 1
-        emit(.protocolError(char, code: code, detail: detail, line: line, offset: offset))
+        Self.open(tag, &out)
+        out.appendASCII("\"char\":")
+        out.write(char.rawValue)
+        out.appendASCII(",\"error\":")
+        out.write(code)
+        out.appendASCII(",\"detail\":")
+        out.write(detail)
+        out.appendASCII(",")
+        out.write(tag.positionKey)
+        out.appendASCII(":")
+        out.write(line)
+        if let offset {
+            out.appendASCII(",\"offset\":")
+            out.write(offset)
+        }
+        Self.close(&out)
     }
 
-    /// Writes one object as a line of JSON, tagged with `tag`.
-    public static func write(_ output: Output, tag: Tag, into out: inout JSONWriter) {
+    private static func write(_ response: DataSourceResponseView, _ tag: Tag, _ out: inout JSONWriter) {
         open(tag, &out)
-        switch output {
-        case .event(let event):
-            out.appendASCII("\"event\":")
-            out.write(event.rawValue)
-        case .notification(let event):
-            writeMembers(of: event, &out)
-        case .request(let request, let attError):
-            writeMembers(of: request, attError: attError, &out)
-        case .response(let response):
-            writeMembers(of: response, &out)
-        case .protocolError(let char, let code, let detail, let line, let offset):
-            out.appendASCII("\"char\":")
-            out.write(char.rawValue)
-            out.appendASCII(",\"error\":")
-            out.write(code)
-            out.appendASCII(",\"detail\":")
-            out.write(detail)
-            out.appendASCII(",")
-            out.write(tag.positionKey)
-            out.appendASCII(":")
-            out.write(line)
-            if let offset {
-                out.appendASCII(",\"offset\":")
-                out.write(offset)
-            }
-        }
+        writeMembers(of: response, &out)
         close(&out)
     }
 
@@ -231,7 +199,9 @@ public struct CaptureDecoder: Sendable {
     }
 
     /// The JSON form of a reassembled Data Source response.
-    public static func json(for response: DataSourceResponse) -> JSONValue { value { writeMembers(of: response, &$0) } }
+    public static func json(for response: DataSourceResponse) -> JSONValue {
+        response.withView { response in value { writeMembers(of: response, &$0) } }
+    }
 
     private static func writeMembers(of event: NotificationSourceEvent, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ns\",\"event\":")
@@ -313,7 +283,7 @@ public struct CaptureDecoder: Sendable {
         }
     }
 
-    private static func writeMembers(of response: DataSourceResponse, _ out: inout JSONWriter) {
+    private static func writeMembers(of response: DataSourceResponseView, _ out: inout JSONWriter) {
         out.appendASCII("\"char\":\"ds\"")
         let isApp: Bool
         switch response.subject {
@@ -332,16 +302,15 @@ public struct CaptureDecoder: Sendable {
             out.write(Int(id))
         }
         out.appendASCII("],\"attributes\":[")
-        var message: [UInt8]? = nil
-        var messageSize: [UInt8]? = nil
-        for (index, attribute) in response.attributes.enumerated() {
+        var message: UnsafeBufferPointer<UInt8>? = nil
+        var messageSize: UnsafeBufferPointer<UInt8>? = nil
+        for index in 0..<response.count {
             if index > 0 { out.appendASCII(",") }
-            writeAttribute(attribute, isApp: isApp, &out)
+            let rawID = response.rawID(at: index), value = response.value(at: index)
+            writeAttribute(rawID, value, isApp: isApp, &out)
             // The first of each, as `response.value(of:)` finds them.
-            if !isApp, message == nil, attribute.rawID == NotificationAttributeID.message.rawValue { message = attribute.value }
-            if !isApp, messageSize == nil, attribute.rawID == NotificationAttributeID.messageSize.rawValue {
-                messageSize = attribute.value
-            }
+            if !isApp, message == nil, rawID == AttributeRawID.message { message = value }
+            if !isApp, messageSize == nil, rawID == AttributeRawID.messageSize { messageSize = value }
         }
         out.appendASCII("]")
         if let message, let messageSize, let size = parseMessageSize(messageSize) {
@@ -350,45 +319,55 @@ public struct CaptureDecoder: Sendable {
         }
     }
 
-    private static func writeAttribute(_ attribute: DataSourceAttribute, isApp: Bool, _ out: inout JSONWriter) {
-        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: attribute.rawID))
-            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: attribute.rawID)) {
+    private static func writeAttribute(_ rawID: UInt8, _ value: UnsafeBufferPointer<UInt8>, isApp: Bool, _ out: inout JSONWriter) {
+        if let start = isApp ? JSONNames.appAttribute(AppAttributeID(rawValue: rawID))
+            : JSONNames.notificationAttribute(NotificationAttributeID(rawValue: rawID)) {
             out.appendASCII(start)
         } else {
             out.appendASCII("{\"id\":")
-            out.write(Int(attribute.rawID))
+            out.write(Int(rawID))
             out.appendASCII(",\"name\":")
             if isApp {
-                out.write(AppAttributeID(rawValue: attribute.rawID).description)
+                out.write(AppAttributeID(rawValue: rawID).description)
             } else {
-                out.write(NotificationAttributeID(rawValue: attribute.rawID).description)
+                out.write(NotificationAttributeID(rawValue: rawID).description)
             }
             out.appendASCII(",\"length\":")
         }
-        out.write(attribute.value.count)
+        out.write(value.count)
         out.appendASCII(",\"value\":")
-        let valid = attribute.value.withUnsafeBufferPointer { out.writeString(utf8: $0) }
+        let valid = out.writeString(utf8: value)
         out.appendASCII(valid ? ",\"utf8_valid\":true" : ",\"utf8_valid\":false,\"value_hex\":")
-        if !valid { attribute.value.withUnsafeBufferPointer { out.writeHexString($0) } }
+        if !valid { out.writeHexString(value) }
         if !isApp {
-            switch NotificationAttributeID(rawValue: attribute.rawID) {
-            case .date:
-                switch DateAttribute(attribute.value) {
-                case .valid(let date):
+            switch rawID {
+            case AttributeRawID.date:
+                // As `DateAttribute(value)` reads it.
+                if value.isEmpty {
+                    out.appendASCII(",\"date\":null")
+                } else if let date = ANCSDate(parsing: value) {
                     out.appendASCII(",\"date\":")
                     writeISO8601(date, &out)
-                case .empty: out.appendASCII(",\"date\":null")
-                case .malformed: out.appendASCII(",\"date_error\":\"malformed\"")
+                } else {
+                    out.appendASCII(",\"date_error\":\"malformed\"")
                 }
-            case .messageSize:
+            case AttributeRawID.messageSize:
                 out.appendASCII(",\"message_size\":")
-                if let size = parseMessageSize(attribute.value) { out.write(size) } else { out.appendASCII("null") }
+                if let size = parseMessageSize(value) { out.write(size) } else { out.appendASCII("null") }
             default:
                 break
             }
         }
         out.appendASCII("}")
     }
+}
+
+/// The raw values of the notification attributes the decoder reads, as constants (the
+/// `NotificationAttributeID` statics live in another module: each use would be a call).
+private enum AttributeRawID {
+    static let message: UInt8 = 3
+    static let messageSize: UInt8 = 4
+    static let date: UInt8 = 5
 }
 
 /// `date.iso8601` as a JSON string, written digit by digit.

@@ -81,22 +81,30 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
             append(UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: number))
             return
         }
-        // At most 20 characters: a sign and 19 digits.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { raw in
-            var magnitude = number.magnitude
-            var position = raw.count
-            repeat {
-                position -= 1
-                raw[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            if number < 0 {
-                position -= 1
-                raw[position] = UInt8(ascii: "-")
-            }
-            append(UnsafeRawBufferPointer(rebasing: raw[position...]).assumingMemoryBound(to: UInt8.self))
+        // Straight into the buffer: the digits counted first, then written from the last, two
+        // at a time.
+        var magnitude = number.magnitude
+        var length = number < 0 ? 2 : 1
+        var rest = magnitude
+        while rest >= 10 {
+            rest /= 10
+            length += 1
         }
+        reserve(length)
+        var position = used + length
+        while magnitude >= 10 {
+            let pair = Int(truncatingIfNeeded: magnitude % 100) &* 2
+            magnitude /= 100
+            position -= 2
+            base[position] = digitPairText.utf8Start[pair]
+            base[position + 1] = digitPairText.utf8Start[pair + 1]
+        }
+        if position > used + (number < 0 ? 1 : 0) {
+            position -= 1
+            base[position] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: magnitude)
+        }
+        if number < 0 { base[used] = UInt8(ascii: "-") }
+        used += length
     }
 
     /// Appends a number; a non-finite one as null.
@@ -134,12 +142,7 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
         }
         while index < count {
             // Eight plain ASCII bytes at a time.
-            while index + 8 <= count {
-                let word = ByteScan.load(base + index)
-                if ByteScan.hasControl(word) || ByteScan.hasDELOrHigh(word) || ByteScan.has(word, UInt8(ascii: "\""))
-                    || ByteScan.has(word, UInt8(ascii: "\\")) { break }
-                index += 8
-            }
+            while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(base + index)) { index += 8 }
             guard index < count else { break }
             let byte = text[index]
             if byte >= 0x20 && byte < 0x7F {
@@ -273,6 +276,11 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
         append(start, source.count)
     }
 }
+
+/// "00", "01", … "99": the two digits of each value below 100, for `write(_:)` of an integer (a
+/// constant in the binary, so reading it needs no check that it was initialized).
+private let digitPairText: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+
 
 /// The lowercase hex digit of a value below 16.
 @inline(__always)

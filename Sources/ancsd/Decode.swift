@@ -111,95 +111,84 @@ enum DecodeCommand {
     }
 
     /// How many records the reading thread of a capture decode parses before it hands them over.
-    static let batchRecords = 1024
+    static let batchRecords = 2048
     /// ... or how many bytes of values, whichever comes first.
     static let batchBytes = 1 << 18
     /// The room a new batch starts with for values (below malloc's mmap threshold).
     static let batchReserve = 1 << 16
 
-    /// Reads, parses and decodes the file on another thread (`CaptureStage`), handing the decoded
-    /// objects over in batches, while this one writes them as JSON: the two halves of the work
-    /// take about the same time.
+    /// Reads and parses the file on another thread (`CaptureStage`), handing the records over
+    /// in batches, while this one decodes them and makes the JSON, which a third writes out
+    /// (`BackgroundWriter`). The batches' storage goes back to the reading thread to be filled
+    /// again, so no side allocates per record.
     private static func decodeCapture(_ reader: LineReader, path: String) -> Int32 {
-        let out = OutputBuffer()
-        let channel = BatchChannel<[CaptureStage.Item]>(depth: 8)
-        let protocolErrors = Mutex(0)
-        let spent = SpentBatches<CaptureStage.Item>()
+        let output = BackgroundWriter()
+        let channel = BatchChannel<CaptureRecordBatch>(depth: 4)
+        let spent = SpentBatches<CaptureRecordBatch>()
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
             var stage = CaptureStage(channel: channel, spent: spent)
             var lineNumber = 0
             do {
-                while try handoff.value.withNextLine({ line throws(CaptureFormatError) in
+                try handoff.value.forEachLine { line throws(CaptureFormatError) in
                     lineNumber += 1
                     try stage.batch.append(line: line, number: lineNumber, parser: &stage.parser)
-                }) {
                     if stage.batch.count >= batchRecords || stage.batch.byteCount >= batchBytes { stage.send() }
                 }
-                stage.finish()
-                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
+                stage.send()
                 channel.finish()
             } catch {
-                stage.finish()
-                protocolErrors.withLock { $0 = stage.decoders.protocolErrorCount }
+                stage.send()
                 channel.finish(throwing: DecodeFailure(description: "\(error)"))
             }
         }
+        var decoders = ConnectionDecoders(lineKey: "line")
+        var writer = output.makeWriter()
         var failure: (any Error)? = nil
         do {
-            while let batches = try channel.receive() {
-                for items in batches {
-                    out.append { writer in
-                        for item in items { CaptureDecoder.write(item.output, tag: item.tag, into: &writer) }
+            while var batches = try channel.receive() {
+                batches.reverse()
+                while let batch = batches.popLast() {  // moved out, so the reading thread gets it back unshared
+                    batch.forEach { record in
+                        decoders.decode(record, into: &writer)
+                        output.lineEnded(&writer)
                     }
+                    spent.give(consume batch)
                 }
-                spent.give(batches)
             }
         } catch {
             failure = error
         }
-        return end(out, path: path, failure: failure, problems: protocolErrors.withLock { $0 })
+        decoders.finish(into: &writer)  // the responses still open
+        output.finish(&writer)
+        if let failure {
+            logError("\(displayName(path)): \(failure)")
+            return 2
+        }
+        return decoders.protocolErrorCount > 0 ? 1 : 0
     }
 
-    /// The reading thread's side of a capture decode: parses lines into a batch, decodes the
-    /// batch's records and hands the decoded objects over. (A value of its own rather than
-    /// variables the reading closure captures, so its accesses are checked when compiled.)
+    /// The reading thread's side of a capture decode: parses lines into a batch and hands it
+    /// over. (A value of its own rather than variables the reading closure captures, so its
+    /// accesses are checked when compiled.)
     private struct CaptureStage {
-        /// A decoded object and the tag it is written with.
-        struct Item: Sendable {
-            var output: CaptureDecoder.Output
-            var tag: CaptureDecoder.Tag
-        }
-
-        let channel: BatchChannel<[Item]>
-        let spent: SpentBatches<Item>
+        let channel: BatchChannel<CaptureRecordBatch>
+        let spent: SpentBatches<CaptureRecordBatch>
         var parser = CaptureParser()
         var batch = CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
-        var decoders = ConnectionDecoders(lineKey: "line")
-        private var items: [Item] = []
 
-        init(channel: BatchChannel<[Item]>, spent: SpentBatches<Item>) {
+        init(channel: BatchChannel<CaptureRecordBatch>, spent: SpentBatches<CaptureRecordBatch>) {
             self.channel = channel
             self.spent = spent
         }
 
-        /// Decodes the batch and hands its objects over; the batch's storage is kept for the next.
+        /// Hands the batch over (if it holds records) and takes an empty one to fill next.
         mutating func send() {
-            items = spent.reuse()
-            items.reserveCapacity(batch.count + 16)
-            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
-            batch.removeAll()
-            if !items.isEmpty { channel.send([items]) }
-            items = []
-        }
-
-        /// The end of the file (or of what could be read): the batch, then the responses still open.
-        mutating func finish() {
-            batch.forEach { record in decoders.decode(record) { items.append(Item(output: $0, tag: $1)) } }
-            batch.removeAll()
-            decoders.finish { items.append(Item(output: $0, tag: $1)) }
-            if !items.isEmpty { channel.send([items]) }
-            items = []
+            guard !batch.isEmpty else { return }
+            var next = spent.take() ?? CaptureRecordBatch(reservingRecords: batchRecords, bytes: batchReserve)
+            next.removeAll()  // keeps its storage
+            swap(&next, &batch)
+            channel.send([next])
         }
     }
 
@@ -395,9 +384,9 @@ struct ConnectionDecoders {
         withDecoder(of: connection) { $0.decode(record, line: position, tag: $1, into: &out) }
     }
 
-    /// Decodes a record of a batch, at its own line, handing each object to `emit` with its tag.
-    mutating func decode(_ record: CaptureRecordView, emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
-        withDecoder(of: record.connection) { decoder, tag in decoder.decode(record, line: record.line) { emit($0, tag) } }
+    /// Decodes a record of a batch, at its own line.
+    mutating func decode(_ record: CaptureRecordView, into out: inout JSONWriter) {
+        withDecoder(of: record.connection) { $0.decode(record, line: record.line, tag: $1, into: &out) }
     }
 
     /// Runs `body` on the decoder of `connection` (made at its first record) with its tag.
@@ -414,17 +403,11 @@ struct ConnectionDecoders {
         order.append(connection)
     }
 
+    /// Ends every connection's decoding, appending the responses still open.
     mutating func finish(into out: inout JSONWriter) {
-        finish { CaptureDecoder.write($0, tag: $1, into: &out) }
-    }
-
-    /// Ends every connection's decoding, handing the responses still open to `emit` with their tags.
-    mutating func finish(emit: (CaptureDecoder.Output, CaptureDecoder.Tag) -> Void) {
-        let unnamedTag = CaptureDecoder.Tag(positionKey: lineKey)
-        unnamed.finish { emit($0, unnamedTag) }
+        unnamed.finish(tag: CaptureDecoder.Tag(positionKey: lineKey), into: &out)
         for connection in order {
-            let tag = CaptureDecoder.Tag(connection: connection, positionKey: lineKey)
-            decoders[connection]?.finish { emit($0, tag) }
+            decoders[connection]?.finish(tag: CaptureDecoder.Tag(connection: connection, positionKey: lineKey), into: &out)
         }
     }
 }

@@ -95,6 +95,38 @@ final class LineReader {
         }
     }
 
+    /// Hands every line left, in order, to `body` as `withNextLine(_:)` does, the lines of each
+    /// read taken in one pass (one call per read, not per line). Stops at the end of the input,
+    /// or when `body` throws.
+    func forEachLine(_ body: (UnsafeBufferPointer<UInt8>) throws -> Void) throws {
+        while true {
+            let from = start
+            let consumed = try buffer.withUnsafeBufferPointer { all -> Int in
+                guard let base = all.baseAddress else { return from }
+                var lineStart = from
+                while lineStart < all.count, let hit = memchr(base + lineStart, 0x0A, all.count - lineStart) {
+                    let newline = UnsafePointer(hit.assumingMemoryBound(to: UInt8.self)) - base
+                    start = newline + 1  // consumed before `body` runs, as in `withNextLine`
+                    try body(UnsafeBufferPointer(rebasing: all[lineStart..<newline]))
+                    lineStart = newline + 1
+                }
+                return lineStart
+            }
+            start = consumed
+            if buffer.count - start > Self.maxLineLength {
+                throw ReadError(description: "a line is longer than \(Self.maxLineLength) bytes")
+            }
+            if atEOF {
+                guard start < buffer.count else { return }
+                let lineStart = start
+                start = buffer.count
+                try buffer.withUnsafeBufferPointer { try body(UnsafeBufferPointer(rebasing: $0[lineStart...])) }
+                return
+            }
+            try fill()
+        }
+    }
+
     /// The first `count` bytes not consumed yet (fewer at the end of the file), without consuming them.
     func peek(_ count: Int) throws(ReadError) -> [UInt8] {
         while buffer.count - start < count && !atEOF { try fill() }

@@ -43,21 +43,12 @@ final class OutputBuffer {
     }
 
     /// Writes out everything buffered.
-    func flush() {
+    func flush() { writeOut(&writer) }
+
+    /// Writes out and empties `writer` (the buffer's own, without copying it).
+    private func writeOut(_ writer: inout JSONWriter) {
         defer { writer.removeAll() }
         guard !failed, writer.count > 0 else { return }
-        writer.bytes.withUnsafeBytes { raw in
-            guard let base = raw.baseAddress else { return }
-            var offset = 0
-            while offset < raw.count {
-                let written = write(fd, base + offset, raw.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    failed = true
-                    return
-                }
-                offset += written
-            }
-        }
+        if !writer.withBytes({ writeAll(fd, $0) }) { failed = true }
     }
 }

@@ -1,4 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
+import JSON
 import Synchronization
 
 /// Batches handed from a producer thread to a consumer, in order, with a bound on how many wait:
@@ -53,25 +57,100 @@ struct Handoff<Value>: @unchecked Sendable {
     let value: Value
 }
 
-/// Batches the consumer is done with, handed back so the producer frees them: the memory of
-/// what a thread allocated then goes back to that thread's heap (glibc gives each thread an
-/// arena), rather than through the other thread taking that arena's lock for every block.
-final class SpentBatches<Item: Sendable>: Sendable {
-    private let batches = Mutex<[[[Item]]]>([])
+/// Batches the consumer is done with, handed back so the producer fills them again: their
+/// storage is allocated once, by the producer's thread, and neither thread allocates or frees
+/// a batch's memory per batch.
+final class SpentBatches<Batch: Sendable>: Sendable {
+    private let batches = Mutex<[Batch]>([])
 
-    /// Hands batches back (the consumer's side).
-    func give(_ spent: [[Item]]) { batches.withLock { $0.append(spent) } }
-
-    /// Frees what was handed back (the producer's side), keeping the storage of one batch,
-    /// emptied, for the producer's next (so no large block is allocated per batch).
-    func reuse() -> [Item] {
-        var taken = batches.withLock { batches -> [[[Item]]] in
-            var taken: [[[Item]]] = []
-            swap(&taken, &batches)
-            return taken
-        }
-        guard var last = taken.popLast(), var storage = last.popLast() else { return [] }
-        storage.removeAll(keepingCapacity: true)
-        return storage
+    /// Hands a batch back (the consumer's side).
+    func give(_ spent: consuming Batch) {
+        let spent = spent
+        batches.withLock { $0.append(spent) }
     }
+
+    /// A batch handed back, if there is one (the producer's side), as the consumer left it.
+    func take() -> Batch? { batches.withLock { $0.popLast() } }
+}
+
+/// JSON Lines written to a file descriptor by a thread of its own, so the thread that makes them
+/// never waits on `write(2)` (into a file, copying the bytes costs the kernel about as much as
+/// making them): it fills one buffer while the last is written.
+final class BackgroundWriter: Sendable {
+    /// A buffer on its way to be written, or back for reuse.
+    private final class Buffer: @unchecked Sendable {
+        // @unchecked: owned by one thread at a time, handed over through the channel or the list.
+        var writer: JSONWriter
+
+        init(capacity: Int) { writer = JSONWriter(capacity: capacity) }
+    }
+
+    /// How many bytes a buffer collects before it is handed over.
+    static let bufferSize = 1 << 18
+
+    private let fd: Int32
+    private let full = BatchChannel<Buffer>(depth: 2)
+    private let empty = Mutex<[Buffer]>([])
+    private let failed = Atomic(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Starts the writing thread, writing to `fd`.
+    init(fd: Int32 = STDOUT_FILENO) {
+        self.fd = fd
+        DispatchQueue(label: "ancsd.decode.writer").async { [self] in run() }
+    }
+
+    /// An empty writer to fill with lines, of the size handed over.
+    func makeWriter() -> JSONWriter { JSONWriter(capacity: Self.bufferSize + 4096) }
+
+    /// Hands `writer`'s lines over once `bufferSize` bytes collect, leaving it empty.
+    func lineEnded(_ writer: inout JSONWriter) {
+        if writer.count >= Self.bufferSize { send(&writer) }
+    }
+
+    /// Hands `writer`'s lines over to be written, leaving it empty.
+    func send(_ writer: inout JSONWriter) {
+        guard writer.count > 0 else { return }
+        let buffer = empty.withLock { $0.popLast() } ?? Buffer(capacity: Self.bufferSize + 4096)
+        swap(&buffer.writer, &writer)
+        full.send([buffer])
+    }
+
+    /// Writes out what `writer` holds, then waits until everything handed over is written.
+    /// False if a write failed (a closed pipe): output from then on was dropped.
+    @discardableResult
+    func finish(_ writer: inout JSONWriter) -> Bool {
+        send(&writer)
+        full.finish()
+        finished.wait()
+        return !failed.load(ordering: .relaxed)
+    }
+
+    private func run() {
+        while let buffers = try? full.receive() {
+            for buffer in buffers {
+                if !failed.load(ordering: .relaxed), !buffer.writer.withBytes({ writeAll(fd, $0) }) {
+                    failed.store(true, ordering: .relaxed)
+                }
+                buffer.writer.removeAll()
+                empty.withLock { $0.append(buffer) }
+            }
+        }
+        finished.signal()
+    }
+}
+
+/// Writes all of `bytes` to `fd`; false if a write failed.
+func writeAll(_ fd: Int32, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let base = bytes.baseAddress else { return true }
+    var offset = 0
+    while offset < bytes.count {
+        let written = write(fd, base + offset, bytes.count - offset)
+        if written < 0 {
+            if errno == EINTR { continue }
+            return false
+        }
+        offset += written
+    }
+    return true
 }

@@ -124,6 +124,51 @@ private func reassembler(expecting request: ControlPointRequest, limits: DataSou
         #expect(r.pendingRequest == nil)
     }
 
+    /// `feed(_:completing:)` and `finishEarly(_:)` hand over in place what `feed(_:)` and
+    /// `finishEarly()` return, split anywhere, with trailing bytes, and response after response
+    /// (the values' storage is reused).
+    @Test func inPlaceResponsesSayWhatTheValuesSay() throws {
+        let withTrailing = titleDateResponse + [0xAA, 0xBB]
+        var byValue = try reassembler(expecting: smsRequest)
+        var inPlace = try reassembler(expecting: smsRequest)
+        let smsOutput = byValue.feed(RealSMSResponseTests.bytes)
+        var smsView: DataSourceResponse? = nil
+        let smsError = RealSMSResponseTests.bytes.withUnsafeBufferPointer { inPlace.feed($0, completing: { smsView = $0.response }) }
+        #expect(smsError == nil && smsView == smsOutput.response && smsView != nil)
+        for split in 0...withTrailing.count {
+            try byValue.expect(titleDateRequest)
+            try inPlace.expect(titleDateRequest)
+            var expected: [DataSourceOutput] = []
+            var given: [DataSourceOutput] = []
+            for part in [Array(withTrailing[..<split]), Array(withTrailing[split...])] {
+                expected.append(byValue.feed(part))
+                var response: DataSourceResponse? = nil
+                let error = part.withUnsafeBufferPointer { inPlace.feed($0, completing: { response = $0.response }) }
+                given.append(DataSourceOutput(response: response, error: error))
+            }
+            #expect(given == expected, "split \(split)")
+        }
+        try byValue.expect(titleDateRequest)
+        try inPlace.expect(titleDateRequest)
+        _ = byValue.feed(titleDateResponse[..<12])
+        _ = titleDateResponse[..<12].withUnsafeBufferPointer { inPlace.feed($0, completing: { _ in Issue.record("not complete yet") }) }
+        var early: DataSourceResponse? = nil
+        #expect(inPlace.finishEarly { early = $0.response })
+        #expect(early == byValue.finishEarly() && early?.missingAttributeIDs == [5])
+        #expect(!inPlace.finishEarly { _ in Issue.record("nothing is pending") })
+    }
+
+    @Test func aResponseSeenInPlaceIsTheSame() throws {
+        let response = DataSourceResponse(subject: .app(identifier: "com.example"), attributes: [
+            DataSourceAttribute(rawID: 0, value: Array("Example".utf8)), DataSourceAttribute(rawID: 3, value: []),
+        ], missingAttributeIDs: [7])
+        response.withView { view in
+            #expect(view.count == 2 && view.rawID(at: 1) == 3 && view.value(at: 1).isEmpty && !view.isComplete)
+            #expect(Array(view.value(at: 0)) == Array("Example".utf8))
+            #expect(view.response == response)
+        }
+    }
+
     @Test func expectReplacesAResponseInProgress() throws {
         var r = try reassembler(expecting: titleDateRequest)
         _ = r.feed(titleDateResponse[..<8])
