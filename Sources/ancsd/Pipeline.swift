@@ -83,6 +83,9 @@ final class BackgroundWriter: Sendable {
         var writer: JSONWriter
 
         init(capacity: Int) { writer = JSONWriter(capacity: capacity) }
+
+        /// Writes the lines out to `fd`; false if a write failed.
+        func write(to fd: Int32) -> Bool { writer.withBytes { writeAll(fd, $0) } }
     }
 
     /// How many bytes a buffer collects before it is handed over.
@@ -129,8 +132,11 @@ final class BackgroundWriter: Sendable {
     private func run() {
         while let buffers = try? full.receive() {
             for buffer in buffers {
-                if !failed.load(ordering: .relaxed), !buffer.writer.withBytes({ writeAll(fd, $0) }) {
-                    failed.store(true, ordering: .relaxed)
+                // Two statements, not one condition: swiftlang 6.0.3 fails to compile the borrow
+                // of the noncopyable writer inside a short-circuit condition (SIL ownership error).
+                if !failed.load(ordering: .relaxed) {
+                    let written = buffer.write(to: fd)
+                    if !written { failed.store(true, ordering: .relaxed) }
                 }
                 buffer.writer.removeAll()
                 empty.withLock { $0.append(buffer) }
