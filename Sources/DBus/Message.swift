@@ -98,6 +98,24 @@ final class OwnedMessage: @unchecked Sendable {
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
+        let signature = try DBusValue.validate(arguments: arguments)
+        if let bytes = Wire.methodCall(
+            destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
+            member: member.rawValue, signature: signature, arguments: arguments,
+            flags: (noReply ? Wire.noReplyExpected : 0) | (autoStart ? 0 : Wire.noAutoStart)),
+           let raw = Wire.message(from: bytes) {
+            return OwnedMessage(adopting: raw)
+        }
+        return try iteratorMethodCall(
+            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            noReply: noReply, autoStart: autoStart)
+    }
+
+    /// `methodCall` built with libdbus's iterators: for what `Wire` does not write.
+    static func iteratorMethodCall(
+        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+        arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
+    ) throws(DBusError) -> OwnedMessage {
         _ = try DBusValue.validate(arguments: arguments)
         let created = withOptionalCString(destination?.rawValue) { dest in
             withOptionalCString(interface?.rawValue) { iface in

@@ -1,0 +1,189 @@
+import CDBus
+
+/// Method calls serialized in the D-Bus wire format (little-endian) by Swift, then handed to
+/// libdbus with `dbus_message_demarshal`, which checks them as it checks every incoming message.
+///
+/// Building a message with libdbus's iterators costs thousands of instructions per container
+/// (every top-level argument rewrites the header's signature field): a Control Point write,
+/// `WriteValue(ay, a{sv})`, took about 50,000. Serialized here and demarshalled it takes a
+/// fraction of that. Values must have been validated (`DBusValue.validate`); anything this
+/// does not write (Unix fds, which travel beside the bytes) is left to the iterator path,
+/// and so is a message libdbus refuses to demarshal.
+enum Wire {
+    /// Header flags.
+    static let noReplyExpected: UInt8 = 0x1
+    static let noAutoStart: UInt8 = 0x2
+
+    /// The wire form of a method call with serial 1 (the copy that is sent gets its own), or
+    /// nil when the iterator path must build it.
+    static func methodCall(
+        destination: String?, path: String, interface: String?, member: String,
+        signature: String, arguments: [DBusValue], flags: UInt8
+    ) -> [UInt8]? {
+        var body = Writer()
+        for argument in arguments {
+            guard body.append(argument) else { return nil }
+        }
+        var header = Writer()
+        header.bytes.reserveCapacity(128 + path.utf8.count + member.utf8.count)
+        header.bytes.append(contentsOf: [UInt8(ascii: "l"), 1 /* METHOD_CALL */, flags, 1 /* version */])
+        header.appendUInt32(UInt32(body.bytes.count))
+        header.appendUInt32(1)  // serial
+        let fieldsLength = header.bytes.count
+        header.appendUInt32(0)  // the fields' length, filled in below
+        let fieldsStart = header.bytes.count
+        // In libdbus's order, so the bytes are the very ones its iterators make.
+        header.field(1, "o", path)
+        if let destination { header.field(6, "s", destination) }
+        if let interface { header.field(2, "s", interface) }
+        header.field(3, "s", member)
+        if !signature.isEmpty { header.field(8, "g", signature) }
+        header.setUInt32(UInt32(header.bytes.count - fieldsStart), at: fieldsLength)
+        header.pad(to: 8)
+        header.bytes.append(contentsOf: body.bytes)
+        return header.bytes
+    }
+
+    /// Turns wire bytes into a libdbus message ready to send (serial 0, unlocked), or nil if
+    /// libdbus refuses them.
+    static func message(from bytes: [UInt8]) -> OpaquePointer? {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        let parsed = bytes.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.flatMap { base in
+                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+                    dbus_message_demarshal($0, Int32(buffer.count), &error)
+                }
+            }
+        }
+        guard let parsed else { return nil }
+        defer { dbus_message_unref(parsed) }
+        // A copy has serial 0, so the connection numbers it as it numbers every message it sends.
+        return dbus_message_copy(parsed)
+    }
+
+    /// Appends values with the alignment rules of the D-Bus specification; offsets count from
+    /// the start of its bytes, which must start at an 8-aligned place of the message (the
+    /// header is padded to 8 and the body follows it).
+    struct Writer {
+        var bytes: [UInt8] = []
+
+        mutating func pad(to alignment: Int) {
+            let rest = bytes.count % alignment
+            if rest != 0 { bytes.append(contentsOf: repeatElement(0, count: alignment - rest)) }
+        }
+
+        mutating func appendUInt32(_ v: UInt32) {
+            pad(to: 4)
+            withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+
+        mutating func setUInt32(_ v: UInt32, at offset: Int) {
+            withUnsafeBytes(of: v.littleEndian) { raw in
+                for i in 0..<4 { bytes[offset + i] = raw[i] }
+            }
+        }
+
+        private mutating func appendFixed<T: FixedWidthInteger>(_ v: T) {
+            pad(to: MemoryLayout<T>.size)
+            withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+
+        /// A string or object path: length, bytes, NUL.
+        private mutating func appendString(_ s: String) {
+            var s = s
+            s.withUTF8 { utf8 in
+                appendUInt32(UInt32(utf8.count))
+                bytes.append(contentsOf: utf8)
+            }
+            bytes.append(0)
+        }
+
+        /// A signature: one length byte, bytes, NUL.
+        private mutating func appendSignature(_ s: String) {
+            var s = s
+            s.withUTF8 { utf8 in
+                bytes.append(UInt8(utf8.count))
+                bytes.append(contentsOf: utf8)
+            }
+            bytes.append(0)
+        }
+
+        /// A header field: a (yv) struct.
+        mutating func field(_ code: UInt8, _ type: String, _ value: String) {
+            pad(to: 8)
+            bytes.append(code)
+            appendSignature(type)
+            if type == "g" { appendSignature(value) } else { appendString(value) }
+        }
+
+        /// Appends one value; false for what this writer leaves to libdbus (Unix fds).
+        mutating func append(_ value: DBusValue) -> Bool {
+            switch value {
+            case .byte(let v): bytes.append(v)
+            case .bool(let v): appendUInt32(v ? 1 : 0)
+            case .int16(let v): appendFixed(v)
+            case .uint16(let v): appendFixed(v)
+            case .int32(let v): appendFixed(v)
+            case .uint32(let v): appendFixed(v)
+            case .int64(let v): appendFixed(v)
+            case .uint64(let v): appendFixed(v)
+            case .double(let v): appendFixed(v.bitPattern)
+            case .string(let s): appendString(s)
+            case .objectPath(let p): appendString(p.rawValue)
+            case .signature(let g): appendSignature(g.rawValue)
+            case .unixFD: return false
+            case .byteArray(let b):
+                appendUInt32(UInt32(b.count))
+                bytes.append(contentsOf: b)
+            case .array(let element, let items):
+                return appendArray(elementAlignment: Self.alignment(of: element.rawValue)) { writer in
+                    for item in items {
+                        guard writer.append(item) else { return false }
+                    }
+                    return true
+                }
+            case .dictionary(_, _, let entries):
+                return appendArray(elementAlignment: 8) { writer in
+                    for (key, value) in entries {
+                        writer.pad(to: 8)
+                        guard writer.append(key), writer.append(value) else { return false }
+                    }
+                    return true
+                }
+            case .structure(let fields):
+                pad(to: 8)
+                for field in fields {
+                    guard append(field) else { return false }
+                }
+            case .variant(let inner):
+                appendSignature(inner.signatureString)
+                return append(inner)
+            }
+            return true
+        }
+
+        /// An array: its length in bytes (after the padding to the first element), the
+        /// padding, then the elements `body` appends.
+        private mutating func appendArray(elementAlignment: Int, _ body: (inout Writer) -> Bool) -> Bool {
+            appendUInt32(0)
+            let lengthAt = bytes.count - 4
+            pad(to: elementAlignment)
+            let start = bytes.count
+            guard body(&self) else { return false }
+            setUInt32(UInt32(bytes.count - start), at: lengthAt)
+            return true
+        }
+
+        /// The alignment of a complete type by its first code.
+        static func alignment(of signature: String) -> Int {
+            switch signature.utf8.first {
+            case UInt8(ascii: "y"), UInt8(ascii: "g"), UInt8(ascii: "v"): 1
+            case UInt8(ascii: "n"), UInt8(ascii: "q"): 2
+            case UInt8(ascii: "x"), UInt8(ascii: "t"), UInt8(ascii: "d"), UInt8(ascii: "("), UInt8(ascii: "{"): 8
+            default: 4  // b, i, u, s, o, a, h
+            }
+        }
+    }
+}
