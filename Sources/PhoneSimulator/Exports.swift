@@ -276,8 +276,11 @@ extension PhoneSimulator {
                     try self.requireConnected(device)
                     throw BlueZError.notPermitted("Read not permitted")
                 },
-                method("WriteValue", input: "aya{sv}", conn) { call, c in
-                    try self.writeValue(call, device, characteristic, c)
+                // The hot path of a burst (one call per notification): it enters the
+                // connection's isolation only when it changes what shows on D-Bus.
+                .immediate("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
+                    guard let self, let conn else { throw BlueZError.failed("Not available") }
+                    return try self.writeValue(call, device, characteristic, conn)
                 },
                 method("AcquireWrite", input: "a{sv}", output: "hq", conn) { _, _ in
                     try self.requireConnected(device)
@@ -422,8 +425,9 @@ extension PhoneSimulator {
         note(device, "cp", fields)
     }
 
+    /// Runs on the connection's loop (an `immediate` handler).
     private func writeValue(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
     ) throws -> [DBusValue] {
         let value = call.arguments.first?.bytes ?? []
         let type = Self.writeType(call.arguments)
@@ -431,12 +435,15 @@ extension PhoneSimulator {
             // The phone's state is changed in place: a copy would retain every field of it.
             try answerWrite(value, type: type, characteristic, device, &s.devices[device])
         }
-        apply(changes, c)
-        if dropLink {
-            // The link is lost with the write in flight: bluetoothd fails the call.
-            log("\(settings.devices[device].name): link lost during a Control Point write")
-            disconnect(device, c)
-            throw BlueZError.failed("Operation failed")
+        guard !changes.isEmpty || dropLink else { return [] }
+        try conn.assumeIsolated { c in
+            apply(changes, c)
+            if dropLink {
+                // The link is lost with the write in flight: bluetoothd fails the call.
+                log("\(settings.devices[device].name): link lost during a Control Point write")
+                disconnect(device, c)
+                throw BlueZError.failed("Operation failed")
+            }
         }
         return []
     }

@@ -12,7 +12,7 @@ public struct PhoneNotification: Hashable, Sendable {
 
     /// The attribute values as the Data Source sends them, MessageSize computed from Message.
     public var wireAttributes: [NotificationAttributeID: [UInt8]] {
-        var out: [NotificationAttributeID: [UInt8]] = [:]
+        var out = [NotificationAttributeID: [UInt8]](minimumCapacity: attributes.count + 1)
         for (id, text) in attributes { out[id] = Array(text.utf8) }
         out[.messageSize] = Array(String(attributes[.message]?.utf8.count ?? 0).utf8)
         return out

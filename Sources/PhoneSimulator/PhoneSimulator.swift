@@ -208,10 +208,7 @@ public final class PhoneSimulator: Sendable {
             switch item {
             case .value(let bytes, let session):
                 guard let conn = connection() else { break }
-                let result = conn.assumeIsolated { c in
-                    self.deliver(bytes, session: session, device: device, characteristic: characteristic, c)
-                }
-                if result == .wouldBlock {
+                if deliver(bytes, session: session, device: device, characteristic: characteristic, conn) == .wouldBlock {
                     // The client is not reading its socket yet: wait rather than drop (see docs).
                     return loop.after(.microseconds(500), again)
                 }
@@ -237,7 +234,7 @@ public final class PhoneSimulator: Sendable {
     /// Sends one GATT notification value the way the client subscribed: a datagram on the
     /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop.
     private func deliver(
-        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: DBusConnection
     ) -> Delivery {
         enum Target { case none, socket(NotifySocket), signal(ObjectPath, copies: Int) }
         let sentAt = monotonicNanoseconds()
@@ -259,8 +256,10 @@ public final class PhoneSimulator: Sendable {
             }
         case .signal(let path, let copies):
             do {
-                for _ in 0..<copies {
-                    try c.setExportedProperty(path: path, interface: BlueZ.gattCharacteristic1, name: "Value", value: .byteArray(bytes))
+                try c.assumeIsolated { c in
+                    for _ in 0..<copies {
+                        try c.setExportedProperty(path: path, interface: BlueZ.gattCharacteristic1, name: "Value", value: .byteArray(bytes))
+                    }
                 }
             } catch {
                 return .dropped
