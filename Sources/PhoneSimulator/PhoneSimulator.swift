@@ -202,7 +202,10 @@ public final class PhoneSimulator: Sendable {
             timeline?.flush()
             events?.flush()
         }
-        let again: @Sendable () -> Void = { [weak self] in self?.drain(outbox, device: device, characteristic: characteristic, loop) }
+        // Made only when the drain goes on later (most drains empty their outbox).
+        func again() -> @Sendable () -> Void {
+            { [weak self] in self?.drain(outbox, device: device, characteristic: characteristic, loop) }
+        }
         for _ in 0..<Self.drainBatch {
             guard let item = outbox.first() else { return }
             switch item {
@@ -210,12 +213,12 @@ public final class PhoneSimulator: Sendable {
                 guard let conn = connection() else { break }
                 if deliver(bytes, session: session, device: device, characteristic: characteristic, conn) == .wouldBlock {
                     // The client is not reading its socket yet: wait rather than drop (see docs).
-                    return loop.after(.microseconds(500), again)
+                    return loop.after(.microseconds(500), again())
                 }
             case .pause(let seconds, let session):
                 outbox.removeFirst()
                 guard state.withLock({ $0.devices[device].session == session }) else { continue }
-                return loop.after(.seconds(seconds), again)
+                return loop.after(.seconds(seconds), again())
             case .disconnect(let session):
                 guard let conn = connection() else { break }
                 conn.assumeIsolated { c in
@@ -226,7 +229,7 @@ public final class PhoneSimulator: Sendable {
             }
             outbox.removeFirst()
         }
-        loop.execute(again)
+        loop.execute(again())
     }
 
     enum Delivery: Equatable { case sent, dropped, wouldBlock }
