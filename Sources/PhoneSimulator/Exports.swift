@@ -276,8 +276,11 @@ extension PhoneSimulator {
                     try self.requireConnected(device)
                     throw BlueZError.notPermitted("Read not permitted")
                 },
-                method("WriteValue", input: "aya{sv}", conn) { call, c in
-                    try self.writeValue(call, device, characteristic, c)
+                // The hot path of a burst (one call per notification): it enters the
+                // connection's isolation only when it changes what shows on D-Bus.
+                .immediate("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
+                    guard let self, let conn else { throw BlueZError.failed("Not available") }
+                    return try self.writeValue(call, device, characteristic, conn)
                 },
                 method("AcquireWrite", input: "a{sv}", output: "hq", conn) { _, _ in
                     try self.requireConnected(device)
@@ -422,62 +425,83 @@ extension PhoneSimulator {
         note(device, "cp", fields)
     }
 
+    /// Runs on the connection's loop (an `immediate` handler).
     private func writeValue(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
     ) throws -> [DBusValue] {
         let value = call.arguments.first?.bytes ?? []
-        let options = call.arguments.count > 1 ? call.arguments[1].stringKeyedDictionary ?? [:] : [:]
+        let type = Self.writeType(call.arguments)
         let (changes, dropLink) = try state.withLock { s throws -> ([PropertyChange], Bool) in
-            var d = s.devices[device]
-            defer { s.devices[device] = d }
-            guard d.connected else { throw BlueZError.notConnected }
-            if let type = options["type"]?.unwrapped.stringValue, type != "request" {
-                guard type == "command" || type == "reliable" else { throw BlueZError.invalidArguments() }
-                throw BlueZError.notSupported
-            }
-            guard characteristic == .controlPoint else { throw BlueZError.forATT(.writeNotPermitted) }
-            if d.disconnectOnWrite {
-                d.disconnectOnWrite = false
-                noteWrite(value, "disconnect", response: nil, d, device)
-                return ([], true)
-            }
-            switch d.model.handleControlPoint(value) {
-            case .rejected(let code):
-                noteWrite(value, BlueZError.hex(code.rawValue), response: nil, d, device)
-                log("\(d.settings.name): CP write \(hexString(value)) refused with ATT \(BlueZError.hex(code.rawValue))")
-                throw BlueZError.forATT(code)
-            case .accepted(let response?):
-                if d.silentRequests > 0 {
-                    d.silentRequests -= 1
-                    noteWrite(value, "silent", response: nil, d, device)
-                    log("\(d.settings.name): CP write \(hexString(value)) acknowledged, never answered")
-                    return ([], false)
-                }
-                noteWrite(value, "accepted", response: response, d, device)
-                queueResponse(response, &d, device)
-                return ([], false)
-            case .accepted(nil):
-                noteWrite(value, "accepted", response: nil, d, device)
-                // An action on a call or a dismissal takes the notification away, as on the phone.
-                guard case .performNotificationAction(let uid, let action)? = try? ControlPointRequest(decoding: value)
-                else { return ([], false) }
-                log("\(d.settings.name): Perform Notification Action \(action == .positive ? "positive" : "negative") on UID \(uid)")
-                guard let n = d.model.notification(uid: uid),
-                      action == .negative || n.category == .incomingCall,
-                      let event = d.model.remove(key: n.key)
-                else { return ([], false) }
-                Self.queueEvent(event, d, outbox(device, .notificationSource))
-                return ([], false)
-            }
+            // The phone's state is changed in place: a copy would retain every field of it.
+            try answerWrite(value, type: type, characteristic, device, &s.devices[device])
         }
-        apply(changes, c)
-        if dropLink {
-            // The link is lost with the write in flight: bluetoothd fails the call.
-            log("\(settings.devices[device].name): link lost during a Control Point write")
-            disconnect(device, c)
-            throw BlueZError.failed("Operation failed")
+        guard !changes.isEmpty || dropLink else { return [] }
+        try conn.assumeIsolated { c in
+            apply(changes, c)
+            if dropLink {
+                // The link is lost with the write in flight: bluetoothd fails the call.
+                log("\(settings.devices[device].name): link lost during a Control Point write")
+                disconnect(device, c)
+                throw BlueZError.failed("Operation failed")
+            }
         }
         return []
+    }
+
+    /// The `type` option of a WriteValue call (of several, the last), read without building
+    /// the whole options dictionary.
+    static func writeType(_ arguments: [DBusValue]) -> String? {
+        guard arguments.count > 1, let entries = arguments[1].dictionaryValue else { return nil }
+        for (key, value) in entries.reversed() where key.stringValue == "type" {
+            return (value.variantValue ?? value).unwrapped.stringValue
+        }
+        return nil
+    }
+
+    /// How phone `device` (`d`, under the lock) answers a write: the property changes to show
+    /// and whether the link drops with it.
+    private func answerWrite(
+        _ value: [UInt8], type: String?, _ characteristic: ANCSCharacteristic, _ device: Int, _ d: inout DeviceState
+    ) throws -> ([PropertyChange], Bool) {
+        guard d.connected else { throw BlueZError.notConnected }
+        if let type, type != "request" {
+            guard type == "command" || type == "reliable" else { throw BlueZError.invalidArguments() }
+            throw BlueZError.notSupported
+        }
+        guard characteristic == .controlPoint else { throw BlueZError.forATT(.writeNotPermitted) }
+        if d.disconnectOnWrite {
+            d.disconnectOnWrite = false
+            noteWrite(value, "disconnect", response: nil, d, device)
+            return ([], true)
+        }
+        switch d.model.handleControlPoint(value) {
+        case .rejected(let code):
+            noteWrite(value, BlueZError.hex(code.rawValue), response: nil, d, device)
+            log("\(d.settings.name): CP write \(hexString(value)) refused with ATT \(BlueZError.hex(code.rawValue))")
+            throw BlueZError.forATT(code)
+        case .accepted(let response?):
+            if d.silentRequests > 0 {
+                d.silentRequests -= 1
+                noteWrite(value, "silent", response: nil, d, device)
+                log("\(d.settings.name): CP write \(hexString(value)) acknowledged, never answered")
+                return ([], false)
+            }
+            noteWrite(value, "accepted", response: response, d, device)
+            queueResponse(response, &d, device)
+            return ([], false)
+        case .accepted(nil):
+            noteWrite(value, "accepted", response: nil, d, device)
+            // An action on a call or a dismissal takes the notification away, as on the phone.
+            guard case .performNotificationAction(let uid, let action)? = try? ControlPointRequest(decoding: value)
+            else { return ([], false) }
+            log("\(d.settings.name): Perform Notification Action \(action == .positive ? "positive" : "negative") on UID \(uid)")
+            guard let n = d.model.notification(uid: uid),
+                  action == .negative || n.category == .incomingCall,
+                  let event = d.model.remove(key: n.key)
+            else { return ([], false) }
+            Self.queueEvent(event, d, outbox(device, .notificationSource))
+            return ([], false)
+        }
     }
 
     /// Queues a Data Source response in fragments of at most mtu - 3 bytes, honouring `slow`

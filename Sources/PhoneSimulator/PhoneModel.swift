@@ -17,6 +17,19 @@ public struct PhoneNotification: Hashable, Sendable {
         out[.messageSize] = Array(String(attributes[.message]?.utf8.count ?? 0).utf8)
         return out
     }
+
+    /// `wireAttributes` for the attributes of a request only (a response never sends others).
+    func wireAttributes(_ requested: [NotificationAttributeRequest]) -> [NotificationAttributeID: [UInt8]] {
+        var out = [NotificationAttributeID: [UInt8]](minimumCapacity: requested.count)
+        for request in requested where out[request.id] == nil {
+            if request.id == .messageSize {
+                out[.messageSize] = Array(String(attributes[.message]?.utf8.count ?? 0).utf8)
+            } else if let text = attributes[request.id] {
+                out[request.id] = Array(text.utf8)
+            }
+        }
+        return out
+    }
 }
 
 /// How the phone answers one Control Point write.
@@ -159,10 +172,10 @@ public struct PhoneModel: Sendable {
             return .rejected(.invalidCommand)
         }
         switch request {
-        case .getNotificationAttributes(let uid, _):
+        case .getNotificationAttributes(let uid, let requested):
             guard let n = notification(uid: uid) else { return .rejected(.invalidParameter) }
             let response = DataSourceEncoder.response(
-                to: request, notificationAttributes: n.wireAttributes,
+                to: request, notificationAttributes: n.wireAttributes(requested),
                 options: DataSourceEncodingOptions(omittedAttributes: omitted))
             return .accepted(response: response)
         case .getAppAttributes(let identifier, _):

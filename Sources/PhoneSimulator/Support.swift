@@ -20,43 +20,81 @@ public func monotonicNanoseconds() -> UInt64 {
 
 /// Appends one JSON line per Notification Source event sent:
 /// `{"uid":N,"event":"added","t_ns":<CLOCK_MONOTONIC ns>}`.
+///
+/// Lines recorded with `deferred` wait in memory until `flush` (the simulator flushes after
+/// each batch of values it sends, so a burst costs one write per batch, not one per line);
+/// any other line is written at once, after the waiting ones, so the file keeps their order.
 public final class Timeline: Sendable {
-    private let fd: Mutex<Int32>
+    private struct File {
+        var fd: Int32
+        /// Deferred lines not written yet.
+        var pending: [UInt8] = []
+    }
+
+    private let file: Mutex<File>
 
     /// Opens (creating, appending to) `path`; nil if it cannot be opened.
     public init?(path: String) {
         let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
         guard fd >= 0 else { return nil }
-        self.fd = Mutex(fd)
+        file = Mutex(File(fd: fd))
     }
 
+    /// Records a Notification Source event sent; deferred until `flush`.
     func record(uid: UInt32, event: String, at t: UInt64) {
-        writeLine(Array("{\"uid\":\(uid),\"event\":\"\(event)\",\"t_ns\":\(t)}\n".utf8))
-    }
-
-    /// Appends `object` as one JSON line (the `--events` log).
-    public func record(_ object: JSONObject) {
-        writeLine(JSONValue.object(object).serializedBytes(newline: true))
-    }
-
-    private func writeLine(_ bytes: [UInt8]) {
-        fd.withLock { fd in
-            guard fd >= 0 else { return }
-            var offset = 0
-            while offset < bytes.count {
-                let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { return }
-                offset += n
-            }
+        file.withLock { f in
+            guard f.fd >= 0 else { return }
+            f.pending.append(contentsOf: #"{"uid":"#.utf8)
+            Self.appendDecimal(UInt64(uid), to: &f.pending)
+            f.pending.append(contentsOf: #","event":""#.utf8)
+            f.pending.append(contentsOf: event.utf8)
+            f.pending.append(contentsOf: #"","t_ns":"#.utf8)
+            Self.appendDecimal(t, to: &f.pending)
+            f.pending.append(contentsOf: "}\n".utf8)
         }
     }
 
-    /// Closes the file.
+    /// Appends `object` as one JSON line (the `--events` log), at once unless `deferred`.
+    public func record(_ object: JSONObject, deferred: Bool = false) {
+        let line = JSONValue.object(object).serializedBytes(newline: true)
+        file.withLock { f in
+            guard f.fd >= 0 else { return }
+            f.pending.append(contentsOf: line)
+            if !deferred { Self.writePending(&f) }
+        }
+    }
+
+    /// Writes the deferred lines.
+    public func flush() {
+        file.withLock { f in
+            if f.fd >= 0, !f.pending.isEmpty { Self.writePending(&f) }
+        }
+    }
+
+    private static func writePending(_ f: inout File) {
+        var offset = 0
+        while offset < f.pending.count {
+            let n = f.pending[offset...].withUnsafeBytes { write(f.fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            offset += n
+        }
+        f.pending.removeAll(keepingCapacity: f.pending.count <= 1 << 16)
+    }
+
+    private static func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
+        guard value >= 10 else { return out.append(UInt8(ascii: "0") + UInt8(value)) }
+        appendDecimal(value / 10, to: &out)
+        out.append(UInt8(ascii: "0") + UInt8(value % 10))
+    }
+
+    /// Writes the deferred lines and closes the file.
     public func close() {
-        fd.withLock { fd in
-            if fd >= 0 { _ = Glibc.close(fd) }
-            fd = -1
+        file.withLock { f in
+            guard f.fd >= 0 else { return }
+            if !f.pending.isEmpty { Self.writePending(&f) }
+            _ = Glibc.close(f.fd)
+            f.fd = -1
         }
     }
 
