@@ -548,9 +548,8 @@ public actor Daemon {
     private func write(_ bytes: [UInt8], on link: PhoneLink) {
         guard let connection else { return }
         link.recorder?.wroteControlPoint(bytes, at: link.now)
-        let path = link.device.path, id = link.id
-        link.writesSent += 1
-        let number = link.writesSent
+        // The session numbers its writes; this one is its latest.
+        let path = link.device.path, id = link.id, number = link.session.writesIssued
         startingWrite = true
         defer { startingWrite = false }
         do {
@@ -589,7 +588,7 @@ public actor Daemon {
 
     private func writeFinished(_ result: WriteResult, number: UInt64, linkID: UInt64, path: ObjectPath) {
         guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
-        if number == link.writesSent { link.write = nil }
+        if number == link.session.writesIssued { link.write = nil }
         link.recorder?.writeFinished(result, at: link.now)
         perform(link.session.handleWriteResult(result, write: number, now: link.now), on: link)
     }

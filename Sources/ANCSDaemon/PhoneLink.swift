@@ -41,8 +41,6 @@ final class PhoneLink {
     var write: (call: DBusConnection.PendingCall, connection: DBusConnection)?
     /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
     var timer: LoopTimer?
-    /// Control Point writes sent on this link (the session numbers them the same way).
-    var writesSent: UInt64 = 0
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0

@@ -67,10 +67,12 @@ public struct ANCSSession: Sendable {
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
     private var inFlight: InFlight?
-    /// Control Point writes asked for so far. A notification request ends when its response is
-    /// complete (which proves the write was accepted), so the next write may go out before the
-    /// previous one's result arrives; results name their write, and a late one is ignored.
-    private var writesIssued: UInt64 = 0
+    /// Control Point writes asked for so far: the number of the latest `.writeControlPoint`
+    /// action (at most one is in flight, so an action list holds at most one). A notification
+    /// request ends when its response is complete (which proves the write was accepted), so the
+    /// next write may go out before the previous one's result arrives; results name their
+    /// write (`handleWriteResult(_:write:now:)`), and a late one is ignored.
+    public private(set) var writesIssued: UInt64 = 0
     private var deniedReported = false
     private var fullMessageWanted: Set<UInt32> = []
     /// Notifications the filter dropped (their modifications are ignored), oldest first, bounded
@@ -197,10 +199,10 @@ public struct ANCSSession: Sendable {
     /// (whose response already came, or whose request timed out) is ignored.
     public mutating func handleWriteResult(_ result: WriteResult, write: UInt64? = nil, now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
-        guard var flight = inFlight, !flight.writeDone, flight.writeNumber == (write ?? writesIssued) else {
+        let number = write ?? writesIssued
+        guard var flight = inFlight, !flight.writeDone, flight.writeNumber == number else {
             // A request ends when its response is complete, so the acknowledgement of its write
             // usually comes after it: expected, and not worth a message.
-            let number = write ?? writesIssued
             if case .accepted = result, number >= 1, number <= writesIssued { return [] }
             guard inFlight != nil else { return [.log(.debug, "ignored a Control Point write result with no write in flight")] }
             return [.log(.debug, "ignored the result of an earlier Control Point write: \(result)")]
