@@ -111,12 +111,12 @@ final class OwnedMessage: @unchecked Sendable {
             noReply: noReply, autoStart: autoStart)
     }
 
-    /// `methodCall` built with libdbus's iterators: for what `Wire` does not write.
+    /// `methodCall` built with libdbus's iterators, for what `Wire` does not write. `arguments`
+    /// must have been validated (`DBusValue.validate`): libdbus aborts on anything invalid.
     static func iteratorMethodCall(
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
         let created = withOptionalCString(destination?.rawValue) { dest in
             withOptionalCString(interface?.rawValue) { iface in
                 dbus_message_new_method_call(dest, path.rawValue, iface, member.rawValue)
