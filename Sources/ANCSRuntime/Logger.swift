@@ -95,16 +95,21 @@ public func writeStandardError(_ text: String) {
 /// Writes every byte to a blocking descriptor, retrying on EINTR; false if the write failed.
 @discardableResult
 public func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-    bytes.withUnsafeBytes { buffer in
-        var offset = 0
-        while offset < buffer.count {
-            let written = write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
-            if written < 0 {
-                if errno == EINTR { continue }
-                return false
-            }
-            offset += written
+    bytes.withUnsafeBufferPointer { writeAll(fd, $0) }
+}
+
+/// `writeAll` of the bytes in a buffer.
+@discardableResult
+public func writeAll(_ fd: Int32, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let base = bytes.baseAddress else { return true }
+    var offset = 0
+    while offset < bytes.count {
+        let written = write(fd, base + offset, bytes.count - offset)
+        if written < 0 {
+            if errno == EINTR { continue }
+            return false
         }
-        return true
+        offset += written
     }
+    return true
 }

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSRuntime
 import JSON
 
 /// JSON Lines to a file descriptor through one reusable buffer: lines are appended as bytes and

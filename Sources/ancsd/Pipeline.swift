@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSRuntime
 import Dispatch
 import JSON
 import Synchronization
@@ -144,19 +145,4 @@ final class BackgroundWriter: Sendable {
         }
         finished.signal()
     }
-}
-
-/// Writes all of `bytes` to `fd`; false if a write failed.
-func writeAll(_ fd: Int32, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-    guard let base = bytes.baseAddress else { return true }
-    var offset = 0
-    while offset < bytes.count {
-        let written = write(fd, base + offset, bytes.count - offset)
-        if written < 0 {
-            if errno == EINTR { continue }
-            return false
-        }
-        offset += written
-    }
-    return true
 }
