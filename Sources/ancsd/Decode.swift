@@ -161,11 +161,7 @@ enum DecodeCommand {
         }
         decoders.finish(into: &writer)  // the responses still open
         output.finish(&writer)
-        if let failure {
-            logError("\(displayName(path)): \(failure)")
-            return 2
-        }
-        return decoders.protocolErrorCount > 0 ? 1 : 0
+        return exitStatus(path: path, failure: failure, problems: decoders.protocolErrorCount)
     }
 
     /// The reading thread's side of a capture decode: parses lines into a batch and hands it
@@ -192,11 +188,16 @@ enum DecodeCommand {
         }
     }
 
-    /// The end of every decode, whether the input ended or its reader failed: the output written,
-    /// and the exit status: 2 with the reader's message on a failure, else 1 if the bytes gave
-    /// `problems` (protocol errors, warnings), else 0.
+    /// The end of a decode written through an `OutputBuffer`, whether the input ended or its
+    /// reader failed: the output written, then `exitStatus`.
     private static func end(_ out: OutputBuffer, path: String, failure: (any Error)?, problems: Int) -> Int32 {
         out.flush()
+        return exitStatus(path: path, failure: failure, problems: problems)
+    }
+
+    /// The exit status of every decode, once its output is written: 2 with the reader's message
+    /// on a failure, else 1 if the bytes gave `problems` (protocol errors, warnings), else 0.
+    private static func exitStatus(path: String, failure: (any Error)?, problems: Int) -> Int32 {
         if let failure {
             logError("\(displayName(path)): \(failure)")
             return 2
