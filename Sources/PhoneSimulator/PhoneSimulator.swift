@@ -243,7 +243,7 @@ public final class PhoneSimulator: Sendable {
         let sentAt = monotonicNanoseconds()
         let target = state.withLock { s -> Target in
             guard s.connection === c, s.devices[device].connected, s.devices[device].session == session else { return .none }
-            let sub = characteristic == .dataSource ? s.devices[device].dataSource : s.devices[device].notificationSource
+            let sub = s.devices[device].subscription(characteristic)
             if let socket = sub.acquired { return .socket(socket) }
             // bluetoothd 5.66 emits one PropertiesChanged per StartNotify client (notify_cb).
             return sub.clients.isEmpty ? .none : .signal(s.devices[device].paths.characteristic(characteristic), copies: sub.clients.count)
