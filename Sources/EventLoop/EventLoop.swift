@@ -238,17 +238,26 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             if timeout != 0 { inbox.withLock { $0.parked = false } }
             guard count > 0 else { continue }
             owning {
-                // Timers go after the descriptors that were ready with them: a timer that judges
+                // Urgent watches go first, then the others, then the timers: a timer that judges
                 // a silence (the session's quiet period) must first see what arrived before it
                 // fired, however late the loop's thread got the CPU.
                 var timerReady: ancs_ready?
-                for event in ready.prefix(Int(count)) {
+                var later = 0
+                for index in 0..<Int(count) {
+                    let event = ready[index]
                     if event.token == Self.timerToken {
                         timerReady = event
-                        continue
+                    } else if watches[event.token]?.isUrgent == false {
+                        ready[later] = event  // compacted in place: `later <= index`
+                        later += 1
+                    } else {
+                        dispatch(event)
+                        // What the handler made runnable (a reply's continuation) runs right away.
+                        moreWork = runLocal()
                     }
+                }
+                for event in ready.prefix(later) {
                     dispatch(event)
-                    // What the handler made runnable (a reply's continuation) runs right away.
                     moreWork = runLocal()
                 }
                 if let timerReady {
@@ -286,9 +295,15 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     ///
     /// An empty interest keeps the descriptor out of epoll altogether (epoll reports a hang-up
     /// whatever it is asked for, and the handler would not be there to consume it).
-    public func watch(fd: Int32, interest: Watch.Events, handler: @escaping @Sendable (Watch.Events) -> Void) throws(Failure) -> Watch {
+    ///
+    /// An `urgent` watch is handled before the other descriptors that were ready in the same
+    /// wakeup: for the input that unblocks the next step (a phone's data that completes a request,
+    /// so the next one can go out), ahead of bookkeeping that can wait a few microseconds.
+    public func watch(
+        fd: Int32, interest: Watch.Events, urgent: Bool = false, handler: @escaping @Sendable (Watch.Events) -> Void
+    ) throws(Failure) -> Watch {
         let token = newToken()
-        let watch = Watch(loop: self, fd: fd, token: token, interest: interest, handler: handler)
+        let watch = Watch(loop: self, fd: fd, token: token, interest: interest, urgent: urgent, handler: handler)
         // Known to the loop before epoll can report it.
         perform { self.watches[token] = watch }
         if !interest.isEmpty {
@@ -379,6 +394,8 @@ public final class Watch: Sendable {
 
     /// The watched descriptor (still the caller's to close, after `cancel`).
     public let fd: Int32
+    /// Handled before the loop's other ready descriptors (`EventLoop.watch(fd:interest:urgent:handler:)`).
+    public let isUrgent: Bool
     fileprivate let token: UInt64
     private let loop: EventLoop
     private let handler: @Sendable (Events) -> Void
@@ -386,9 +403,12 @@ public final class Watch: Sendable {
     private let state: Atomic<UInt8>
     private static let cancelledBit: UInt8 = 0x80
 
-    fileprivate init(loop: EventLoop, fd: Int32, token: UInt64, interest: Events, handler: @escaping @Sendable (Events) -> Void) {
+    fileprivate init(
+        loop: EventLoop, fd: Int32, token: UInt64, interest: Events, urgent: Bool, handler: @escaping @Sendable (Events) -> Void
+    ) {
         self.loop = loop
         self.fd = fd
+        isUrgent = urgent
         self.token = token
         self.handler = handler
         state = Atomic(interest.rawValue)

@@ -194,6 +194,41 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(order.withLock { $0 } == ["data", "timer"])
     }
 
+    /// Of the descriptors ready in one wakeup, an urgent watch's runs first, whatever the order
+    /// in which they became ready: the phone's data goes before a D-Bus reply.
+    @Test func anUrgentWatchIsHandledBeforeTheOthersReadyWithIt() async throws {
+        let loop = try EventLoop(name: "test")
+        defer { loop.shutdown() }
+        var plain: [Int32] = [0, 0], urgent: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &plain) == 0)
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &urgent) == 0)
+        defer { for fd in plain + urgent { close(fd) } }
+        let order = Mutex<[String]>([])
+        let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        func reader(_ fd: Int32, _ name: String) -> @Sendable (Watch.Events) -> Void {
+            { _ in
+                var byte: UInt8 = 0
+                while recv(fd, &byte, 1, 0) > 0 {
+                    let count = order.withLock { $0.append(name); return $0.count }
+                    if count == 2 { done.withLock { $0.take() }?.resume() }
+                }
+            }
+        }
+        let plainWatch = try loop.watch(fd: plain[0], interest: .readable, handler: reader(plain[0], "plain"))
+        let urgentWatch = try loop.watch(fd: urgent[0], interest: .readable, urgent: true, handler: reader(urgent[0], "urgent"))
+        defer { plainWatch.cancel(); urgentWatch.cancel() }
+        #expect(urgentWatch.isUrgent && !plainWatch.isUrgent)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            done.withLock { $0 = continuation }
+            loop.execute { usleep(60_000) }  // busy while both become ready, the plain one first
+            usleep(20_000)
+            #expect(send(plain[1], [1], 1, 0) == 1)
+            usleep(5_000)
+            #expect(send(urgent[1], [2], 1, 0) == 1)
+        }
+        #expect(order.withLock { $0 } == ["urgent", "plain"])
+    }
+
     @Test func aRepeatingTimerRepeatsUntilCancelled() async throws {
         let loop = try EventLoop(name: "test")
         defer { loop.shutdown() }
