@@ -269,7 +269,9 @@ public final class PhoneSimulator: Sendable {
             }
         }
         if characteristic == .notificationSource, let event = try? NotificationSourceEvent(decoding: bytes) {
-            timeline?.record(uid: event.notificationUID, event: event.eventID.description, at: monotonicNanoseconds())
+            // Stamped before the send: the consumer woken by the datagram may run (and answer)
+            // before this thread gets the CPU back, so a stamp taken now would be late.
+            timeline?.record(uid: event.notificationUID, event: event.eventID.description, at: sentAt)
             note(device, "ns", [
                 "event": .string(event.eventID.description), "uid": .int(Int(event.notificationUID)),
                 "session": .int(Int(session)), "pre_existing": .bool(event.flags.contains(.preExisting)),
