@@ -67,7 +67,43 @@ public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible 
     }
 
     /// ISO 8601 without a zone, e.g. `2015-06-15T16:18:37`.
-    public var iso8601: String {
+    public var iso8601: String { withISO8601 { String(decoding: $0, as: UTF8.self) } }
+
+    /// Hands the UTF-8 bytes of `iso8601` to `body` without making a `String`. A date whose
+    /// fields fit their widths (every date parsed from the ANCS form) is written with a few
+    /// byte stores on the stack.
+    public func withISO8601<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        guard (0...9999).contains(year), (0...99).contains(month), (0...99).contains(day),
+              (0...99).contains(hour), (0...99).contains(minute), (0...99).contains(second)
+        else {
+            var text = paddedISO8601
+            return try text.withUTF8(body)
+        }
+        var storage: (UInt64, UInt64, UInt64) = (0, 0, 0)  // "yyyy-MM-ddTHH:mm:ss": 19 bytes
+        return try withUnsafeMutableBytes(of: &storage) { raw in
+            let text = raw.bindMemory(to: UInt8.self)
+            func put(_ value: Int, at index: Int) {  // two digits
+                text[index] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10)
+                text[index + 1] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+            }
+            put(year / 100, at: 0)
+            put(year % 100, at: 2)
+            text[4] = UInt8(ascii: "-")
+            put(month, at: 5)
+            text[7] = UInt8(ascii: "-")
+            put(day, at: 8)
+            text[10] = UInt8(ascii: "T")
+            put(hour, at: 11)
+            text[13] = UInt8(ascii: ":")
+            put(minute, at: 14)
+            text[16] = UInt8(ascii: ":")
+            put(second, at: 17)
+            return try body(UnsafeBufferPointer(rebasing: text[0..<19]))
+        }
+    }
+
+    /// `iso8601` for any field values: each zero-padded to its width, wider ones as they are.
+    var paddedISO8601: String {
         func pad(_ value: Int, _ width: Int) -> String {
             let digits = String(value)
             return String(repeating: "0", count: max(0, width - digits.count)) + digits

@@ -17,27 +17,20 @@ public struct NotificationFingerprint: Hashable, Sendable {
     /// different notifications look the same.
     public init?(_ n: PhoneNotification) {
         guard n.attributesComplete else { return nil }
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        func mix(_ byte: UInt8) {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
+        var hash = FNV1a()
+        hash.mix(field: n.appIdentifier)
+        hash.mix(field: n.title)
+        hash.mix(field: n.subtitle)
+        hash.mix(field: n.message)
+        switch n.date {
+        case .valid(let date)?: date.withISO8601 { hash.mix(field: $0) }
+        case .empty?: hash.mix(field: "")
+        case .malformed(let text)?:  // the field is "!" followed by the text
+            var text = text
+            text.withUTF8 { hash.mix(field: $0, prefix: UInt8(ascii: "!")) }
+        case nil: hash.mix(field: nil)
         }
-        let date: String? = switch n.date {
-        case .valid(let date)?: date.iso8601
-        case .empty?: ""
-        case .malformed(let text)?: "!" + text
-        case nil: nil
-        }
-        for field in [n.appIdentifier, n.title, n.subtitle, n.message, date] {
-            guard let field else {
-                mix(0xFF)
-                continue
-            }
-            let bytes = Array(field.utf8)
-            for shift in stride(from: 0, to: 32, by: 8) { mix(UInt8(truncatingIfNeeded: bytes.count >> shift)) }
-            for byte in bytes { mix(byte) }
-        }
-        value = hash
+        value = hash.value
     }
 
     /// 16 lowercase hexadecimal digits.
@@ -62,6 +55,31 @@ public struct NotificationFingerprint: Hashable, Sendable {
             value = value << 4 | UInt64(digit)
         }
         self.value = value
+    }
+}
+
+/// 64-bit FNV-1a, fed the fields of a `NotificationFingerprint` straight from their UTF-8 bytes.
+private struct FNV1a {
+    var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+    @inline(__always)
+    mutating func mix(_ byte: UInt8) {
+        value ^= UInt64(byte)
+        value = value &* 0x0000_0100_0000_01b3
+    }
+
+    /// A field: its length in four bytes (least significant first), then its bytes, with
+    /// `prefix` (when given) counted and mixed before them; 0xFF alone for an unknown field.
+    mutating func mix(field bytes: UnsafeBufferPointer<UInt8>, prefix: UInt8? = nil) {
+        let length = bytes.count + (prefix == nil ? 0 : 1)
+        for shift in stride(from: 0, to: 32, by: 8) { mix(UInt8(truncatingIfNeeded: length >> shift)) }
+        if let prefix { mix(prefix) }
+        for byte in bytes { mix(byte) }
+    }
+
+    mutating func mix(field: String?) {
+        guard var field else { return mix(0xFF) }
+        field.withUTF8 { mix(field: $0) }
     }
 }
 

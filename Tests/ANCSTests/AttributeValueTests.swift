@@ -28,6 +28,32 @@ import ANCS
         #expect(ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 3) < ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 4))
     }
 
+    /// The byte-store form of `iso8601` against the zero-padding reference it replaced, for
+    /// every field's edge values, wider ones and negative ones (built by hand, not parsed).
+    @Test func iso8601MatchesThePaddedReference() {
+        func pad(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        let years = [0, 1, 9, 10, 99, 100, 999, 1000, 1970, 2014, 2099, 9999, 10000, 123456, -1, -2024]
+        let fields = [0, 1, 9, 10, 29, 31, 59, 60, 99, 100, 1234, -1, -45]
+        var checked = 0
+        for year in years {
+            for value in fields {
+                for slot in 0..<5 {
+                    var parts = [7, 15, 23, 5, 9]
+                    parts[slot] = value
+                    let date = ANCSDate(year: year, month: parts[0], day: parts[1], hour: parts[2], minute: parts[3], second: parts[4])
+                    let expected = "\(pad(year, 4))-\(pad(parts[0], 2))-\(pad(parts[1], 2))T\(pad(parts[2], 2)):\(pad(parts[3], 2)):\(pad(parts[4], 2))"
+                    #expect(date.iso8601 == expected)
+                    #expect(date.withISO8601 { Array($0) } == Array(expected.utf8))
+                    checked += 1
+                }
+            }
+        }
+        #expect(checked == years.count * fields.count * 5)
+    }
+
     @Test(arguments: [
         "2014102T160000", "20141028T1600000", "20141028 160000", "2014-10-28T16:00", "20141328T160000",
         "20141000T160000", "20150229T120000", "20140431T120000", "20141028T240000", "20141028T166000",
