@@ -11,13 +11,13 @@ public struct AttributeText: Hashable, Sendable, CustomStringConvertible {
 
     public init(_ raw: [UInt8]) {
         self.raw = raw
-        if let valid = String(validating: raw, as: UTF8.self) {
-            string = valid
-            wasRepaired = false
-        } else {
-            string = String(decoding: raw, as: UTF8.self)
-            wasRepaired = true
-        }
+        // Decoding repairs; the text differs from the bytes exactly when there was something to
+        // repair. (One pass of the standard library's fast decoder and a compare, where
+        // `String(validating:)` walks the bytes generically.)
+        string = String(decoding: raw, as: UTF8.self)
+        wasRepaired = string.utf8.withContiguousStorageIfAvailable { decoded in
+            raw.withUnsafeBufferPointer { !decoded.elementsEqual($0) }
+        } ?? !string.utf8.elementsEqual(raw)
     }
 
     public var description: String { string }

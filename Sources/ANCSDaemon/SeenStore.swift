@@ -174,43 +174,47 @@ public final class SeenStore {
 
     /// True if the phone has shown this before.
     public func contains(_ fingerprint: NotificationFingerprint, device: String) -> Bool {
-        phone(device).set.contains(fingerprint)
+        withPhone(device) { $0.set.contains(fingerprint) }
     }
 
     /// Remembers that the phone showed this (again).
     public func record(_ fingerprint: NotificationFingerprint, device: String) {
-        _ = phone(device)  // loaded and marked used
-        // In place: a copy of the entry would share the set's storage, and inserting into it
-        // would copy the whole set (4,096 entries) for every notification shown.
-        phones[device]?.set.insert(fingerprint)
-        guard let path = path(for: device), let entry = phones[device] else { return }
-        let lines: Int
-        if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
-            lines = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
-        } else {
-            lines = entry.linesOnDisk + 1
+        let path = path(for: device)
+        withPhone(device) { entry in
+            entry.set.insert(fingerprint)
+            guard let path else { return }
+            if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
+                entry.linesOnDisk = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
+            } else {
+                entry.linesOnDisk += 1
+            }
         }
-        phones[device]?.linesOnDisk = lines
     }
 
     /// How many fingerprints the phone has in memory.
-    public func count(device: String) -> Int { phone(device).set.count }
+    public func count(device: String) -> Int { withPhone(device) { $0.set.count } }
 
     // MARK: Files
 
-    private func phone(_ device: String) -> Phone {
+    /// Hands the phone's entry (loaded if needed, marked used) to `body` to read or change in
+    /// place: one lookup, and no copy of the set, whose storage a copy would share (inserting
+    /// into it would then copy all 4,096 entries).
+    private func withPhone<R>(_ device: String, _ body: (inout Phone) -> R) -> R {
         useCounter += 1
-        if phones[device] != nil {
-            phones[device]?.lastUsed = useCounter
-            if let entry = phones[device] { return entry }
-        }
+        let index = phones.index(forKey: device) ?? add(device)
+        phones.values[index].lastUsed = useCounter
+        return body(&phones.values[index])
+    }
+
+    /// Loads a phone that is not in memory, making room for it.
+    private func add(_ device: String) -> [String: Phone].Index {
         if phones.count >= Self.phonesInMemory, let victim = phones.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key {
             phones[victim] = nil
         }
         var entry = Phone(set: SeenSet(capacity: capacity), linesOnDisk: 0, lastUsed: useCounter)
         if let path = path(for: device) { load(path, into: &entry) }
         phones[device] = entry
-        return entry
+        return phones.index(forKey: device) ?? phones.startIndex  // just added: always found
     }
 
     func path(for device: String) -> String? {

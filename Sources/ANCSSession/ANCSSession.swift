@@ -167,29 +167,23 @@ public struct ANCSSession: Sendable {
     /// A Data Source value from the phone.
     public mutating func handleDataSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
-        guard var flight = inFlight, flight.response == nil else {
+        // `inFlight` is changed in place (`inFlight?.…`): a copy would retain what it holds.
+        guard let draining = inFlight?.draining, inFlight?.response == nil else {
             return [.log(.debug, "ignored \(value.count) Data Source bytes with no request waiting for them")]
         }
-        flight.lastDataAt = now
-        if flight.draining {
-            inFlight = flight
-            return []
-        }
+        inFlight?.lastDataAt = now
+        if draining { return [] }
         let output = reassembler.feed(value)
         if let error = output.error {
-            actions.append(.log(.warning, "Data Source error for \(describe(flight.work)): \(error)"))
+            if let work = inFlight?.work { actions.append(.log(.warning, "Data Source error for \(describe(work)): \(error)")) }
             if output.response == nil {
-                flight.draining = true
-                inFlight = flight
+                inFlight?.draining = true
                 return actions
             }
         }
         if let response = output.response {
-            flight.response = response
-            inFlight = flight
+            inFlight?.response = response
             finishIfDone(now: now, into: &actions)
-        } else {
-            inFlight = flight
         }
         return actions
     }
@@ -390,38 +384,27 @@ public struct ANCSSession: Sendable {
     }
 
     private mutating func apply(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
-        guard var record = records[uid] else {
+        guard let index = records.index(forKey: uid) else {
             actions.append(.log(.debug, "dropped the attributes of notification \(uid): it was removed meanwhile"))
             return
         }
-        var n = record.notification
-        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
-        n.appIdentifier = text(.appIdentifier) ?? n.appIdentifier
-        n.title = text(.title)
-        n.subtitle = text(.subtitle)
-        n.message = text(.message)
-        n.messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
-        n.date = response.value(of: .date).map(DateAttribute.init)
-        n.positiveAction = text(.positiveActionLabel)
-        n.negativeAction = text(.negativeActionLabel)
-        if let message = n.message, let size = n.messageSize {
-            n.truncated = isMessageTruncated(message: message, messageSize: size)
-        } else {
-            n.truncated = nil
+        // The record is updated in place: a copy would retain (and later release) every string in it.
+        let filtersApps = filter.filtersApps
+        func update(_ record: inout Record) -> (refetch: Bool, checkApp: Bool, app: String?) {
+            record.notification.takeAttributes(of: response)
+            let refetch = record.refetchAfterCurrent
+            record.refetchAfterCurrent = false
+            return (refetch, filtersApps && !record.appChecked && !record.emitted, record.notification.appIdentifier)
         }
-        n.attributesComplete = response.isComplete
-        record.notification = n
-        if !record.refetchAfterCurrent { fullMessageWanted.remove(uid) }
-        let refetch = record.refetchAfterCurrent
-        record.refetchAfterCurrent = false
-        records[uid] = record
+        let (refetch, checkApp, app) = update(&records.values[index])
+        if !refetch { fullMessageWanted.remove(uid) }
         if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
-        if filter.filtersApps && !record.appChecked && !record.emitted {
+        if checkApp {
             records[uid]?.appChecked = true
             if filterApp(of: uid, into: &actions) { return }
         }
 
-        guard let app = n.appIdentifier, !app.isEmpty else { return emit(uid, into: &actions) }
+        guard let app, !app.isEmpty else { return emit(uid, into: &actions) }
         if let cached = appNames[app] {
             records[uid]?.notification.appName = cached
             emit(uid, into: &actions)
@@ -486,18 +469,21 @@ public struct ANCSSession: Sendable {
     }
 
     private mutating func emit(_ uid: UInt32, into actions: inout [SessionAction]) {
-        guard var record = records[uid] else { return }
-        if !record.emitted && filter.filtersApps && !record.appChecked {
+        guard let index = records.index(forKey: uid) else { return }
+        if !records.values[index].emitted && filter.filtersApps && !records.values[index].appChecked {
             // Shown without its attributes (the phone did not answer, too much work): the app
             // filter decides on what is known.
-            records[uid]?.appChecked = true
+            records.values[index].appChecked = true
             if filterApp(of: uid, into: &actions) { return }
-            record.appChecked = true
         }
-        let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
-        record.emitted = true
-        records[uid] = record
-        actions.append(.emit(NotificationEvent(kind: kind, notification: record.notification)))
+        // In place, as in `apply`; `filterApp` left the record where it was if it kept it.
+        func markEmitted(_ record: inout Record) -> NotificationEvent {
+            let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
+            record.emitted = true
+            return NotificationEvent(kind: kind, notification: record.notification)
+        }
+        guard let kept = records.index(forKey: uid) else { return }
+        actions.append(.emit(markEmitted(&records.values[kept])))
     }
 
     /// The phone refused or the link failed the write in flight.
@@ -565,5 +551,28 @@ public struct ANCSSession: Sendable {
         case .app: "an app's display name"
         case .action(let uid, let action): "the \(action) action on notification \(uid)"
         }
+    }
+}
+
+extension PhoneNotification {
+    /// Takes the attributes a GetNotificationAttributes response carries (an AppIdentifier it
+    /// lacks stays as known), with the message's truncation judged from its bytes.
+    mutating func takeAttributes(of response: DataSourceResponse) {
+        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
+        if let app = text(.appIdentifier) { appIdentifier = app }
+        title = text(.title)
+        subtitle = text(.subtitle)
+        let messageBytes = response.value(of: .message)
+        message = messageBytes.map { AttributeText($0).string }
+        messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
+        date = response.value(of: .date).map(DateAttribute.init)
+        positiveAction = text(.positiveActionLabel)
+        negativeAction = text(.negativeActionLabel)
+        if let messageBytes, let size = messageSize {
+            truncated = isMessageTruncated(messageBytes: messageBytes, messageSize: size)
+        } else {
+            truncated = nil
+        }
+        attributesComplete = response.isComplete
     }
 }

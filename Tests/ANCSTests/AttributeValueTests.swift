@@ -16,6 +16,28 @@ import ANCS
         #expect(text.raw == raw)
     }
 
+    /// The decode-and-compare form against `String(validating:)`, the general check it
+    /// replaced, on valid text of every sequence length and on ill-formed bytes of each kind.
+    @Test func repairVerdictMatchesValidation() {
+        var samples: [[UInt8]] = [
+            [], Array("plain ASCII, long enough to cross several eight-byte words".utf8), Array("Grüße 日本 👍🏽".utf8),
+            [0xEF, 0xBF, 0xBD], [0xFF], [0xC0, 0x80], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80],
+            [0xE2, 0x80], [0x61, 0xE2, 0x80], [0xF0, 0x9F, 0x91], [0x80, 0x80, 0x80], [0xC3], [0x00, 0x7F, 0xC2, 0xA0],
+        ]
+        var seed: UInt32 = 12345
+        for length in 0..<2000 {
+            seed = seed &* 1_103_515_245 &+ 12345
+            let alphabet: [UInt8] = [0x41, 0x7A, 0x00, 0x80, 0xBF, 0xC2, 0xC3, 0xE2, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0x9F, 0xA0]
+            samples.append((0..<(length % 13)).map { alphabet[Int((seed >> 8 &+ UInt32($0) &* 2_654_435_761) >> 3) % alphabet.count] })
+        }
+        for raw in samples {
+            let text = AttributeText(raw)
+            #expect(text.wasRepaired == (String(validating: raw, as: UTF8.self) == nil), "\(raw)")
+            #expect(text.string == String(decoding: raw, as: UTF8.self))
+        }
+        #expect(samples.contains { AttributeText($0).wasRepaired } && samples.contains { !AttributeText($0).wasRepaired })
+    }
+
     @Test func emptyTextIsValid() {
         #expect(AttributeText([]).string == "" && !AttributeText([]).wasRepaired)
     }
