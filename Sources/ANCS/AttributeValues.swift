@@ -11,13 +11,11 @@ public struct AttributeText: Hashable, Sendable, CustomStringConvertible {
 
     public init(_ raw: [UInt8]) {
         self.raw = raw
-        // Decoding repairs; the text differs from the bytes exactly when there was something to
-        // repair. (One pass of the standard library's fast decoder and a compare, where
-        // `String(validating:)` walks the bytes generically.)
+        // Decoding repairs what is ill-formed, so it is enough to know whether anything was: a
+        // scan that skips ASCII eight bytes at a time (`String(validating:)` walks the bytes
+        // generically, which costs more than the decoding).
         string = String(decoding: raw, as: UTF8.self)
-        wasRepaired = string.utf8.withContiguousStorageIfAvailable { decoded in
-            raw.withUnsafeBufferPointer { !decoded.elementsEqual($0) }
-        } ?? !string.utf8.elementsEqual(raw)
+        wasRepaired = !raw.withUnsafeBufferPointer(isWellFormedUTF8)
     }
 
     public var description: String { string }
@@ -224,6 +222,25 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
         utf16 -= 1
     }
     return messageSize > max(utf16, utf8)
+}
+
+/// True if `bytes` are well-formed UTF-8 (Unicode Table 3-7).
+func isWellFormedUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let base = bytes.baseAddress else { return true }
+    var index = 0
+    while index < bytes.count {
+        while index + 8 <= bytes.count,
+              UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { index += 8 }
+        guard index < bytes.count else { break }
+        if bytes[index] < 0x80 {
+            index += 1
+            continue
+        }
+        let length = wellFormedLength(bytes, at: index)
+        guard length > 0 else { return false }
+        index += length
+    }
+    return true
 }
 
 /// The length of the well-formed UTF-8 sequence that starts with the non-ASCII byte at `index`,

@@ -309,14 +309,18 @@ public struct ANCSSession: Sendable {
             case .app(let identifier):
                 request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
             case .notification(let uid):
-                if filter.filtersApps, records[uid]?.appChecked == false {
+                // One lookup, and the two fields read where they are (a copy of the record would
+                // retain every string in it).
+                let index = records.index(forKey: uid)
+                let appChecked = index.map { records.values[$0].appChecked }
+                if filter.filtersApps, appChecked == false {
                     appOnly = true
                     request = .getNotificationAttributes(uid: uid, attributes: [.init(.appIdentifier)])
                 } else {
                     request = .getNotificationAttributes(
                         uid: uid, attributes: attributeRequests(
-                            for: records[uid]?.notification.flags ?? [], fullMessage: fullMessageWanted.contains(uid),
-                            appIdentifier: !(filter.filtersApps && records[uid]?.appChecked == true)))
+                            for: index.map { records.values[$0].notification.flags } ?? [], fullMessage: fullMessageWanted.contains(uid),
+                            appIdentifier: !(filter.filtersApps && appChecked == true)))
                 }
             }
             do {
@@ -342,13 +346,15 @@ public struct ANCSSession: Sendable {
     }
 
     private func attributeRequests(for flags: EventFlags, fullMessage: Bool, appIdentifier: Bool) -> [NotificationAttributeRequest] {
-        var requests: [NotificationAttributeRequest] = appIdentifier ? [.init(.appIdentifier)] : []
-        requests += [
-            // A full fetch asks every text attribute for all that a 16-bit length can carry.
-            .init(.title, maxLength: fullMessage ? UInt16.max : configuration.titleMaxLength),
-            .init(.subtitle, maxLength: fullMessage ? UInt16.max : configuration.subtitleMaxLength),
-            .init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength), .init(.messageSize), .init(.date),
-        ]
+        var requests: [NotificationAttributeRequest] = []
+        requests.reserveCapacity(8)
+        if appIdentifier { requests.append(.init(.appIdentifier)) }
+        // A full fetch asks every text attribute for all that a 16-bit length can carry.
+        requests.append(.init(.title, maxLength: fullMessage ? UInt16.max : configuration.titleMaxLength))
+        requests.append(.init(.subtitle, maxLength: fullMessage ? UInt16.max : configuration.subtitleMaxLength))
+        requests.append(.init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength))
+        requests.append(.init(.messageSize))
+        requests.append(.init(.date))
         // Ask for action labels only when the phone says there are actions: iOS has been seen
         // to omit a label tuple it was asked for.
         if flags.contains(.positiveAction) { requests.append(.init(.positiveActionLabel)) }
@@ -406,8 +412,7 @@ public struct ANCSSession: Sendable {
 
         guard let app, !app.isEmpty else { return emit(uid, into: &actions) }
         if let cached = appNames[app] {
-            records[uid]?.notification.appName = cached
-            emit(uid, into: &actions)
+            emit(uid, appName: cached, into: &actions)
         } else {
             waitingForApp[app, default: []].append(uid)
             if appRequested.insert(app).inserted { appQueue.push(app) }
@@ -463,13 +468,15 @@ public struct ANCSSession: Sendable {
         }
         appNames[identifier] = .some(name)
         for uid in waitingForApp.removeValue(forKey: identifier) ?? [] where records[uid] != nil {
-            records[uid]?.notification.appName = name
-            emit(uid, into: &actions)
+            emit(uid, appName: name, into: &actions)
         }
     }
 
-    private mutating func emit(_ uid: UInt32, into actions: inout [SessionAction]) {
+    /// Shows a notification: `.added` the first time, `.modified` after. An `appName` that is
+    /// not `.none` becomes the notification's app name first (`.some(nil)`: none).
+    private mutating func emit(_ uid: UInt32, appName: String?? = .none, into actions: inout [SessionAction]) {
         guard let index = records.index(forKey: uid) else { return }
+        if let appName { records.values[index].notification.appName = appName }
         if !records.values[index].emitted && filter.filtersApps && !records.values[index].appChecked {
             // Shown without its attributes (the phone did not answer, too much work): the app
             // filter decides on what is known.
