@@ -309,17 +309,21 @@ public struct ANCSSession: Sendable {
             case .app(let identifier):
                 request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
             case .notification(let uid):
-                // One lookup, and the two fields read where they are (a copy of the record would
-                // retain every string in it).
-                let index = records.index(forKey: uid)
-                let appChecked = index.map { records.values[$0].appChecked }
+                // One lookup, the two fields read in place (through the in-place access: a copy of
+                // the record would retain and release every string in it).
+                var appChecked: Bool?
+                var flags: EventFlags = []
+                if let index = records.index(forKey: uid) {
+                    func read(_ record: inout Record) { (appChecked, flags) = (record.appChecked, record.notification.flags) }
+                    read(&records.values[index])
+                }
                 if filter.filtersApps, appChecked == false {
                     appOnly = true
                     request = .getNotificationAttributes(uid: uid, attributes: [.init(.appIdentifier)])
                 } else {
                     request = .getNotificationAttributes(
                         uid: uid, attributes: attributeRequests(
-                            for: index.map { records.values[$0].notification.flags } ?? [], fullMessage: fullMessageWanted.contains(uid),
+                            for: flags, fullMessage: fullMessageWanted.contains(uid),
                             appIdentifier: !(filter.filtersApps && appChecked == true)))
                 }
             }
@@ -340,7 +344,7 @@ public struct ANCSSession: Sendable {
         if let (uid, action) = actionQueue.pop() { return .action(uid, action) }
         if let app = appQueue.pop() { return .app(app) }
         while let uid = appKeptQueue.pop() ?? freshQueue.pop() ?? backlogQueue.pop() {
-            if queued.remove(uid) != nil, records[uid] != nil { return .notification(uid) }
+            if queued.remove(uid) != nil, records.index(forKey: uid) != nil { return .notification(uid) }
         }
         return nil
     }
@@ -476,21 +480,24 @@ public struct ANCSSession: Sendable {
     /// not `.none` becomes the notification's app name first (`.some(nil)`: none).
     private mutating func emit(_ uid: UInt32, appName: String?? = .none, into actions: inout [SessionAction]) {
         guard let index = records.index(forKey: uid) else { return }
-        if let appName { records.values[index].notification.appName = appName }
-        if !records.values[index].emitted && filter.filtersApps && !records.values[index].appChecked {
+        // The record is read and changed in place (see `apply`).
+        let filtersApps = filter.filtersApps
+        func prepare(_ record: inout Record) -> Bool {  // true: the app filter must decide first
+            if let appName { record.notification.appName = appName }
             // Shown without its attributes (the phone did not answer, too much work): the app
             // filter decides on what is known.
-            records.values[index].appChecked = true
-            if filterApp(of: uid, into: &actions) { return }
+            guard !record.emitted && filtersApps && !record.appChecked else { return false }
+            record.appChecked = true
+            return true
         }
-        // In place, as in `apply`; `filterApp` left the record where it was if it kept it.
+        if prepare(&records.values[index]), filterApp(of: uid, into: &actions) { return }
         func markEmitted(_ record: inout Record) -> NotificationEvent {
             let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
             record.emitted = true
             return NotificationEvent(kind: kind, notification: record.notification)
         }
-        guard let kept = records.index(forKey: uid) else { return }
-        actions.append(.emit(markEmitted(&records.values[kept])))
+        // `index` still holds: a `filterApp` that keeps the notification changes no record.
+        actions.append(.emit(markEmitted(&records.values[index])))
     }
 
     /// The phone refused or the link failed the write in flight.
