@@ -192,6 +192,16 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
     var lastWasASCII = true
     var index = 0
     while index < raw.count {
+        if let base = raw.baseAddress, index + 8 <= raw.count,
+           UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 {
+            // Eight ASCII characters: each counts one byte and one unit, and the last two of them
+            // are ASCII.
+            utf8 += 8
+            utf16 += 8
+            index += 8
+            (previousWasASCII, lastWasASCII) = (true, true)
+            continue
+        }
         previousWasASCII = lastWasASCII
         let lead = raw[index]
         if lead < 0x80 {

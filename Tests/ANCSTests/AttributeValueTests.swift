@@ -123,9 +123,9 @@ import ANCS
             z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
             return z ^ (z >> 31)
         }
-        let pieces: [[UInt8]] = ["a", "é", "β", "…", "👍", "\u{600}", "\u{301}", "\u{200D}", "\r", "\n", "x…", "…\u{301}"]
+        let pieces: [[UInt8]] = ["a", "é", "β", "…", "👍", "\u{600}", "\u{301}", "\u{200D}", "\r", "\n", "x…", "…\u{301}", "Tea at five, or at six?"]
             .map { Array($0.utf8) } + [[0xFF], [0xE2, 0x80], [0xC3], [0xF0, 0x9F]]
-        for _ in 0..<20_000 {
+        for _ in 0..<40_000 {
             var bytes: [UInt8] = []
             for _ in 0..<Int(next() % 6) { bytes += pieces[Int(next() % UInt64(pieces.count))] }
             if next() % 2 == 0 { bytes += Array("…".utf8) }
