@@ -201,20 +201,24 @@ public final class SeenStore {
     /// into it would then copy all 4,096 entries).
     private func withPhone<R>(_ device: String, _ body: (inout Phone) -> R) -> R {
         useCounter += 1
-        let index = phones.index(forKey: device) ?? add(device)
-        phones.values[index].lastUsed = useCounter
-        return body(&phones.values[index])
+        if let index = phones.index(forKey: device) {
+            phones.values[index].lastUsed = useCounter
+            return body(&phones.values[index])
+        }
+        var entry = load(device)
+        let result = body(&entry)
+        phones[device] = entry
+        return result
     }
 
-    /// Loads a phone that is not in memory, making room for it.
-    private func add(_ device: String) -> [String: Phone].Index {
+    /// A phone that is not in memory, from its file if there is one; makes room for it.
+    private func load(_ device: String) -> Phone {
         if phones.count >= Self.phonesInMemory, let victim = phones.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key {
             phones[victim] = nil
         }
         var entry = Phone(set: SeenSet(capacity: capacity), linesOnDisk: 0, lastUsed: useCounter)
         if let path = path(for: device) { load(path, into: &entry) }
-        phones[device] = entry
-        return phones.index(forKey: device) ?? phones.startIndex  // just added: always found
+        return entry
     }
 
     func path(for device: String) -> String? {
