@@ -66,7 +66,16 @@ public struct ANCSSession: Sendable {
     private var appNames: [String: String?] = [:]
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
-    private var inFlight: InFlight?
+    private var inFlight: InFlight? {
+        didSet {  // no `oldValue`: changes through `inFlight?.…` stay in place
+            guard let sentAt = inFlight?.sentAt else {
+                nextDeadline = nil
+                return
+            }
+            let timeout = sentAt + configuration.requestTimeout
+            if let last = inFlight?.lastDataAt { nextDeadline = min(last + configuration.quietPeriod, timeout) } else { nextDeadline = timeout }
+        }
+    }
     /// Control Point writes asked for so far: the number of the latest `.writeControlPoint`
     /// action (at most one is in flight, so an action list holds at most one). A notification
     /// request ends when its response is complete (which proves the write was accepted), so the
@@ -110,11 +119,9 @@ public struct ANCSSession: Sendable {
     public var queuedFetchCount: Int { queued.count }
 
     /// When `handleTimer` must be called next, or nil if nothing is waiting on time.
-    public var nextDeadline: Duration? {
-        guard let flight = inFlight else { return nil }
-        if let last = flight.lastDataAt { return min(last + configuration.quietPeriod, flight.sentAt + configuration.requestTimeout) }
-        return flight.sentAt + configuration.requestTimeout
-    }
+    /// (Stored, and kept up to date as the request in flight changes: reading it from a session
+    /// held in a class then copies nothing, where a computed property would copy the session.)
+    public private(set) var nextDeadline: Duration?
 
     // MARK: Inputs
 
