@@ -11,13 +11,11 @@ public struct AttributeText: Hashable, Sendable, CustomStringConvertible {
 
     public init(_ raw: [UInt8]) {
         self.raw = raw
-        if let valid = String(validating: raw, as: UTF8.self) {
-            string = valid
-            wasRepaired = false
-        } else {
-            string = String(decoding: raw, as: UTF8.self)
-            wasRepaired = true
-        }
+        // Decoding repairs what is ill-formed, so it is enough to know whether anything was: a
+        // scan that skips ASCII eight bytes at a time (`String(validating:)` walks the bytes
+        // generically, which costs more than the decoding).
+        string = String(decoding: raw, as: UTF8.self)
+        wasRepaired = !raw.withUnsafeBufferPointer(isWellFormedUTF8)
     }
 
     public var description: String { string }
@@ -67,7 +65,43 @@ public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible 
     }
 
     /// ISO 8601 without a zone, e.g. `2015-06-15T16:18:37`.
-    public var iso8601: String {
+    public var iso8601: String { withISO8601 { String(decoding: $0, as: UTF8.self) } }
+
+    /// Hands the UTF-8 bytes of `iso8601` to `body` without making a `String`. A date whose
+    /// fields fit their widths (every date parsed from the ANCS form) is written with a few
+    /// byte stores on the stack.
+    public func withISO8601<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        guard (0...9999).contains(year), (0...99).contains(month), (0...99).contains(day),
+              (0...99).contains(hour), (0...99).contains(minute), (0...99).contains(second)
+        else {
+            var text = paddedISO8601
+            return try text.withUTF8(body)
+        }
+        var storage: (UInt64, UInt64, UInt64) = (0, 0, 0)  // "yyyy-MM-ddTHH:mm:ss": 19 bytes
+        return try withUnsafeMutableBytes(of: &storage) { raw in
+            let text = raw.bindMemory(to: UInt8.self)
+            func put(_ value: Int, at index: Int) {  // two digits
+                text[index] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value / 10)
+                text[index + 1] = UInt8(ascii: "0") &+ UInt8(truncatingIfNeeded: value % 10)
+            }
+            put(year / 100, at: 0)
+            put(year % 100, at: 2)
+            text[4] = UInt8(ascii: "-")
+            put(month, at: 5)
+            text[7] = UInt8(ascii: "-")
+            put(day, at: 8)
+            text[10] = UInt8(ascii: "T")
+            put(hour, at: 11)
+            text[13] = UInt8(ascii: ":")
+            put(minute, at: 14)
+            text[16] = UInt8(ascii: ":")
+            put(second, at: 17)
+            return try body(UnsafeBufferPointer(rebasing: text[0..<19]))
+        }
+    }
+
+    /// `iso8601` for any field values: each zero-padded to its width, wider ones as they are.
+    var paddedISO8601: String {
         func pad(_ value: Int, _ width: Int) -> String {
             let digits = String(value)
             return String(repeating: "0", count: max(0, width - digits.count)) + digits
@@ -158,6 +192,16 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
     var lastWasASCII = true
     var index = 0
     while index < raw.count {
+        if let base = raw.baseAddress, index + 8 <= raw.count,
+           UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 {
+            // Eight ASCII characters: each counts one byte and one unit, and the last two of them
+            // are ASCII.
+            utf8 += 8
+            utf16 += 8
+            index += 8
+            (previousWasASCII, lastWasASCII) = (true, true)
+            continue
+        }
         previousWasASCII = lastWasASCII
         let lead = raw[index]
         if lead < 0x80 {
@@ -188,6 +232,25 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
         utf16 -= 1
     }
     return messageSize > max(utf16, utf8)
+}
+
+/// True if `bytes` are well-formed UTF-8 (Unicode Table 3-7).
+func isWellFormedUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let base = bytes.baseAddress else { return true }
+    var index = 0
+    while index < bytes.count {
+        while index + 8 <= bytes.count,
+              UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { index += 8 }
+        guard index < bytes.count else { break }
+        if bytes[index] < 0x80 {
+            index += 1
+            continue
+        }
+        let length = wellFormedLength(bytes, at: index)
+        guard length > 0 else { return false }
+        index += length
+    }
+    return true
 }
 
 /// The length of the well-formed UTF-8 sequence that starts with the non-ASCII byte at `index`,

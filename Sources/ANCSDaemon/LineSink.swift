@@ -64,13 +64,20 @@ public final class LineSink: OutputSink {
 
     /// Writes one event as a line in `format`, now if that needs no waiting, or queues it.
     public func send(_ event: OutputRecord) {
-        send(event.line(format))
+        send(lineBytes: event.lineBytes(format))
     }
 
     /// Writes one line (the newline is added) now if that needs no waiting, or queues it.
     public func send(_ line: String) {
-        var bytes = Array(line.utf8)
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(line.utf8.count + 1)
+        bytes += line.utf8
         bytes.append(0x0A)
+        send(lineBytes: bytes)
+    }
+
+    /// Writes one line given as bytes that end with its newline.
+    private func send(lineBytes bytes: [UInt8]) {
         var failure: Int32?
         let startWriter = state.withLock { state -> Bool in
             guard !state.broken else { return false }

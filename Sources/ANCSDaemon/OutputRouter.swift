@@ -35,7 +35,7 @@ public final class OutputRouter: Sendable {
     public func emit(_ event: OutputEvent) {
         let record = OutputRecord(event)
         for sink in sinks { sink.send(record) }
-        let attached = state.withLock { Array($0.attached.values) }
+        let attached = state.withLock { $0.attached.isEmpty ? [] : Array($0.attached.values) }
         for sink in attached { sink.send(record) }
     }
 

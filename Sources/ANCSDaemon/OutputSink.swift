@@ -65,13 +65,16 @@ public protocol PhoneActions: Sendable {
 }
 
 /// One event on its way to the sinks, with its renderings made lazily: the first sink that
-/// asks for the JSON line or the text line formats it, every later one gets the same string.
+/// asks for the JSON line or the text line formats it, every later one gets the same one.
 public final class OutputRecord: Sendable {
     public let event: OutputEvent
     private struct Forms {
         var json: JSONValue?
         var jsonLine: String?
         var textLine: String?
+        /// The lines as UTF-8 bytes with their newline, as the line sinks write them.
+        var jsonBytes: [UInt8]?
+        var textBytes: [UInt8]?
     }
     private let forms = Mutex(Forms())
 
@@ -98,10 +101,9 @@ public final class OutputRecord: Sendable {
 
     /// The JSON object on one line, exactly as `--format json` prints it (no newline).
     public var jsonLine: String {
-        if let line = forms.withLock({ $0.jsonLine }) { return line }
-        let line = json.serialized
-        return forms.withLock { forms in
+        forms.withLock { forms in
             if let line = forms.jsonLine { return line }
+            let line = forms.jsonBytes.map { String(decoding: $0.dropLast(), as: UTF8.self) } ?? EventFormatter.jsonLine(event)
             forms.jsonLine = line
             return line
         }
@@ -122,6 +124,33 @@ public final class OutputRecord: Sendable {
         switch format {
         case .json: jsonLine
         case .text: textLine
+        }
+    }
+
+    /// The line in `format` as UTF-8 bytes followed by a newline: what a line sink writes. The
+    /// JSON line is written straight into its bytes (`EventFormatter.writeJSON`).
+    public func lineBytes(_ format: OutputFormat) -> [UInt8] {
+        forms.withLock { forms in
+            switch format {
+            case .json:
+                if let bytes = forms.jsonBytes { return bytes }
+                var out = JSONWriter(capacity: 512)
+                EventFormatter.writeJSON(event, to: &out)
+                out.newline()
+                let bytes = out.bytes
+                forms.jsonBytes = bytes
+                return bytes
+            case .text:
+                if let bytes = forms.textBytes { return bytes }
+                let line = forms.textLine ?? EventFormatter.text(event)
+                forms.textLine = line
+                var bytes = [UInt8]()
+                bytes.reserveCapacity(line.utf8.count + 1)
+                bytes += line.utf8
+                bytes.append(0x0A)
+                forms.textBytes = bytes
+                return bytes
+            }
         }
     }
 }

@@ -17,27 +17,20 @@ public struct NotificationFingerprint: Hashable, Sendable {
     /// different notifications look the same.
     public init?(_ n: PhoneNotification) {
         guard n.attributesComplete else { return nil }
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        func mix(_ byte: UInt8) {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
+        var hash = FNV1a()
+        hash.mix(field: n.appIdentifier)
+        hash.mix(field: n.title)
+        hash.mix(field: n.subtitle)
+        hash.mix(field: n.message)
+        switch n.date {
+        case .valid(let date)?: date.withISO8601 { hash.mix(field: $0) }
+        case .empty?: hash.mix(field: "")
+        case .malformed(let text)?:  // the field is "!" followed by the text
+            var text = text
+            text.withUTF8 { hash.mix(field: $0, prefix: UInt8(ascii: "!")) }
+        case nil: hash.mix(field: nil)
         }
-        let date: String? = switch n.date {
-        case .valid(let date)?: date.iso8601
-        case .empty?: ""
-        case .malformed(let text)?: "!" + text
-        case nil: nil
-        }
-        for field in [n.appIdentifier, n.title, n.subtitle, n.message, date] {
-            guard let field else {
-                mix(0xFF)
-                continue
-            }
-            let bytes = Array(field.utf8)
-            for shift in stride(from: 0, to: 32, by: 8) { mix(UInt8(truncatingIfNeeded: bytes.count >> shift)) }
-            for byte in bytes { mix(byte) }
-        }
-        value = hash
+        value = hash.value
     }
 
     /// 16 lowercase hexadecimal digits.
@@ -62,6 +55,31 @@ public struct NotificationFingerprint: Hashable, Sendable {
             value = value << 4 | UInt64(digit)
         }
         self.value = value
+    }
+}
+
+/// 64-bit FNV-1a, fed the fields of a `NotificationFingerprint` straight from their UTF-8 bytes.
+private struct FNV1a {
+    var value: UInt64 = 0xcbf2_9ce4_8422_2325
+
+    @inline(__always)
+    mutating func mix(_ byte: UInt8) {
+        value ^= UInt64(byte)
+        value = value &* 0x0000_0100_0000_01b3
+    }
+
+    /// A field: its length in four bytes (least significant first), then its bytes, with
+    /// `prefix` (when given) counted and mixed before them; 0xFF alone for an unknown field.
+    mutating func mix(field bytes: UnsafeBufferPointer<UInt8>, prefix: UInt8? = nil) {
+        let length = bytes.count + (prefix == nil ? 0 : 1)
+        for shift in stride(from: 0, to: 32, by: 8) { mix(UInt8(truncatingIfNeeded: length >> shift)) }
+        if let prefix { mix(prefix) }
+        for byte in bytes { mix(byte) }
+    }
+
+    mutating func mix(field: String?) {
+        guard var field else { return mix(0xFF) }
+        field.withUTF8 { mix(field: $0) }
     }
 }
 
@@ -156,42 +174,50 @@ public final class SeenStore {
 
     /// True if the phone has shown this before.
     public func contains(_ fingerprint: NotificationFingerprint, device: String) -> Bool {
-        phone(device).set.contains(fingerprint)
+        withPhone(device) { $0.set.contains(fingerprint) }
     }
 
     /// Remembers that the phone showed this (again).
     public func record(_ fingerprint: NotificationFingerprint, device: String) {
-        _ = phone(device)  // loaded and marked used
-        // In place: a copy of the entry would share the set's storage, and inserting into it
-        // would copy the whole set (4,096 entries) for every notification shown.
-        phones[device]?.set.insert(fingerprint)
-        guard let path = path(for: device), let entry = phones[device] else { return }
-        let lines: Int
-        if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
-            lines = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
-        } else {
-            lines = entry.linesOnDisk + 1
+        let path = path(for: device)
+        withPhone(device) { entry in
+            entry.set.insert(fingerprint)
+            guard let path else { return }
+            if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
+                entry.linesOnDisk = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
+            } else {
+                entry.linesOnDisk += 1
+            }
         }
-        phones[device]?.linesOnDisk = lines
     }
 
     /// How many fingerprints the phone has in memory.
-    public func count(device: String) -> Int { phone(device).set.count }
+    public func count(device: String) -> Int { withPhone(device) { $0.set.count } }
 
     // MARK: Files
 
-    private func phone(_ device: String) -> Phone {
+    /// Hands the phone's entry (loaded if needed, marked used) to `body` to read or change in
+    /// place: one lookup, and no copy of the set, whose storage a copy would share (inserting
+    /// into it would then copy all 4,096 entries).
+    private func withPhone<R>(_ device: String, _ body: (inout Phone) -> R) -> R {
         useCounter += 1
-        if phones[device] != nil {
-            phones[device]?.lastUsed = useCounter
-            if let entry = phones[device] { return entry }
+        if let index = phones.index(forKey: device) {
+            phones.values[index].lastUsed = useCounter
+            return body(&phones.values[index])
         }
+        var entry = load(device)
+        let result = body(&entry)
+        phones[device] = entry
+        return result
+    }
+
+    /// A phone that is not in memory, from its file if there is one; makes room for it.
+    private func load(_ device: String) -> Phone {
         if phones.count >= Self.phonesInMemory, let victim = phones.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key {
             phones[victim] = nil
         }
         var entry = Phone(set: SeenSet(capacity: capacity), linesOnDisk: 0, lastUsed: useCounter)
         if let path = path(for: device) { load(path, into: &entry) }
-        phones[device] = entry
         return entry
     }
 

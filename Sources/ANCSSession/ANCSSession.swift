@@ -66,7 +66,16 @@ public struct ANCSSession: Sendable {
     private var appNames: [String: String?] = [:]
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
-    private var inFlight: InFlight?
+    private var inFlight: InFlight? {
+        didSet {  // no `oldValue`: changes through `inFlight?.…` stay in place
+            guard let sentAt = inFlight?.sentAt else {
+                nextDeadline = nil
+                return
+            }
+            let timeout = sentAt + configuration.requestTimeout
+            if let last = inFlight?.lastDataAt { nextDeadline = min(last + configuration.quietPeriod, timeout) } else { nextDeadline = timeout }
+        }
+    }
     /// Control Point writes asked for so far: the number of the latest `.writeControlPoint`
     /// action (at most one is in flight, so an action list holds at most one). A notification
     /// request ends when its response is complete (which proves the write was accepted), so the
@@ -110,11 +119,9 @@ public struct ANCSSession: Sendable {
     public var queuedFetchCount: Int { queued.count }
 
     /// When `handleTimer` must be called next, or nil if nothing is waiting on time.
-    public var nextDeadline: Duration? {
-        guard let flight = inFlight else { return nil }
-        if let last = flight.lastDataAt { return min(last + configuration.quietPeriod, flight.sentAt + configuration.requestTimeout) }
-        return flight.sentAt + configuration.requestTimeout
-    }
+    /// (Stored, and kept up to date as the request in flight changes: reading it from a session
+    /// held in a class then copies nothing, where a computed property would copy the session.)
+    public private(set) var nextDeadline: Duration?
 
     // MARK: Inputs
 
@@ -167,29 +174,23 @@ public struct ANCSSession: Sendable {
     /// A Data Source value from the phone.
     public mutating func handleDataSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
-        guard var flight = inFlight, flight.response == nil else {
+        // `inFlight` is changed in place (`inFlight?.…`): a copy would retain what it holds.
+        guard let draining = inFlight?.draining, inFlight?.response == nil else {
             return [.log(.debug, "ignored \(value.count) Data Source bytes with no request waiting for them")]
         }
-        flight.lastDataAt = now
-        if flight.draining {
-            inFlight = flight
-            return []
-        }
+        inFlight?.lastDataAt = now
+        if draining { return [] }
         let output = reassembler.feed(value)
         if let error = output.error {
-            actions.append(.log(.warning, "Data Source error for \(describe(flight.work)): \(error)"))
+            if let work = inFlight?.work { actions.append(.log(.warning, "Data Source error for \(describe(work)): \(error)")) }
             if output.response == nil {
-                flight.draining = true
-                inFlight = flight
+                inFlight?.draining = true
                 return actions
             }
         }
         if let response = output.response {
-            flight.response = response
-            inFlight = flight
+            inFlight?.response = response
             finishIfDone(now: now, into: &actions)
-        } else {
-            inFlight = flight
         }
         return actions
     }
@@ -315,14 +316,22 @@ public struct ANCSSession: Sendable {
             case .app(let identifier):
                 request = .getAppAttributes(appIdentifier: identifier, attributes: [.displayName])
             case .notification(let uid):
-                if filter.filtersApps, records[uid]?.appChecked == false {
+                // One lookup, the two fields read in place (through the in-place access: a copy of
+                // the record would retain and release every string in it).
+                var appChecked: Bool?
+                var flags: EventFlags = []
+                if let index = records.index(forKey: uid) {
+                    func read(_ record: inout Record) { (appChecked, flags) = (record.appChecked, record.notification.flags) }
+                    read(&records.values[index])
+                }
+                if filter.filtersApps, appChecked == false {
                     appOnly = true
                     request = .getNotificationAttributes(uid: uid, attributes: [.init(.appIdentifier)])
                 } else {
                     request = .getNotificationAttributes(
                         uid: uid, attributes: attributeRequests(
-                            for: records[uid]?.notification.flags ?? [], fullMessage: fullMessageWanted.contains(uid),
-                            appIdentifier: !(filter.filtersApps && records[uid]?.appChecked == true)))
+                            for: flags, fullMessage: fullMessageWanted.contains(uid),
+                            appIdentifier: !(filter.filtersApps && appChecked == true)))
                 }
             }
             do {
@@ -342,19 +351,21 @@ public struct ANCSSession: Sendable {
         if let (uid, action) = actionQueue.pop() { return .action(uid, action) }
         if let app = appQueue.pop() { return .app(app) }
         while let uid = appKeptQueue.pop() ?? freshQueue.pop() ?? backlogQueue.pop() {
-            if queued.remove(uid) != nil, records[uid] != nil { return .notification(uid) }
+            if queued.remove(uid) != nil, records.index(forKey: uid) != nil { return .notification(uid) }
         }
         return nil
     }
 
     private func attributeRequests(for flags: EventFlags, fullMessage: Bool, appIdentifier: Bool) -> [NotificationAttributeRequest] {
-        var requests: [NotificationAttributeRequest] = appIdentifier ? [.init(.appIdentifier)] : []
-        requests += [
-            // A full fetch asks every text attribute for all that a 16-bit length can carry.
-            .init(.title, maxLength: fullMessage ? UInt16.max : configuration.titleMaxLength),
-            .init(.subtitle, maxLength: fullMessage ? UInt16.max : configuration.subtitleMaxLength),
-            .init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength), .init(.messageSize), .init(.date),
-        ]
+        var requests: [NotificationAttributeRequest] = []
+        requests.reserveCapacity(8)
+        if appIdentifier { requests.append(.init(.appIdentifier)) }
+        // A full fetch asks every text attribute for all that a 16-bit length can carry.
+        requests.append(.init(.title, maxLength: fullMessage ? UInt16.max : configuration.titleMaxLength))
+        requests.append(.init(.subtitle, maxLength: fullMessage ? UInt16.max : configuration.subtitleMaxLength))
+        requests.append(.init(.message, maxLength: fullMessage ? UInt16.max : configuration.messageMaxLength))
+        requests.append(.init(.messageSize))
+        requests.append(.init(.date))
         // Ask for action labels only when the phone says there are actions: iOS has been seen
         // to omit a label tuple it was asked for.
         if flags.contains(.positiveAction) { requests.append(.init(.positiveActionLabel)) }
@@ -390,41 +401,29 @@ public struct ANCSSession: Sendable {
     }
 
     private mutating func apply(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
-        guard var record = records[uid] else {
+        guard let index = records.index(forKey: uid) else {
             actions.append(.log(.debug, "dropped the attributes of notification \(uid): it was removed meanwhile"))
             return
         }
-        var n = record.notification
-        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
-        n.appIdentifier = text(.appIdentifier) ?? n.appIdentifier
-        n.title = text(.title)
-        n.subtitle = text(.subtitle)
-        n.message = text(.message)
-        n.messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
-        n.date = response.value(of: .date).map(DateAttribute.init)
-        n.positiveAction = text(.positiveActionLabel)
-        n.negativeAction = text(.negativeActionLabel)
-        if let message = n.message, let size = n.messageSize {
-            n.truncated = isMessageTruncated(message: message, messageSize: size)
-        } else {
-            n.truncated = nil
+        // The record is updated in place: a copy would retain (and later release) every string in it.
+        let filtersApps = filter.filtersApps
+        func update(_ record: inout Record) -> (refetch: Bool, checkApp: Bool, app: String?) {
+            record.notification.takeAttributes(of: response)
+            let refetch = record.refetchAfterCurrent
+            record.refetchAfterCurrent = false
+            return (refetch, filtersApps && !record.appChecked && !record.emitted, record.notification.appIdentifier)
         }
-        n.attributesComplete = response.isComplete
-        record.notification = n
-        if !record.refetchAfterCurrent { fullMessageWanted.remove(uid) }
-        let refetch = record.refetchAfterCurrent
-        record.refetchAfterCurrent = false
-        records[uid] = record
+        let (refetch, checkApp, app) = update(&records.values[index])
+        if !refetch { fullMessageWanted.remove(uid) }
         if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
-        if filter.filtersApps && !record.appChecked && !record.emitted {
+        if checkApp {
             records[uid]?.appChecked = true
             if filterApp(of: uid, into: &actions) { return }
         }
 
-        guard let app = n.appIdentifier, !app.isEmpty else { return emit(uid, into: &actions) }
+        guard let app, !app.isEmpty else { return emit(uid, into: &actions) }
         if let cached = appNames[app] {
-            records[uid]?.notification.appName = cached
-            emit(uid, into: &actions)
+            emit(uid, appName: cached, into: &actions)
         } else {
             waitingForApp[app, default: []].append(uid)
             if appRequested.insert(app).inserted { appQueue.push(app) }
@@ -480,24 +479,32 @@ public struct ANCSSession: Sendable {
         }
         appNames[identifier] = .some(name)
         for uid in waitingForApp.removeValue(forKey: identifier) ?? [] where records[uid] != nil {
-            records[uid]?.notification.appName = name
-            emit(uid, into: &actions)
+            emit(uid, appName: name, into: &actions)
         }
     }
 
-    private mutating func emit(_ uid: UInt32, into actions: inout [SessionAction]) {
-        guard var record = records[uid] else { return }
-        if !record.emitted && filter.filtersApps && !record.appChecked {
+    /// Shows a notification: `.added` the first time, `.modified` after. An `appName` that is
+    /// not `.none` becomes the notification's app name first (`.some(nil)`: none).
+    private mutating func emit(_ uid: UInt32, appName: String?? = .none, into actions: inout [SessionAction]) {
+        guard let index = records.index(forKey: uid) else { return }
+        // The record is read and changed in place (see `apply`).
+        let filtersApps = filter.filtersApps
+        func prepare(_ record: inout Record) -> Bool {  // true: the app filter must decide first
+            if let appName { record.notification.appName = appName }
             // Shown without its attributes (the phone did not answer, too much work): the app
             // filter decides on what is known.
-            records[uid]?.appChecked = true
-            if filterApp(of: uid, into: &actions) { return }
+            guard !record.emitted && filtersApps && !record.appChecked else { return false }
             record.appChecked = true
+            return true
         }
-        let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
-        record.emitted = true
-        records[uid] = record
-        actions.append(.emit(NotificationEvent(kind: kind, notification: record.notification)))
+        if prepare(&records.values[index]), filterApp(of: uid, into: &actions) { return }
+        func markEmitted(_ record: inout Record) -> NotificationEvent {
+            let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
+            record.emitted = true
+            return NotificationEvent(kind: kind, notification: record.notification)
+        }
+        // `index` still holds: a `filterApp` that keeps the notification changes no record.
+        actions.append(.emit(markEmitted(&records.values[index])))
     }
 
     /// The phone refused or the link failed the write in flight.
@@ -565,5 +572,28 @@ public struct ANCSSession: Sendable {
         case .app: "an app's display name"
         case .action(let uid, let action): "the \(action) action on notification \(uid)"
         }
+    }
+}
+
+extension PhoneNotification {
+    /// Takes the attributes a GetNotificationAttributes response carries (an AppIdentifier it
+    /// lacks stays as known), with the message's truncation judged from its bytes.
+    mutating func takeAttributes(of response: DataSourceResponse) {
+        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
+        if let app = text(.appIdentifier) { appIdentifier = app }
+        title = text(.title)
+        subtitle = text(.subtitle)
+        let messageBytes = response.value(of: .message)
+        message = messageBytes.map { AttributeText($0).string }
+        messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
+        date = response.value(of: .date).map(DateAttribute.init)
+        positiveAction = text(.positiveActionLabel)
+        negativeAction = text(.negativeActionLabel)
+        if let messageBytes, let size = messageSize {
+            truncated = isMessageTruncated(messageBytes: messageBytes, messageSize: size)
+        } else {
+            truncated = nil
+        }
+        attributesComplete = response.isComplete
     }
 }

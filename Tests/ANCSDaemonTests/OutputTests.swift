@@ -56,6 +56,22 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         #expect(EventFormatter.line(event, format: .text).contains("[incoming_call, #7, seen before, actions"))
     }
 
+    /// The direct writer (`writeJSON`, behind `line(_:format: .json)`) against the general
+    /// path it replaced there: the `JSONValue` tree serialized, byte for byte.
+    @Test func directJSONWriterMatchesTheTree() {
+        let events = VariedEvents.events
+        #expect(events.count > 600)
+        for event in events {
+            let expected = EventFormatter.json(event).serialized
+            #expect(EventFormatter.line(event, format: .json) == expected)
+            #expect(Array(EventFormatter.jsonLine(event).utf8) == Array(expected.utf8))
+            let record = OutputRecord(event)
+            #expect(record.lineBytes(.json) == Array(expected.utf8) + [0x0A])
+            #expect(record.jsonLine == expected, "the string made from the cached bytes")
+            #expect(record.lineBytes(.text) == Array(EventFormatter.text(event).utf8) + [0x0A])
+        }
+    }
+
     @Test func sanitizeRemovesControlsAndBidi() {
         #expect(EventFormatter.sanitize("\u{200E}+1 555\u{200F}\r\n\tx\u{2066}y\u{2069}  ") == "+1 555 xy")
         #expect(EventFormatter.sanitize("Pebble Time β „quotes“ 👍") == "Pebble Time β „quotes“ 👍")

@@ -24,6 +24,47 @@ private func temporaryDirectory() throws -> String {
 private let ada = "AA:BB:CC:DD:EE:01"
 
 @Suite struct FingerprintTests {
+    /// The fingerprint as first defined (it is stored on disk, so it must never change): FNV-1a
+    /// over each field's UTF-8 made into an array, the date as its `iso8601` text.
+    private static func reference(_ n: PhoneNotification) -> UInt64? {
+        guard n.attributesComplete else { return nil }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        func mix(_ byte: UInt8) {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        let date: String? = switch n.date {
+        case .valid(let date)?: date.iso8601
+        case .empty?: ""
+        case .malformed(let text)?: "!" + text
+        case nil: nil
+        }
+        for field in [n.appIdentifier, n.title, n.subtitle, n.message, date] {
+            guard let field else {
+                mix(0xFF)
+                continue
+            }
+            let bytes = Array(field.utf8)
+            for shift in stride(from: 0, to: 32, by: 8) { mix(UInt8(truncatingIfNeeded: bytes.count >> shift)) }
+            for byte in bytes { mix(byte) }
+        }
+        return hash
+    }
+
+    @Test func matchesTheReferenceOnVariedNotifications() {
+        let notifications = VariedEvents.notifications
+        for n in notifications {
+            #expect(NotificationFingerprint(n)?.value == Self.reference(n))
+        }
+        #expect(notifications.contains { !$0.attributesComplete } && notifications.contains { $0.attributesComplete })
+    }
+
+    @Test func knownValuesStayTheSame() throws {
+        // Fixed values: files written by earlier versions hold them.
+        let a = try #require(NotificationFingerprint(note("Ada")))
+        #expect(a.hex == "89d3303836b698f8")
+    }
+
     @Test func coversAppTitleSubtitleMessageAndDateOnly() throws {
         let a = try #require(NotificationFingerprint(note("Ada", uid: 1)))
         #expect(NotificationFingerprint(note("Ada", uid: 99, preExisting: true)) == a, "the UID and flags change every session")

@@ -16,6 +16,28 @@ import ANCS
         #expect(text.raw == raw)
     }
 
+    /// The decode-and-compare form against `String(validating:)`, the general check it
+    /// replaced, on valid text of every sequence length and on ill-formed bytes of each kind.
+    @Test func repairVerdictMatchesValidation() {
+        var samples: [[UInt8]] = [
+            [], Array("plain ASCII, long enough to cross several eight-byte words".utf8), Array("Grüße 日本 👍🏽".utf8),
+            [0xEF, 0xBF, 0xBD], [0xFF], [0xC0, 0x80], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80],
+            [0xE2, 0x80], [0x61, 0xE2, 0x80], [0xF0, 0x9F, 0x91], [0x80, 0x80, 0x80], [0xC3], [0x00, 0x7F, 0xC2, 0xA0],
+        ]
+        var seed: UInt32 = 12345
+        for length in 0..<2000 {
+            seed = seed &* 1_103_515_245 &+ 12345
+            let alphabet: [UInt8] = [0x41, 0x7A, 0x00, 0x80, 0xBF, 0xC2, 0xC3, 0xE2, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0x9F, 0xA0]
+            samples.append((0..<(length % 13)).map { alphabet[Int((seed >> 8 &+ UInt32($0) &* 2_654_435_761) >> 3) % alphabet.count] })
+        }
+        for raw in samples {
+            let text = AttributeText(raw)
+            #expect(text.wasRepaired == (String(validating: raw, as: UTF8.self) == nil), "\(raw)")
+            #expect(text.string == String(decoding: raw, as: UTF8.self))
+        }
+        #expect(samples.contains { AttributeText($0).wasRepaired } && samples.contains { !AttributeText($0).wasRepaired })
+    }
+
     @Test func emptyTextIsValid() {
         #expect(AttributeText([]).string == "" && !AttributeText([]).wasRepaired)
     }
@@ -26,6 +48,32 @@ import ANCS
         #expect(date.iso8601 == "2014-10-28T16:00:00")
         #expect(ANCSDate(parsing: Array("20160229T235960".utf8))?.iso8601 == "2016-02-29T23:59:60")
         #expect(ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 3) < ANCSDate(year: 2015, month: 6, day: 15, hour: 1, minute: 2, second: 4))
+    }
+
+    /// The byte-store form of `iso8601` against the zero-padding reference it replaced, for
+    /// every field's edge values, wider ones and negative ones (built by hand, not parsed).
+    @Test func iso8601MatchesThePaddedReference() {
+        func pad(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        let years = [0, 1, 9, 10, 99, 100, 999, 1000, 1970, 2014, 2099, 9999, 10000, 123456, -1, -2024]
+        let fields = [0, 1, 9, 10, 29, 31, 59, 60, 99, 100, 1234, -1, -45]
+        var checked = 0
+        for year in years {
+            for value in fields {
+                for slot in 0..<5 {
+                    var parts = [7, 15, 23, 5, 9]
+                    parts[slot] = value
+                    let date = ANCSDate(year: year, month: parts[0], day: parts[1], hour: parts[2], minute: parts[3], second: parts[4])
+                    let expected = "\(pad(year, 4))-\(pad(parts[0], 2))-\(pad(parts[1], 2))T\(pad(parts[2], 2)):\(pad(parts[3], 2)):\(pad(parts[4], 2))"
+                    #expect(date.iso8601 == expected)
+                    #expect(date.withISO8601 { Array($0) } == Array(expected.utf8))
+                    checked += 1
+                }
+            }
+        }
+        #expect(checked == years.count * fields.count * 5)
     }
 
     @Test(arguments: [
@@ -75,9 +123,9 @@ import ANCS
             z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
             return z ^ (z >> 31)
         }
-        let pieces: [[UInt8]] = ["a", "é", "β", "…", "👍", "\u{600}", "\u{301}", "\u{200D}", "\r", "\n", "x…", "…\u{301}"]
+        let pieces: [[UInt8]] = ["a", "é", "β", "…", "👍", "\u{600}", "\u{301}", "\u{200D}", "\r", "\n", "x…", "…\u{301}", "Tea at five, or at six?"]
             .map { Array($0.utf8) } + [[0xFF], [0xE2, 0x80], [0xC3], [0xF0, 0x9F]]
-        for _ in 0..<20_000 {
+        for _ in 0..<40_000 {
             var bytes: [UInt8] = []
             for _ in 0..<Int(next() % 6) { bytes += pieces[Int(next() % UInt64(pieces.count))] }
             if next() % 2 == 0 { bytes += Array("…".utf8) }
