@@ -402,13 +402,14 @@ func writeClient(_ address: String, _ destination: String, calls: Int) async thr
     let connection = try await DBusConnection.connect(to: .address(address))
     let dest = try BusName(destination)
     let value: [UInt8] = [0, 1, 2, 3, 4, 0, 1, 64, 0, 3, 0, 1]
+    let requestOptions = DBusValue.variantDictionary(["type": .string("request")])  // built once, as GattClient does
     let failures = try await withCheckedThrowingContinuation { (done: CheckedContinuation<Int, any Error>) in
         @Sendable func write(_ left: Int, _ failures: Int) {
             guard left > 0 else { return done.resume(returning: failures) }
             do {
                 try connection.startCall(
                     destination: dest, path: benchPath, interface: benchInterface, member: "Write",
-                    arguments: [.byteArray(value), .variantDictionary(["type": .string("request")])], timeout: callTimeout
+                    arguments: [.byteArray(value), requestOptions], timeout: callTimeout
                 ) { reply in
                     var failed = failures
                     if case .failure = reply { failed += 1 }
