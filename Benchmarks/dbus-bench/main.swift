@@ -6,6 +6,9 @@
 //                                                  DBUS_BENCH_TIMEOUT_MS)
 //   dbus-bench --serve ADDRESS    (internal) export Echo(s)->s, print "ready NAME"
 //   dbus-bench --idle ADDRESS     (internal) connect, export, subscribe, then sit idle
+//   dbus-bench --write-client ADDRESS NAME N   N WriteValue-shaped calls (ay, a{sv}) with
+//                                 startCall from the connection's loop, as ancsd makes them
+//                                 (for callgrind: run with two N and divide the difference)
 //
 // No Foundation here: the idle child must be the same kind of process as the daemon.
 import DBus
@@ -161,6 +164,8 @@ let benchPath: ObjectPath = "/bench"
 func echoService() -> ExportedObject {
     ExportedObject(ExportedInterface(benchInterface, methods: [
         .immediate("Echo", input: "s", output: "s") { $0.arguments },
+        // The shape of BlueZ's GattCharacteristic1.WriteValue, which ancsd calls per request.
+        .immediate("Write", input: "aya{sv}") { _ in [] },
     ]))
 }
 
@@ -391,6 +396,35 @@ func runBench() async throws {
     print("  attributable to the DBus layer: \(idle.delta - baseline.delta) (target 0)")
 }
 
+/// `calls` Control-Point-like writes, one at a time, each started by the previous one's
+/// completion on the connection's loop (no task per call), as ancsd's GattClient makes them.
+func writeClient(_ address: String, _ destination: String, calls: Int) async throws {
+    let connection = try await DBusConnection.connect(to: .address(address))
+    let dest = try BusName(destination)
+    let value: [UInt8] = [0, 1, 2, 3, 4, 0, 1, 64, 0, 3, 0, 1]
+    let requestOptions = DBusValue.variantDictionary(["type": .string("request")])  // built once, as GattClient does
+    let failures = try await withCheckedThrowingContinuation { (done: CheckedContinuation<Int, any Error>) in
+        @Sendable func write(_ left: Int, _ failures: Int) {
+            guard left > 0 else { return done.resume(returning: failures) }
+            do {
+                try connection.startCall(
+                    destination: dest, path: benchPath, interface: benchInterface, member: "Write",
+                    arguments: [.byteArray(value), requestOptions], timeout: callTimeout
+                ) { reply in
+                    var failed = failures
+                    if case .failure = reply { failed += 1 }
+                    write(left - 1, failed)
+                }
+            } catch {
+                done.resume(throwing: error)
+            }
+        }
+        write(calls, 0)  // the first from this thread, every later one from the loop
+    }
+    print("writes: \(calls), failed: \(failures)")
+    await connection.close()
+}
+
 let arguments = CommandLine.arguments
 do {
     if arguments.count >= 3 && arguments[1] == "--serve" {
@@ -400,6 +434,8 @@ do {
             let s = try await swiftClient(arguments[2], arguments[3], calls: Int(arguments[4]) ?? 1000, warmup: 100, onConnectionQueue: onQueue).stats
             print("\(onQueue ? "queue" : "plain"): median \(s.median) µs, p99 \(s.p99) µs, \(s.switchesPerCall ?? -1) switches per call")
         }
+    } else if arguments.count >= 5 && arguments[1] == "--write-client" {
+        try await writeClient(arguments[2], arguments[3], calls: Int(arguments[4]) ?? 1000)
     } else if arguments.count >= 3 && arguments[1] == "--baseline-idle" {
         _ = await Task.detached { 1 }.value
         print("ready")

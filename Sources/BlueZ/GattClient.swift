@@ -79,8 +79,11 @@ public struct GattClient: Sendable {
     }
 
     private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {
-        [.byteArray(value), .variantDictionary(["type": .string("request")])]
+        [.byteArray(value), requestOptions]
     }
+
+    /// `{"type": <"request">}`, built once rather than from a dictionary per write.
+    private static let requestOptions = DBusValue.variantDictionary(["type": .string("request")])
 }
 
 /// The ATT error code inside a BlueZ error, if any.

@@ -304,6 +304,9 @@ public actor DBusConnection {
         }
     }
 
+    /// The number of calls waiting for their reply (for tests).
+    var pendingCallCount: Int { core.pendingCallCount }
+
     /// Identifies a call started with `startCall`, for `cancelCall`.
     public struct PendingCall: Sendable, Hashable {
         let id: UInt64

@@ -86,10 +86,6 @@ private let cFilter: DBusHandleMessageFunction = { _, message, data in
     guard let message, let core = core(data) else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
     return core.filter(message)
 }
-private let cPendingNotify: DBusPendingCallNotifyFunction = { pending, data in
-    guard let pending, let core = core(data) else { return }
-    core.completeCall(pending)
-}
 
 /// All state of one connection, owned by the `DBusConnection` actor and touched only while
 /// holding its event loop (or in deinit, when nothing else can reach it).
@@ -226,8 +222,12 @@ final class ConnectionCore {
 
     // MARK: Timeouts (one timer for all of them)
     //
-    // One timerfd, watched on the loop, armed for the earliest enabled timeout and disarmed
-    // when there is none: no timeout, no wakeup.
+    // One timerfd, watched on the loop, for the calls' deadlines and libdbus's own timeouts (it
+    // registers none while no DBusPendingCall is used, but may). It is armed lazily: an armed
+    // deadline earlier than the one asked for stays, since firing early is harmless
+    // (`handleTimer` finds nothing due and re-arms), so calls that follow each other touch the
+    // timerfd only to arm it for the first and to disarm it when none is left: no call or
+    // timeout pending, no wakeup.
 
     private final class TimeoutState {
         let raw: OpaquePointer
@@ -235,7 +235,8 @@ final class ConnectionCore {
         init(raw: OpaquePointer) { self.raw = raw }
     }
 
-    private var timeouts: [OpaquePointer: TimeoutState] = [:]
+    /// libdbus's timeouts: a handful at most, so a small array.
+    private var timeouts: [TimeoutState] = []
     private var timer: Watch?
     private var timerFD: Int32 = -1
     private var armedDeadline: UInt64?
@@ -255,39 +256,49 @@ final class ConnectionCore {
 
     fileprivate func addTimeout(_ timeout: OpaquePointer) {
         let state = TimeoutState(raw: timeout)
-        timeouts[timeout] = state
+        timeouts.append(state)
         refresh(state, now: Self.now())
-        rearm()
+        if let deadline = state.deadline { wake(by: deadline) }
     }
 
     fileprivate func removeTimeout(_ timeout: OpaquePointer) {
-        timeouts[timeout] = nil
-        rearm()
+        timeouts.removeAll { $0.raw == timeout }
+        disarmIfIdle()
     }
 
     fileprivate func toggleTimeout(_ timeout: OpaquePointer) {
-        guard let state = timeouts[timeout] else { return }
+        guard let state = timeouts.first(where: { $0.raw == timeout }) else { return }
         refresh(state, now: Self.now())
-        rearm()
+        if let deadline = state.deadline { wake(by: deadline) } else { disarmIfIdle() }
     }
 
-    /// Arms the timer for the earliest enabled timeout, or disarms it when none is left.
-    ///
-    /// An armed deadline earlier than the earliest timeout stays: firing early is harmless
-    /// (`handleTimer` finds nothing due and re-arms). So while calls follow each other, each
-    /// adding a timeout later than the last and removing an earlier one, the timerfd is not
-    /// touched at all, where exact arming cost two `timerfd_settime` per call.
-    private func rearm() {
+    /// Makes the timer fire no later than `deadline`.
+    private func wake(by deadline: UInt64) {
+        if armedKnown, let armed = armedDeadline, armed <= deadline { return }
+        setTimer(deadline)
+    }
+
+    /// Disarms the timer when no call and no enabled timeout is left.
+    private func disarmIfIdle() {
+        guard pendingBySerial.isEmpty, !armedKnown || armedDeadline != nil,
+            timeouts.allSatisfy({ $0.deadline == nil })
+        else { return }
+        setTimer(nil)
+    }
+
+    private func setTimer(_ deadline: UInt64?) {
         guard timerFD >= 0, !isClosed else { return }
-        var next: UInt64?
-        for t in timeouts.values {
-            if let d = t.deadline, d < (next ?? .max) { next = d }
-        }
-        if armedKnown, let armed = armedDeadline, let next, armed <= next { return }
-        guard !armedKnown || next != armedDeadline else { return }
-        armedDeadline = next
+        armedDeadline = deadline
         armedKnown = true
-        _ = ancs_timerfd_arm(timerFD, next.map { max($0, 1) } ?? 0)
+        _ = ancs_timerfd_arm(timerFD, deadline.map { max($0, 1) } ?? 0)
+    }
+
+    /// The earliest deadline of a pending call or an enabled timeout.
+    private func nextDeadline() -> UInt64? {
+        var next: UInt64 = .max
+        for t in timeouts { if let d = t.deadline, d < next { next = d } }
+        for entry in pendingBySerial.values where entry.deadline < next { next = entry.deadline }
+        return next == .max ? nil : next
     }
 
     func handleTimer() {
@@ -296,16 +307,20 @@ final class ConnectionCore {
         _ = read(timerFD, &expirations, 8)
         armedKnown = false
         let now = Self.now()
-        let due = timeouts.values.filter { ($0.deadline ?? .max) <= now }
+        let due = timeouts.filter { ($0.deadline ?? .max) <= now }
         inHandler = true
-        for state in due where timeouts[state.raw] === state {
+        for state in due where timeouts.contains(where: { $0 === state }) {
             // libdbus timeouts repeat until removed or disabled.
             let interval = UInt64(max(0, dbus_timeout_get_interval(state.raw)))
             state.deadline = now + interval * 1_000_000
             dbus_timeout_handle(state.raw)
         }
+        expireCalls(now: now)
         inHandler = false
-        rearm()
+        if !isClosed {
+            let next = nextDeadline()
+            if !armedKnown || next != armedDeadline { setTimer(next) }
+        }
         drain()
     }
 
@@ -369,17 +384,29 @@ final class ConnectionCore {
     }
 
     // MARK: Pending calls
+    //
+    // Calls are tracked here by serial, without libdbus's DBusPendingCall (which builds a NoReply
+    // error message and registers a libdbus timeout for every call): a call is sent with
+    // `dbus_connection_send`, its reply is caught by serial in `filter` before anything else sees
+    // it, and its deadline is one of ours, kept by the connection's one timer.
 
     /// Where a call's outcome goes: an awaiting task, or a callback run on the loop.
     typealias Completion = @Sendable (Result<Message, any Error>) -> Void
 
     private struct PendingEntry {
         let id: UInt64
+        /// Monotonic nanoseconds; `.max` for a call without a timeout.
+        let deadline: UInt64
         let complete: Completion
     }
 
-    private var pendingByPointer: [OpaquePointer: PendingEntry] = [:]
-    private var pendingByID: [UInt64: OpaquePointer] = [:]
+    /// Outstanding calls by the serial their message was sent with.
+    private var pendingBySerial: [UInt32: PendingEntry] = [:]
+    /// The serial of each outstanding call, by call id (for `cancelCall`).
+    private var serialByID: [UInt64: UInt32] = [:]
+
+    /// The number of calls waiting for their reply.
+    var pendingCallCount: Int { pendingBySerial.count }
 
     /// Sends `message` and arranges for `continuation` to get the reply (or an error).
     func startCall(
@@ -392,65 +419,71 @@ final class ConnectionCore {
     /// Sends `message` and calls `complete` on the loop with the reply (or an error): at once
     /// when the call cannot start, otherwise from a later turn of the loop.
     func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: @escaping Completion) {
-        guard !isClosed else { return complete(.failure(DBusError.disconnected)) }
+        // A disconnected connection would queue the message and never answer.
+        guard !isClosed, dbus_connection_get_is_connected(raw) != 0 else {
+            return complete(.failure(DBusError.disconnected))
+        }
         do { try checkFDs(message) } catch { return complete(.failure(error)) }
-        var pending: OpaquePointer?
-        guard dbus_connection_send_with_reply(raw, message.raw, &pending, timeoutMilliseconds) != 0 else {
+        var serial: UInt32 = 0
+        guard dbus_connection_send(raw, message.raw, &serial) != 0 else {
             return complete(.failure(Marshal.outOfMemory))
         }
-        // libdbus gives no pending call when the connection is already disconnected.
-        guard let pending else { return complete(.failure(DBusError.disconnected)) }
-        pendingByPointer[pending] = PendingEntry(id: id, complete: complete)
-        pendingByID[id] = pending
-        guard dbus_pending_call_set_notify(pending, cPendingNotify, selfPointer, nil) != 0 else {
-            pendingByPointer[pending] = nil
-            pendingByID[id] = nil
-            dbus_pending_call_cancel(pending)
-            dbus_pending_call_unref(pending)
-            return complete(.failure(Marshal.outOfMemory))
+        let deadline: UInt64
+        if timeoutMilliseconds == CDBUS_TIMEOUT_INFINITE || timeoutMilliseconds < 0 {
+            deadline = .max
+        } else {
+            deadline = Self.now() + UInt64(timeoutMilliseconds) * 1_000_000
         }
-        if dbus_pending_call_get_completed(pending) != 0 { completeCall(pending) }
+        pendingBySerial[serial] = PendingEntry(id: id, deadline: deadline, complete: complete)
+        serialByID[id] = serial
+        if deadline != .max { wake(by: deadline) }
     }
 
-    /// libdbus completed a pending call (reply, error, timeout or disconnection).
-    fileprivate func completeCall(_ pending: OpaquePointer) {
-        guard let entry = pendingByPointer.removeValue(forKey: pending) else { return }
-        pendingByID[entry.id] = nil
-        let reply = dbus_pending_call_steal_reply(pending)
-        dbus_pending_call_unref(pending)
-        guard let reply else { return entry.complete(.failure(DBusError.disconnected)) }
-        let owned = OwnedMessage(adopting: reply)
+    /// A reply (method return or error) arrived: completes its call, if it is still waiting.
+    private func completeCall(_ raw: OpaquePointer) {
+        guard let entry = pendingBySerial.removeValue(forKey: dbus_message_get_reply_serial(raw)) else { return }
+        serialByID[entry.id] = nil
+        disarmIfIdle()
         let message: Message
         do {
-            message = try Message.decode(owned.raw)
+            message = try Message.decode(raw)
         } catch {
             return entry.complete(.failure(error))
         }
-        entry.complete(message.kind == .error ? .failure(mapError(message)) : .success(message))
+        entry.complete(message.kind == .error ? .failure(message.error ?? .failed("error reply without a name")) : .success(message))
     }
 
-    private func mapError(_ m: Message) -> DBusError {
-        // libdbus synthesises NoReply itself (no sender) on a timeout and on disconnection.
-        if m.errorName == DBusError.Names.noReply && m.sender == nil {
-            return dbus_connection_get_is_connected(raw) != 0 ? .timeout : .disconnected
-        }
-        return m.error ?? .failed("error reply without a name")
-    }
-
-    /// The awaiting task was cancelled: drop the pending call.
+    /// The awaiting task was cancelled: drop the pending call (a reply that still comes is dropped).
     func cancelCall(_ id: UInt64) {
-        guard let pending = pendingByID.removeValue(forKey: id),
-            let entry = pendingByPointer.removeValue(forKey: pending)
+        guard let serial = serialByID.removeValue(forKey: id),
+            let entry = pendingBySerial.removeValue(forKey: serial)
         else { return }
-        dbus_pending_call_cancel(pending)
-        dbus_pending_call_unref(pending)
+        disarmIfIdle()
         entry.complete(.failure(CancellationError()))
+    }
+
+    /// Fails the calls whose deadline has passed with `.timeout`.
+    private func expireCalls(now: UInt64) {
+        var due: [UInt32] = []
+        for (serial, entry) in pendingBySerial where entry.deadline <= now { due.append(serial) }
+        for serial in due {
+            // A completion run earlier in this loop may have cancelled it.
+            guard let entry = pendingBySerial.removeValue(forKey: serial) else { continue }
+            serialByID[entry.id] = nil
+            entry.complete(.failure(DBusError.timeout))
+        }
     }
 
     // MARK: Incoming messages
 
     fileprivate func filter(_ raw: OpaquePointer) -> DBusHandlerResult {
         let type = dbus_message_get_type(raw)
+        if type == CDBUS_MESSAGE_TYPE_METHOD_RETURN || type == CDBUS_MESSAGE_TYPE_ERROR {
+            // Replies go to their call; one that comes after its call timed out or was
+            // cancelled (or that answers nothing we sent) is dropped here.
+            completeCall(raw)
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
         guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
@@ -472,7 +505,7 @@ final class ConnectionCore {
             deliverSignal(message)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
-        handleMethodCall(message)
+        handleMethodCall(message, raw)
         return DBUS_HANDLER_RESULT_HANDLED
     }
 
@@ -652,7 +685,8 @@ final class ConnectionCore {
 
     // MARK: Method calls
 
-    private func handleMethodCall(_ m: Message) {
+    /// `raw` is the call as libdbus received it, valid until this returns.
+    private func handleMethodCall(_ m: Message, _ raw: OpaquePointer) {
         guard let path = m.path, let member = m.member else { return }
         let call = MethodCall(
             sender: m.sender ?? "", path: path, interface: m.interface, member: member,
@@ -707,7 +741,7 @@ final class ConnectionCore {
         case .immediate(let handler):
             do {
                 let result = try handler(call)
-                replyChecked(call, result, method.outputSignature)
+                replyChecked(call, result, method.outputSignature, replyingTo: raw)
             } catch {
                 replyError(call, error)
             }
@@ -726,21 +760,27 @@ final class ConnectionCore {
     }
 
     /// Sends a handler's result, or `Failed` when it has the wrong signature.
-    func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature) {
+    /// Sends a handler's result, or `Failed` when it has the wrong signature. `raw`: the call's
+    /// libdbus message while it is still alive (an immediate handler's), for a cheaper reply.
+    func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature, replyingTo raw: OpaquePointer? = nil) {
         var signature = ""
         for v in values { v.appendSignature(to: &signature) }
         guard signature == output.rawValue else {
             return replyError(call, DBusError.Names.failed,
                               "Method handler returned signature '\(signature)' instead of '\(output)'")
         }
-        reply(call, values)
+        reply(call, values, replyingTo: raw)
     }
 
-    func reply(_ call: MethodCall, _ values: [DBusValue]) {
+    func reply(_ call: MethodCall, _ values: [DBusValue], replyingTo raw: OpaquePointer? = nil) {
         guard !call.noReplyExpected, !isClosed else { return }
         do {
-            let message = try OwnedMessage.methodReturn(
-                replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
+            let message = if let raw {
+                try OwnedMessage.methodReturn(to: raw, arguments: values)
+            } else {
+                try OwnedMessage.methodReturn(
+                    replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
+            }
             try send(message)
         } catch {
             // The handler's values were refused before marshalling: its fault, not the caller's.
@@ -878,14 +918,10 @@ final class ConnectionCore {
             return
         }
         isClosed = true
-        let pending = pendingByPointer
-        pendingByPointer = [:]
-        pendingByID = [:]
-        for (p, entry) in pending {
-            dbus_pending_call_cancel(p)
-            dbus_pending_call_unref(p)
-            entry.complete(.failure(DBusError.disconnected))
-        }
+        let pending = pendingBySerial.sorted { $0.key < $1.key }
+        pendingBySerial = [:]
+        serialByID = [:]
+        for (_, entry) in pending { entry.complete(.failure(DBusError.disconnected)) }
         let subs = subscriptions
         subscriptions = [:]
         for (_, sub) in subs {
@@ -908,7 +944,7 @@ final class ConnectionCore {
         for (_, state) in watches { cancel(state) }
         watches = [:]
         watchIDs = [:]
-        timeouts = [:]
+        timeouts = []
         timer?.cancel()
         if timerFD >= 0 { close(timerFD) }
         timer = nil

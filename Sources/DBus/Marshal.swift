@@ -218,6 +218,9 @@ enum Marshal {
         }
     }
 
+    private static let stringSignature = Signature(unchecked: "s")
+    private static let variantSignature = Signature(unchecked: "v")
+
     private static func readArray(_ iter: inout DBusMessageIter) throws(DBusError) -> DBusValue {
         let elementType = dbus_message_iter_get_element_type(&iter)
         var sub = DBusMessageIter()
@@ -228,11 +231,17 @@ enum Marshal {
         let full = try currentSignature(&iter)
         let element = String(full.dropFirst())
         if elementType == CDBUS_TYPE_DICT_ENTRY {
-            // element is "{KV}"
-            let inner = Array(element.utf8.dropFirst().dropLast())
-            guard let k = inner.first else { throw .failed("malformed dict entry signature \(full)") }
-            let key = Signature(unchecked: String(decoding: [k], as: UTF8.self))
-            let value = Signature(unchecked: String(decoding: inner.dropFirst(), as: UTF8.self))
+            // element is "{KV}"; a{sv}, the shape of every property set and option list, is common.
+            let key: Signature
+            let value: Signature
+            if full == "a{sv}" {
+                (key, value) = (stringSignature, variantSignature)
+            } else {
+                let inner = Array(element.utf8.dropFirst().dropLast())
+                guard let k = inner.first else { throw .failed("malformed dict entry signature \(full)") }
+                key = Signature(unchecked: String(decoding: [k], as: UTF8.self))
+                value = Signature(unchecked: String(decoding: inner.dropFirst(), as: UTF8.self))
+            }
             var entries: [(key: DBusValue, value: DBusValue)] = []
             while dbus_message_iter_get_arg_type(&sub) == CDBUS_TYPE_DICT_ENTRY {
                 var entry = DBusMessageIter()

@@ -158,6 +158,17 @@ final class OwnedMessage: @unchecked Sendable {
         return message
     }
 
+    /// A method return for `call`, a message libdbus received (its sender and serial were
+    /// checked then): `dbus_message_new_method_return` writes the header in one go, where
+    /// `methodReturn(replySerial:destination:arguments:)` rewrites it twice.
+    static func methodReturn(to call: OpaquePointer, arguments: [DBusValue]) throws(DBusError) -> OwnedMessage {
+        _ = try DBusValue.validate(arguments: arguments)
+        guard let created = dbus_message_new_method_return(call) else { throw Marshal.outOfMemory }
+        let message = OwnedMessage(adopting: created)
+        try Marshal.append(arguments, to: message.raw)
+        return message
+    }
+
     /// An error reply for the call with `serial` from `destination`. An invalid `name`
     /// becomes `org.freedesktop.DBus.Error.Failed`; NULs are dropped from `text`.
     static func error(

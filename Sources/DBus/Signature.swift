@@ -84,7 +84,7 @@ public struct Signature: Sendable, Hashable, CustomStringConvertible, Expressibl
     /// True when the signature is exactly one complete type (as array elements,
     /// variant contents and property types must be).
     public var isSingleCompleteType: Bool {
-        ((try? SignatureParser.parse(rawValue))?.count ?? 0) == 1
+        SignatureParser.completeTypeCount(rawValue) == 1
     }
 
     /// True for the empty signature (no arguments).
@@ -109,6 +109,69 @@ enum SignatureParser {
 
     static let maximumLength = 255
     static let maximumDepth = 32
+
+    /// The number of complete types in `s`, or nil when it is not a valid signature: the rules
+    /// of `parse`, without building the parsed form (validating a message's arguments needs
+    /// no more, and a one-letter signature costs no more than a table lookup).
+    static func completeTypeCount(_ s: String) -> Int? {
+        let utf8 = s.utf8
+        if utf8.count == 1, let c = utf8.first {
+            return SignatureType.basicCodes.contains(c) || c == UInt8(ascii: "v") ? 1 : nil
+        }
+        guard utf8.count <= maximumLength else { return nil }
+        let counted = utf8.withContiguousStorageIfAvailable { b -> Int? in
+            var index = 0
+            var count = 0
+            while index < b.count {
+                guard skipOne(b, &index, arrays: 0, structs: 0, dicts: 0) else { return nil }
+                count += 1
+            }
+            return count
+        }
+        if let counted { return counted }
+        return (try? parse(s))?.count
+    }
+
+    /// `parseOne` without the result: advances `i` past one complete type, false if there is none.
+    private static func skipOne(
+        _ b: UnsafeBufferPointer<UInt8>, _ i: inout Int, arrays: Int, structs: Int, dicts: Int
+    ) -> Bool {
+        guard i < b.count else { return false }
+        let c = b[i]
+        i += 1
+        switch c {
+        case UInt8(ascii: "a"):
+            guard arrays + 1 <= maximumDepth, i < b.count else { return false }
+            if b[i] == UInt8(ascii: "{") {
+                i += 1
+                guard dicts + 1 <= maximumDepth, i < b.count, SignatureType.basicCodes.contains(b[i]) else { return false }
+                i += 1
+                guard skipOne(b, &i, arrays: 0, structs: structs, dicts: dicts + 1),
+                    i < b.count, b[i] == UInt8(ascii: "}")
+                else { return false }
+                i += 1
+                return true
+            }
+            return skipOne(b, &i, arrays: arrays + 1, structs: structs, dicts: dicts)
+        case UInt8(ascii: "("):
+            guard structs + 1 <= maximumDepth else { return false }
+            var fields = 0
+            while true {
+                guard i < b.count else { return false }
+                if b[i] == UInt8(ascii: ")") {
+                    i += 1
+                    break
+                }
+                guard skipOne(b, &i, arrays: 0, structs: structs + 1, dicts: dicts) else { return false }
+                fields += 1
+            }
+            return fields > 0
+        case UInt8(ascii: "v"):
+            return true
+        default:
+            return SignatureType.basicCodes.contains(c)
+        }
+    }
 
     static func parse(_ s: String) throws(Invalid) -> [SignatureType] {
         let bytes = Array(s.utf8)

@@ -288,16 +288,15 @@ extension DBusValue {
             return b.count + 8
         case .array(let element, let items):
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
-            let parsed = element.parsed
-            guard parsed.count == 1 else {
+            guard element.isSingleCompleteType else {
                 throw .invalidArgument("array element signature \(quoted(element.rawValue)) is not one complete type")
             }
             let expected = element.rawValue
             var size = 0
             for item in items {
-                let actual = item.signatureString
-                guard actual == expected else {
-                    throw .invalidArgument("array of \(quoted(expected)) holds an element of type \(quoted(actual))")
+                guard item.hasSignature(expected) else {
+                    throw .invalidArgument(
+                        "array of \(quoted(expected)) holds an element of type \(quoted(item.signatureString))")
                 }
                 size += try item.validate(depth: depth + 1)
             }
@@ -305,15 +304,15 @@ extension DBusValue {
             return size + 16
         case .dictionary(let key, let value, let entries):
             guard depth + 2 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
-            guard key.parsed.count == 1, let k = key.rawValue.utf8.first, SignatureType.basicCodes.contains(k) else {
+            guard key.rawValue.utf8.count == 1, let k = key.rawValue.utf8.first, SignatureType.basicCodes.contains(k) else {
                 throw .invalidArgument("dictionary key signature \(quoted(key.rawValue)) is not a basic type")
             }
-            guard value.parsed.count == 1 else {
+            guard value.isSingleCompleteType else {
                 throw .invalidArgument("dictionary value signature \(quoted(value.rawValue)) is not one complete type")
             }
             var size = 0
             for (k, v) in entries {
-                guard k.signatureString == key.rawValue, v.signatureString == value.rawValue else {
+                guard k.hasSignature(key.rawValue), v.hasSignature(value.rawValue) else {
                     throw .invalidArgument(
                         "dictionary a{\(key)\(value)} holds an entry of types \(quoted(k.signatureString)), \(quoted(v.signatureString))")
                 }
@@ -329,12 +328,47 @@ extension DBusValue {
             return size
         case .variant(let inner):
             guard depth + 1 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
-            let sig = inner.signatureString
-            guard (try? SignatureParser.parse(sig)) != nil else {
-                throw .invalidArgument("variant contents have an invalid signature \(quoted(sig))")
+            let signatureLength: Int
+            if inner.basicTypeCode != nil {
+                // One basic type code (or `v`): a valid signature by construction.
+                signatureLength = 1
+            } else {
+                let sig = inner.signatureString
+                guard SignatureParser.completeTypeCount(sig) != nil else {
+                    throw .invalidArgument("variant contents have an invalid signature \(quoted(sig))")
+                }
+                signatureLength = sig.utf8.count
             }
-            return try inner.validate(depth: depth + 1) + sig.utf8.count + 10
+            return try inner.validate(depth: depth + 1) + signatureLength + 10
         }
+    }
+
+    /// The type code of a basic value or a variant, nil for containers.
+    var basicTypeCode: UInt8? {
+        switch self {
+        case .byte: UInt8(ascii: "y")
+        case .bool: UInt8(ascii: "b")
+        case .int16: UInt8(ascii: "n")
+        case .uint16: UInt8(ascii: "q")
+        case .int32: UInt8(ascii: "i")
+        case .uint32: UInt8(ascii: "u")
+        case .int64: UInt8(ascii: "x")
+        case .uint64: UInt8(ascii: "t")
+        case .double: UInt8(ascii: "d")
+        case .string: UInt8(ascii: "s")
+        case .objectPath: UInt8(ascii: "o")
+        case .signature: UInt8(ascii: "g")
+        case .unixFD: UInt8(ascii: "h")
+        case .variant: UInt8(ascii: "v")
+        case .array, .byteArray, .dictionary, .structure: nil
+        }
+    }
+
+    /// Whether this value's signature is `signature`, without building it for one-letter ones.
+    func hasSignature(_ signature: String) -> Bool {
+        let utf8 = signature.utf8
+        if utf8.count == 1 { return basicTypeCode == utf8.first }
+        return signatureString == signature
     }
 
     private static func checkArrayLength(_ bytes: Int) throws(DBusError) {
@@ -349,7 +383,7 @@ extension DBusValue {
     static func validate(arguments: [DBusValue]) throws(DBusError) -> String {
         var signature = ""
         for a in arguments { a.appendSignature(to: &signature) }
-        guard (try? SignatureParser.parse(signature)) != nil else {
+        guard SignatureParser.completeTypeCount(signature) != nil else {
             throw .invalidArgument("arguments have an invalid signature \(quoted(signature))")
         }
         var size = 0

@@ -25,7 +25,9 @@ enum Wire {
             guard body.append(argument) else { return nil }
         }
         var header = Writer()
-        header.bytes.reserveCapacity(128 + path.utf8.count + member.utf8.count)
+        header.bytes.reserveCapacity(
+            64 + path.utf8.count + member.utf8.count + (destination?.utf8.count ?? 0) + (interface?.utf8.count ?? 0)
+                + signature.utf8.count + body.bytes.count)
         header.bytes.append(contentsOf: [UInt8(ascii: "l"), 1 /* METHOD_CALL */, flags, 1 /* version */])
         header.appendUInt32(UInt32(body.bytes.count))
         header.appendUInt32(1)  // serial
@@ -33,11 +35,11 @@ enum Wire {
         header.appendUInt32(0)  // the fields' length, filled in below
         let fieldsStart = header.bytes.count
         // In libdbus's order, so the bytes are the very ones its iterators make.
-        header.field(1, "o", path)
-        if let destination { header.field(6, "s", destination) }
-        if let interface { header.field(2, "s", interface) }
-        header.field(3, "s", member)
-        if !signature.isEmpty { header.field(8, "g", signature) }
+        header.field(1, UInt8(ascii: "o"), path)
+        if let destination { header.field(6, UInt8(ascii: "s"), destination) }
+        if let interface { header.field(2, UInt8(ascii: "s"), interface) }
+        header.field(3, UInt8(ascii: "s"), member)
+        if !signature.isEmpty { header.field(8, UInt8(ascii: "g"), signature) }
         header.setUInt32(UInt32(header.bytes.count - fieldsStart), at: fieldsLength)
         header.pad(to: 8)
         header.bytes.append(contentsOf: body.bytes)
@@ -70,13 +72,16 @@ enum Wire {
         var bytes: [UInt8] = []
 
         mutating func pad(to alignment: Int) {
-            let rest = bytes.count % alignment
-            if rest != 0 { bytes.append(contentsOf: repeatElement(0, count: alignment - rest)) }
+            // alignment is a power of two (1, 2, 4 or 8)
+            while bytes.count & (alignment - 1) != 0 { bytes.append(0) }
         }
 
         mutating func appendUInt32(_ v: UInt32) {
             pad(to: 4)
-            withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(UInt8(truncatingIfNeeded: v))
+            bytes.append(UInt8(truncatingIfNeeded: v >> 8))
+            bytes.append(UInt8(truncatingIfNeeded: v >> 16))
+            bytes.append(UInt8(truncatingIfNeeded: v >> 24))
         }
 
         mutating func setUInt32(_ v: UInt32, at offset: Int) {
@@ -110,12 +115,14 @@ enum Wire {
             bytes.append(0)
         }
 
-        /// A header field: a (yv) struct.
-        mutating func field(_ code: UInt8, _ type: String, _ value: String) {
+        /// A header field: a (yv) struct whose variant holds a string of type `type` (s, o or g).
+        mutating func field(_ code: UInt8, _ type: UInt8, _ value: String) {
             pad(to: 8)
             bytes.append(code)
-            appendSignature(type)
-            if type == "g" { appendSignature(value) } else { appendString(value) }
+            bytes.append(1)
+            bytes.append(type)
+            bytes.append(0)
+            if type == UInt8(ascii: "g") { appendSignature(value) } else { appendString(value) }
         }
 
         /// Appends one value; false for what this writer leaves to libdbus (Unix fds).
