@@ -70,6 +70,7 @@ public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// Hands the UTF-8 bytes of `iso8601` to `body` without making a `String`. A date whose
     /// fields fit their widths (every date parsed from the ANCS form) is written with a few
     /// byte stores on the stack.
+    @inlinable
     public func withISO8601<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
         guard (0...9999).contains(year), (0...99).contains(month), (0...99).contains(day),
               (0...99).contains(hour), (0...99).contains(minute), (0...99).contains(second)
@@ -101,6 +102,7 @@ public struct ANCSDate: Hashable, Sendable, Comparable, CustomStringConvertible 
     }
 
     /// `iso8601` for any field values: each zero-padded to its width, wider ones as they are.
+    @usableFromInline
     var paddedISO8601: String {
         func pad(_ value: Int, _ width: Int) -> String {
             let digits = String(value)

@@ -370,30 +370,7 @@ private enum AttributeRawID {
     static let date: UInt8 = 5
 }
 
-/// `date.iso8601` as a JSON string, written digit by digit.
+/// `date.iso8601` as a JSON string, from its bytes (no `String` made).
 private func writeISO8601(_ date: ANCSDate, _ out: inout JSONWriter) {
-    guard (0...9999).contains(date.year), [date.month, date.day, date.hour, date.minute, date.second].allSatisfy({ (0...99).contains($0) })
-    else { return out.write(date.iso8601) }
-    var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // "yyyy-MM-ddTHH:mm:ss": 19 bytes
-    withUnsafeMutableBytes(of: &text) { raw in
-        func put(_ value: Int, _ at: Int, _ width: Int) {
-            var value = value
-            for position in stride(from: at + width - 1, through: at, by: -1) {
-                raw[position] = UInt8(ascii: "0") + UInt8(value % 10)
-                value /= 10
-            }
-        }
-        put(date.year, 0, 4)
-        raw[4] = UInt8(ascii: "-")
-        put(date.month, 5, 2)
-        raw[7] = UInt8(ascii: "-")
-        put(date.day, 8, 2)
-        raw[10] = UInt8(ascii: "T")
-        put(date.hour, 11, 2)
-        raw[13] = UInt8(ascii: ":")
-        put(date.minute, 14, 2)
-        raw[16] = UInt8(ascii: ":")
-        put(date.second, 17, 2)
-        out.writeString(utf8: UnsafeRawBufferPointer(rebasing: raw[0..<19]).assumingMemoryBound(to: UInt8.self))
-    }
+    date.withISO8601 { _ = out.writeString(utf8: $0) }
 }

@@ -220,7 +220,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")
         let child = Child(
-            pid: pid, device: device, label: label, input: Array(event.jsonLine.utf8) + [0x0A], stdin: input[1], stderr: errors[0], sink: self)
+            pid: pid, device: device, label: label, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0], sink: self)
         child.start(timeout: timeout)
         return child
     }
