@@ -119,7 +119,7 @@ enum Marshal {
     private static func appendFixedElements(
         _ sub: inout DBusMessageIter, _ element: String, _ items: [DBusValue]
     ) throws(DBusError) -> Bool {
-        guard element.utf8.count == 1, let code = element.utf8.first, SignatureType.fixedCodes.contains(code) else {
+        guard element.utf8.count == 1, let code = element.utf8.first, TypeCode.fixed.contains(code) else {
             return false
         }
         switch code {

@@ -304,7 +304,7 @@ extension DBusValue {
             return size + 16
         case .dictionary(let key, let value, let entries):
             guard depth + 2 <= DBusValue.maximumTotalDepth else { throw DBusError.tooDeep }
-            guard key.rawValue.utf8.count == 1, let k = key.rawValue.utf8.first, SignatureType.basicCodes.contains(k) else {
+            guard key.rawValue.utf8.count == 1, let k = key.rawValue.utf8.first, TypeCode.basic.contains(k) else {
                 throw .invalidArgument("dictionary key signature \(quoted(key.rawValue)) is not a basic type")
             }
             guard value.isSingleCompleteType else {
