@@ -52,20 +52,8 @@ public enum DBusValue: Sendable {
     }
 
     func appendSignature(to out: inout String) {
+        if let code = basicTypeCode { return out.unicodeScalars.append(Unicode.Scalar(code)) }
         switch self {
-        case .byte: out += "y"
-        case .bool: out += "b"
-        case .int16: out += "n"
-        case .uint16: out += "q"
-        case .int32: out += "i"
-        case .uint32: out += "u"
-        case .int64: out += "x"
-        case .uint64: out += "t"
-        case .double: out += "d"
-        case .string: out += "s"
-        case .objectPath: out += "o"
-        case .signature: out += "g"
-        case .unixFD: out += "h"
         case .array(let element, _): out += "a"; out += element.rawValue
         case .byteArray: out += "ay"
         case .dictionary(let key, let value, _): out += "a{"; out += key.rawValue; out += value.rawValue; out += "}"
@@ -73,7 +61,9 @@ public enum DBusValue: Sendable {
             out += "("
             for f in fields { f.appendSignature(to: &out) }
             out += ")"
-        case .variant: out += "v"
+        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .string, .objectPath, .signature,
+            .unixFD, .variant:
+            break  // written above
         }
     }
 }
