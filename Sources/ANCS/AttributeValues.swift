@@ -194,8 +194,7 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
     var lastWasASCII = true
     var index = 0
     while index < raw.count {
-        if let base = raw.baseAddress, index + 8 <= raw.count,
-           UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 {
+        if let base = raw.baseAddress, index + 8 <= raw.count, areASCII(base + index) {
             // Eight ASCII characters: each counts one byte and one unit, and the last two of them
             // are ASCII.
             utf8 += 8
@@ -236,13 +235,18 @@ public func isMessageTruncated(messageBytes raw: UnsafeBufferPointer<UInt8>, mes
     return messageSize > max(utf16, utf8)
 }
 
+/// True when the eight bytes at `bytes` are all ASCII (one test for the eight).
+@inline(__always)
+private func areASCII(_ bytes: UnsafePointer<UInt8>) -> Bool {
+    UnsafeRawPointer(bytes).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0
+}
+
 /// True if `bytes` are well-formed UTF-8 (Unicode Table 3-7).
 func isWellFormedUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
     guard let base = bytes.baseAddress else { return true }
     var index = 0
     while index < bytes.count {
-        while index + 8 <= bytes.count,
-              UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { index += 8 }
+        while index + 8 <= bytes.count, areASCII(base + index) { index += 8 }
         guard index < bytes.count else { break }
         if bytes[index] < 0x80 {
             index += 1

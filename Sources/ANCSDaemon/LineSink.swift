@@ -69,11 +69,7 @@ public final class LineSink: OutputSink {
 
     /// Writes one line (the newline is added) now if that needs no waiting, or queues it.
     public func send(_ line: String) {
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(line.utf8.count + 1)
-        bytes += line.utf8
-        bytes.append(0x0A)
-        send(lineBytes: bytes)
+        send(lineBytes: newlineTerminated(line))
     }
 
     /// Writes one line given as bytes that end with its newline.

@@ -144,13 +144,19 @@ public final class OutputRecord: Sendable {
                 if let bytes = forms.textBytes { return bytes }
                 let line = forms.textLine ?? EventFormatter.text(event)
                 forms.textLine = line
-                var bytes = [UInt8]()
-                bytes.reserveCapacity(line.utf8.count + 1)
-                bytes += line.utf8
-                bytes.append(0x0A)
+                let bytes = newlineTerminated(line)
                 forms.textBytes = bytes
                 return bytes
             }
         }
     }
+}
+
+/// `line`'s UTF-8 bytes followed by a newline, as a line sink writes them.
+func newlineTerminated(_ line: String) -> [UInt8] {
+    var bytes = [UInt8]()
+    bytes.reserveCapacity(line.utf8.count + 1)
+    bytes += line.utf8
+    bytes.append(0x0A)
+    return bytes
 }
