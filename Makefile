@@ -161,7 +161,8 @@ check-install:
 ## bench: release-build benchmarks that print their numbers, each hot path against a baseline
 ## measured in the same run: the reassembler, ancsd decode (against a Python decoder; btsnoop
 ## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
-## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups).
+## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups),
+## its latency against the same process chain doing nothing else (Benchmarks/hop-floor).
 # Every product with the same flags (--static-swift-stdlib), so one build serves them all.
 BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOUT)
 bench:
@@ -172,6 +173,7 @@ bench:
 	python3 Benchmarks/decode/decode_bench.py $(LAYOUT_BIN)
 	$(BENCH_BUILD) --product dbus-bench && $(LAYOUT_BIN)/dbus-bench
 	$(BENCH_BUILD) --product ancs-phone-sim
+	$(BENCH_BUILD) --product hop-floor
 	python3 Benchmarks/daemon_bench.py $(LAYOUT_BIN)
 
 ## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP

@@ -84,6 +84,7 @@ let package = Package(
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
+        .executableTarget(name: "hop-floor", dependencies: ["CEventLoop"], path: "Benchmarks/hop-floor", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
         .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
