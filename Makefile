@@ -137,6 +137,7 @@ soak:
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-phone-sim
 	python3 Soak/test_oracle.py
+	python3 Soak/test_soak.py
 	python3 Soak/soak.py $$($(SWIFT) build -c release --show-bin-path) --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 ## system-test: ancsd against the real kernel Bluetooth stack and bluetoothd, in a QEMU VM with

@@ -20,7 +20,6 @@ import os
 import queue
 import random
 import re
-import select
 import signal
 import socket
 import subprocess
@@ -76,6 +75,45 @@ class GCPauses:
 
 
 GC_PAUSES = GCPauses()
+
+
+def start_with_output(argv, path, **kwargs):
+    """Starts `argv` with its standard output going to a new file at `path`.
+
+    ancsd never waits for its standard output (docs/output.md): what the output cannot take at
+    once waits in a queue of 1 MiB, and past it the oldest lines are dropped. Through a pipe, the
+    soak itself would be that reader, and a Python process falls behind: a garbage collection
+    (0.4 s), the interpreter's lock, a wait for a CPU, while ancsd prints the warm-up's removals
+    at 6 MB/s. The pipe (64 KiB) and the queue then overflow in under 0.2 s, and the lines ancsd
+    dropped looked to the oracle like a stall (seed 873082048, 90 s). A file takes every line
+    the moment ancsd writes it, however late the soak reads it (`follow`)."""
+    with open(path, "wb") as out:
+        return subprocess.Popen(argv, stdout=out, **kwargs)
+
+
+def follow(path, process, on_lines, on_caught_up, poll=0.02):
+    """Reads the file at `path` as it grows, until `process` has ended and all of it is read.
+
+    Complete lines (bytes, without their newlines) go to `on_lines(t, lines)`, `t` being the
+    moment their chunk was read; a read may end inside a line, or inside a character. Each time
+    the end of the file is reached, `on_caught_up(before)` gets the moment before that read:
+    everything written before it has been handed over. A last piece without its newline is a
+    cut (a kill), never a line."""
+    with open(path, "rb") as f:
+        partial = b""
+        while True:
+            ended = process.poll() is not None      # before the read: what it wrote is there
+            before = now_ns()
+            chunk = f.read(1 << 20)
+            if not chunk:
+                if ended:
+                    return
+                on_caught_up(before)
+                time.sleep(poll)
+                continue
+            *lines, partial = (partial + chunk).split(b"\n")
+            if lines:
+                on_lines(now_ns(), lines)
 
 
 def say(message):
@@ -268,7 +306,6 @@ class Run:
         self.fifo_lock = threading.Lock()
         self.fifo_hold = False
         self.unchecked = []       # (source, lines) from FIFO readers and subscribers
-        self.stdout_file = None
         self.action_refusals = collections.Counter()
         self.work = collections.Counter()
         self.file_lines = 0
@@ -328,25 +365,13 @@ class Run:
             self.answers_seen += 1
 
     def tail_events(self):
-        # Bytes, split at newlines, decoded a whole line at a time: a read can end in the middle
-        # of a character (the plan's titles hold emoji), which a text-mode read fails on.
-        with open(self.path("events.jsonl"), "rb") as f:
-            partial = b""
-            while True:
-                before = now_ns()
-                chunk = f.read()
-                if not chunk:
-                    # At the end of the log: every event written before `before` is queued.
-                    self.events_seen_until = before
-                    if self.sim.poll() is not None:
-                        return
-                    time.sleep(0.02)
-                    continue
-                partial += chunk
-                *lines, partial = partial.split(b"\n")
-                for line in lines:
-                    event = json.loads(line.decode())
-                    self.inbox.put((event["t_ns"], "sim", event))
+        def events(t, lines):
+            for line in lines:
+                event = json.loads(line)
+                self.inbox.put((event["t_ns"], "sim", event))
+
+        # At the end of the log, every event written before that read is queued.
+        follow(self.path("events.jsonl"), self.sim, events, lambda before: setattr(self, "events_seen_until", before))
 
     def sim_step(self, step):
         self.sim.stdin.write(json.dumps(step) + "\n")
@@ -361,13 +386,12 @@ class Run:
         if not os.path.exists(self.path("ancsd.conf")):
             self.write_config()
         self.instance += 1
-        if self.stdout_file is None:
-            self.stdout_file = open(self.path("stdout.jsonl"), "ab")
-        self.ancsd = subprocess.Popen(self.ancsd_command(), stdout=subprocess.PIPE,
-                                      stderr=open(self.path("ancsd.log"), "a"), bufsize=0)
+        output = self.path(f"stdout-{self.instance}.jsonl")
+        with open(self.path("ancsd.log"), "a") as log:
+            self.ancsd = start_with_output(self.ancsd_command(), output, stderr=log)
         self.instance_started = time.monotonic()
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-started"}))
-        self.reader = self.spawn(self.read_ancsd, self.ancsd)
+        self.reader = self.spawn(self.read_ancsd, self.ancsd, output)
         # Ready once its control socket answers: a SIGHUP before it handles the signal would
         # end it (systemd, too, reloads a service only once it is started).
         deadline = time.monotonic() + 30
@@ -381,37 +405,23 @@ class Run:
                 self.fail(f"ancsd did not come up (status {self.ancsd.poll()}; see {self.path('ancsd.log')})")
             time.sleep(0.05)
 
-    def read_ancsd(self, process):
-        """Reads ancsd's output in large chunks, each line stamped when its chunk arrived: one
-        read per chunk keeps the stamps close even while the main thread holds the interpreter.
-        Each time the pipe is found empty, everything ancsd wrote before that read is queued:
-        `output_seen_until` says so (the stamp is taken before the read, so a late thread can
-        only make it earlier). While the pipe stays empty it is looked at every 50 ms."""
-        fd = process.stdout.fileno()
-        os.set_blocking(fd, False)      # our end only: ancsd's end is another open file
-        partial = b""
-        while True:
-            before = now_ns()
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except BlockingIOError:
-                self.output_seen_until = before
-                select.select([fd], [], [], 0.05)
-                continue
-            if not chunk:
-                return
-            t = now_ns()
-            *lines, partial = (partial + chunk).split(b"\n")
+    def read_ancsd(self, process, output):
+        """Reads ancsd's standard output (a file: `start_with_output`) as it grows, each line
+        stamped when its chunk was read. Each time the end is reached, everything ancsd wrote
+        before that read is queued: `output_seen_until` says so (the stamp is taken before the
+        read, so a late thread can only make it earlier)."""
+        def lines_read(t, lines):
             for raw in lines:
                 try:
                     line = json.loads(raw)
                 except ValueError:
                     self.problems.append(f"ancsd printed a line that is not JSON: {raw[:200]!r}")
-                    return
+                    continue
                 with self.lines_lock:
                     self.stdout_lines.add(canonical(line))
-                    self.stdout_file.write(raw + b"\n")
                 self.inbox.put((t, "ancsd", line))
+
+        follow(output, process, lines_read, lambda before: setattr(self, "output_seen_until", before), poll=0.01)
 
     def write_config(self):
         self.config_toggle = not self.config_toggle
@@ -915,6 +925,15 @@ def parse_smaps(text):
     return result
 
 
+def ancsd_output_drops(log_path):
+    """How many lines ancsd says it dropped for its standard output (its reader too slow)."""
+    try:
+        with open(log_path, errors="replace") as f:
+            return sum(int(m.group(1)) for m in re.finditer(r"dropped (\d+) events for standard output", f.read()))
+    except OSError:
+        return 0
+
+
 def canonical(obj):
     return json.dumps(obj, sort_keys=True, ensure_ascii=False)
 
@@ -1028,7 +1047,12 @@ def main():
         say("last lines of ancsd:")
         for e in run.oracle.recent_ancsd:
             print("   ", json.dumps(e, ensure_ascii=False)[:300])
-        say(f"logs kept in {workdir} (stdout.jsonl, ancsd.log, sim.log, events.jsonl, record/, state/)")
+        dropped = ancsd_output_drops(run.path("ancsd.log"))
+        if dropped:
+            say(f"ancsd dropped {dropped} lines of its standard output, which no reader took in time "
+                f"(ancsd.log): the oracle never saw them")
+        say(f"logs kept in {workdir} (stdout-N.jsonl of each ancsd process, ancsd.log, sim.log, events.jsonl, "
+            f"record/, state/)")
         run.stop()
         return 1
     except BaseException:
