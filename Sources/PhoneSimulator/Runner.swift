@@ -23,6 +23,7 @@ extension PhoneSimulator {
             }
             if case .end = step.action {
                 log("line \(step.line): end")
+                flushLogs()
                 return .ended
             }
             do {
@@ -36,6 +37,7 @@ extension PhoneSimulator {
                 return .failed(line: step.line, message: "\(error)", timedOut: false)
             }
         }
+        flushLogs()
         return .ended
     }
 

@@ -13,13 +13,20 @@ struct DataSourceResponseTests {
         String((0..<count).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] })
     }
 
+    /// A notification as the phone holds it.
+    static func notification(uid: UInt32, _ attributes: [NotificationAttributeID: String]) -> PhoneNotification? {
+        var model = PhoneModel(apps: [:])
+        _ = model.add(NotificationSpec(uid: uid, category: .social, attributes: attributes))
+        return model.notification(uid: uid)
+    }
+
     static func reference(_ n: PhoneNotification, _ requested: [NotificationAttributeRequest], omitted: Set<NotificationAttributeID>) -> [UInt8] {
         DataSourceEncoder.notificationResponse(
             uid: n.uid, requested: requested, values: n.wireAttributes, options: DataSourceEncodingOptions(omittedAttributes: omitted))
     }
 
     @Test("matches DataSourceEncoder on 400 generated requests")
-    func matchesReference() {
+    func matchesReference() throws {
         var random = Generator(seed: 0x5EED)
         for round in 0..<400 {
             var attributes: [NotificationAttributeID: String] = [:]
@@ -29,8 +36,7 @@ struct DataSourceResponseTests {
             }
             // Now and then a message longer than a tuple can carry.
             if round % 50 == 7 { attributes[.message] = Self.text(68_000, &random) }
-            let n = PhoneNotification(
-                key: UInt32(round), uid: UInt32(truncatingIfNeeded: random.next()), category: .social, flags: [], attributes: attributes)
+            let n = try #require(Self.notification(uid: UInt32(truncatingIfNeeded: random.next()), attributes))
             var requested: [NotificationAttributeRequest] = []
             for id in NotificationAttributeID.allDefined.shuffled(using: &random) where random.next() % 5 != 0 {
                 let maxLength = id.takesMaxLength ? UInt16(random.next() % 80) : nil
@@ -43,10 +49,10 @@ struct DataSourceResponseTests {
     }
 
     @Test("a 68,000-byte message: cut to its max length, or capped at 65,535 bytes without one")
-    func largeMessage() {
+    func largeMessage() throws {
         var random = Generator(seed: 68)
         let message = String(repeating: "é", count: 34_000)
-        let n = PhoneNotification(key: 1, uid: 9, category: .email, flags: [], attributes: [.message: message, .title: Self.text(30, &random)])
+        let n = try #require(Self.notification(uid: 9, [.message: message, .title: Self.text(30, &random)]))
         for requested in [
             [NotificationAttributeRequest(.message, maxLength: 65_535), NotificationAttributeRequest(.messageSize)],
             [NotificationAttributeRequest(.message, maxLength: 1000), NotificationAttributeRequest(.title, maxLength: 2)],
