@@ -492,7 +492,7 @@ extension PhoneSimulator {
                   action == .negative || n.category == .incomingCall,
                   let event = d.model.remove(key: n.key)
             else { return ([], false) }
-            Self.queueEvent(event, d, outbox(device, .notificationSource))
+            Self.queueEvent(event, &d, outbox(device, .notificationSource))
             return ([], false)
         }
     }

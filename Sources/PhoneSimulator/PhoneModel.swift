@@ -25,13 +25,9 @@ public struct PhoneNotification: Hashable, Sendable {
     public func dataSourceResponse(
         to requested: [NotificationAttributeRequest], omitting omitted: Set<NotificationAttributeID> = []
     ) -> [UInt8] {
-        var capacity = 5
-        for request in requested {
-            let size = request.id == .messageSize ? 20 : attributes[request.id]?.utf8.count ?? 0
-            capacity += 3 + min(size, Int(request.maxLength ?? UInt16.max))
-        }
         var out = [UInt8]()
-        out.reserveCapacity(capacity)
+        // Room for a typical response; a longer one grows (each attribute is looked up once).
+        out.reserveCapacity(256)
         out.append(CommandID.getNotificationAttributes.rawValue)
         for shift in stride(from: 0, to: 32, by: 8) { out.append(UInt8(truncatingIfNeeded: uid >> UInt32(shift))) }
         for request in requested where !omitted.contains(request.id) {

@@ -391,7 +391,8 @@ public final class PhoneSimulator: Sendable {
 
     /// Queues a Notification Source event if a client is subscribed (the phone keeps
     /// notifications while nobody is; they are replayed at subscription). Call under the lock.
-    static func queueEvent(_ event: NotificationSourceEvent, _ d: DeviceState, _ outbox: Outbox) {
+    /// (`inout` only so that the phone's state is not copied for the call.)
+    static func queueEvent(_ event: NotificationSourceEvent, _ d: inout DeviceState, _ outbox: Outbox) {
         guard d.connected, d.subscription(.notificationSource).isActive else { return }
         outbox.send(.value(event.encoded, session: d.session))
     }

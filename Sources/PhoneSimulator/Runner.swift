@@ -173,7 +173,7 @@ extension PhoneSimulator {
         let outbox = outbox(device, .notificationSource)
         await onBus { _ in
             self.state.withLock { s in
-                for event in body(&s.devices[device].model) { Self.queueEvent(event, s.devices[device], outbox) }
+                for event in body(&s.devices[device].model) { Self.queueEvent(event, &s.devices[device], outbox) }
             }
         }
     }
