@@ -511,6 +511,10 @@ extension PhoneSimulator {
             outbox.send(.disconnect(session: d.session))
             return
         }
+        // A response that fits one value (most do) is sent as it is, not copied into a fragment.
+        if !response.isEmpty, response.count <= max(d.settings.mtu, 23) - 3 {
+            return outbox.send(.value(response, session: d.session))
+        }
         for fragment in DataSourceEncoder.fragments(of: response, mtu: d.settings.mtu) {
             outbox.send(.value(fragment, session: d.session))
         }

@@ -248,7 +248,8 @@ public final class PhoneSimulator: Sendable {
         let sentAt = monotonicNanoseconds()
         let target = state.withLock { s -> Target in
             guard s.connection === c, s.devices[device].connected, s.devices[device].session == session else { return .none }
-            let sub = s.devices[device].subscription(characteristic)
+            // Stored properties only: a method of the phone's state would copy all of it.
+            let sub = characteristic == .dataSource ? s.devices[device].dataSource : s.devices[device].notificationSource
             if let socket = sub.acquired { return .socket(socket) }
             // bluetoothd 5.66 emits one PropertiesChanged per StartNotify client (notify_cb).
             return sub.clients.isEmpty ? .none : .signal(s.devices[device].paths.characteristic(characteristic), copies: sub.clients.count)
@@ -273,7 +274,8 @@ public final class PhoneSimulator: Sendable {
                 return .dropped
             }
         }
-        if characteristic == .notificationSource, let event = try? NotificationSourceEvent(decoding: bytes) {
+        if characteristic == .notificationSource, timeline != nil || events != nil,
+           let event = try? NotificationSourceEvent(decoding: bytes) {
             // Stamped before the send: the consumer woken by the datagram may run (and answer)
             // before this thread gets the CPU back, so a stamp taken now would be late.
             timeline?.record(uid: event.notificationUID, event: event.eventID.description, at: sentAt)
