@@ -61,7 +61,9 @@ public struct ReceivedCall {
     /// Points `iter` at argument `index`; false if there are not that many.
     private func moveTo(_ index: Int, _ iter: inout DBusMessageIter) -> Bool {
         guard index >= 0, dbus_message_iter_init(message, &iter) != 0 else { return false }
-        for _ in 0..<index where dbus_message_iter_next(&iter) == 0 { return false }
+        for _ in 0..<index {
+            guard dbus_message_iter_next(&iter) != 0 else { return false }
+        }
         return true
     }
 

@@ -24,6 +24,12 @@ extension DBusTests {
                     return []
                 },
                 .direct("Sender", output: "s") { call in [.string(call.sender)] },
+                // What the readers give for arguments of another type or past the last one.
+                .direct("Probe", input: "sa{sv}", output: "bbbb") { call in
+                    [.bool(call.byteArray(at: 0) == nil), .bool(call.stringOption("type", at: 0) == nil),
+                     .bool(call.byteArray(at: 2) == nil && call.stringOption("type", at: 2) == nil),
+                     .bool(call.stringOption("type", at: 1) == "x")]
+                },
                 .direct("Wrong", output: "s") { _ in [] },
             ]))
         }
@@ -75,6 +81,10 @@ extension DBusTests {
                 let sender = try await pair.client.call(
                     destination: pair.serverName, path: Self.path, interface: Self.interface, member: "Sender", expecting: "s")
                 #expect(sender == [.string(pair.client.uniqueName)])
+                let probe = try await pair.client.call(
+                    destination: pair.serverName, path: Self.path, interface: Self.interface, member: "Probe",
+                    arguments: [.string("type"), .variantDictionary(["type": .string("x")])], expecting: "bbbb")
+                #expect(probe == [.bool(true), .bool(true), .bool(true), .bool(true)])
 
                 // Gone with its object.
                 await pair.server.unexport(Self.path)
