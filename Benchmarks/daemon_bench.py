@@ -230,6 +230,28 @@ def p99_of(latencies):
     return latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
 
+def read_timeline(path, uids, timeout):
+    """uid -> t_ns of the `added` lines of the simulator's timeline, once it holds every UID
+    of `uids`: the simulator writes its lines a few milliseconds after the send (off the send
+    path), so the last ones may still be in memory when ancsd has printed them. Exits after
+    `timeout` seconds without them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sent = {}
+        with open(path) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # a line still being written
+                record = json.loads(line)
+                if record.get("event") == "added":
+                    sent[record["uid"]] = record["t_ns"]
+        if uids <= sent.keys():
+            return sent
+        if time.monotonic() > deadline:
+            sys.exit(f"bench: the timeline lacks {len(uids - sent.keys())} UIDs after {timeout} s")
+        time.sleep(0.01)
+
+
 def main():
     # The floor first, on its own, right before the daemon's latency run.
     floor = hop_floor(LATENCY_COUNT, 100)
@@ -278,18 +300,13 @@ def main():
         last_burst_uid = 100000 + BURST_COUNT - 1
         if not lines.wait_for_uid_in_batches(last_burst_uid, 120, poll=0.001):
             sys.exit("bench: the burst did not finish")
-        sent = {}
-        with open(timeline) as f:
-            for line in f:
-                record = json.loads(line)
-                if record.get("event") == "added":
-                    sent[record["uid"]] = record["t_ns"]
+        cpu_burst = {name: (cpu_ns(pid) - cpu_before[name]) / BURST_COUNT / 1000 for name, pid in players.items()}
+        burst_uids = range(100000, 100000 + BURST_COUNT)
+        sent = read_timeline(timeline, set(range(1, LATENCY_COUNT + 1)) | set(burst_uids), 10)
         arrived = {e["uid"]: t for t, e in lines.lines if added(e)}
         latencies = sorted((arrived[uid] - sent[uid]) / 1e6 for uid in range(1, LATENCY_COUNT + 1)
                            if uid in arrived and uid in sent)
-        burst_uids = range(100000, 100000 + BURST_COUNT)
         burst_seconds = (max(arrived[u] for u in burst_uids) - min(sent[u] for u in burst_uids)) / 1e9
-        cpu_burst = {name: (cpu_ns(pid) - cpu_before[name]) / BURST_COUNT / 1000 for name, pid in players.items()}
         rss = rss_kb(ancsd.pid)
         breakdown_after = rss_breakdown(ancsd.pid)
         threads_after = len(os.listdir(f"/proc/{ancsd.pid}/task"))

@@ -4,7 +4,8 @@ It knows nothing of ancsd's code. Its model of each phone is built only from wha
 phones did (ancs-phone-sim --events: links, subscriptions, every Notification Source event sent,
 every Control Point write and the attributes each answer carried) and from what the driver did
 (ancsd started or killed, `ancsd action` calls). It reads ancsd's JSON Lines output and checks,
-as the items arrive in time order (both sides stamp CLOCK_MONOTONIC):
+as the items arrive in time order (both sides stamp CLOCK_MONOTONIC; the simulator writes an `ns`
+line a few milliseconds after its stamp, which the driver allows for: soak.py SIM_LOG_DELAY):
 
   shown-known   nothing is shown for a UID the phone did not have in that connection's session
   shown-once    within one connection, a notification is added once (per incarnation of its UID)

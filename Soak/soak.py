@@ -36,6 +36,9 @@ HELD_CAP = 600                # the most notifications the plan lets a phone hol
 WARM_UP_BURST = 4500          # past ancsd's 4096 remembered fingerprints a phone
 MARK_REST = 5.0              # seconds without an event before the start and end samples
 LAG = 0.3                     # seconds the oracle stays behind, so both sides' items are in
+# The simulator writes the events log's `ns` lines (stamped when the value was sent) from a
+# timer about 5 ms after the send; this much is allowed before a line is taken to be missing.
+SIM_LOG_DELAY = 0.05
 APPS = {"com.apple.MobileSMS": "Messages", "com.apple.mobilemail": "Mail", "net.whatsapp.WhatsApp": "WhatsApp",
         "com.apple.mobilecal": "Calendar", "com.apple.mobilephone": "Phone"}
 CATEGORIES = ["other", "incoming_call", "missed_call", "voicemail", "social", "schedule", "email", "news",
@@ -370,8 +373,12 @@ class Run:
                 event = json.loads(line)
                 self.inbox.put((event["t_ns"], "sim", event))
 
-        # At the end of the log, every event written before that read is queued.
-        follow(self.path("events.jsonl"), self.sim, events, lambda before: setattr(self, "events_seen_until", before))
+        def caught_up(before):
+            # At the end of the log: every event written before `before` is queued, and every
+            # `ns` line stamped before `before - SIM_LOG_DELAY` had been written.
+            self.events_seen_until = before - int(SIM_LOG_DELAY * NS)
+
+        follow(self.path("events.jsonl"), self.sim, events, caught_up)
 
     def sim_step(self, step):
         self.sim.stdin.write(json.dumps(step) + "\n")

@@ -55,7 +55,10 @@ public struct NotificationSourceEvent: Hashable, Sendable {
 
     /// The 8 bytes of this value as the phone sends them.
     public var encoded: [UInt8] {
-        [eventID.rawValue, flags.rawValue, categoryID.rawValue, categoryCount] + littleEndian(notificationUID)
+        // One array, not three (the simulator encodes one per notification sent).
+        [eventID.rawValue, flags.rawValue, categoryID.rawValue, categoryCount,
+         UInt8(truncatingIfNeeded: notificationUID), UInt8(truncatingIfNeeded: notificationUID >> 8),
+         UInt8(truncatingIfNeeded: notificationUID >> 16), UInt8(truncatingIfNeeded: notificationUID >> 24)]
     }
 
     /// The fields that hold values the specification reserves, by name; empty for a clean event.

@@ -487,6 +487,9 @@ final class ConnectionCore {
         guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
+        if type == CDBUS_MESSAGE_TYPE_METHOD_CALL, !directRoutes.isEmpty, dispatchDirect(raw) {
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
         let message: Message
         do {
             message = try Message.decode(raw)
@@ -614,12 +617,31 @@ final class ConnectionCore {
     private(set) var exports: [ObjectPath: ExportState] = [:]
     private(set) var managers: Set<ObjectPath> = []
 
+    /// A `direct` method of an exported object, with its names as C strings for `dispatchDirect`.
+    struct DirectRoute {
+        let path: ObjectPath
+        let cPath: [CChar]
+        let cInterface: [CChar]
+        let cMember: [CChar]
+        let method: ExportedMethod
+    }
+
+    /// The `direct` methods of every exported object.
+    private var directRoutes: [DirectRoute] = []
+
     func export(_ object: ExportedObject, at path: ObjectPath) throws(DBusError) {
         guard !isClosed else { throw .disconnected }
         try object.validate()
         guard exports[path] == nil else { throw .invalidArgument("an object is already exported at \(path)") }
         let state = ExportState(object)
         exports[path] = state
+        for iface in object.interfaces {
+            for method in iface.methods where method.isDirect {
+                directRoutes.append(DirectRoute(
+                    path: path, cPath: Array(path.rawValue.utf8CString), cInterface: Array(iface.name.rawValue.utf8CString),
+                    cMember: Array(method.name.rawValue.utf8CString), method: method))
+            }
+        }
         for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
             emit(manager, StandardInterface.objectManager, "InterfacesAdded", [.objectPath(path), interfacesAndProperties(state)])
         }
@@ -627,6 +649,7 @@ final class ConnectionCore {
 
     func unexport(_ path: ObjectPath) {
         guard let state = exports.removeValue(forKey: path) else { return }
+        directRoutes.removeAll { $0.path == path }
         for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
             let names = [StandardInterface.introspectable, StandardInterface.properties] + state.object.interfaces.map(\.name.rawValue)
             emit(manager, StandardInterface.objectManager, "InterfacesRemoved", [.objectPath(path), .stringArray(names)])
@@ -745,6 +768,13 @@ final class ConnectionCore {
             } catch {
                 replyError(call, error)
             }
+        case .direct(let handler):
+            do {
+                let result = try handler(ReceivedCall(message: raw))
+                replyChecked(call, result, method.outputSignature, replyingTo: raw)
+            } catch {
+                replyError(call, error)
+            }
         case .async(let handler):
             guard let owner else { return }
             let output = method.outputSignature
@@ -759,7 +789,64 @@ final class ConnectionCore {
         }
     }
 
-    /// Sends a handler's result, or `Failed` when it has the wrong signature.
+    /// Handles a call of a `direct` method that names its interface, with no `Message` made:
+    /// path, interface, member and signature are compared as the header's C strings. False
+    /// when the call is not one (or its signature is not the method's): the general path
+    /// then handles it, and sends whatever error it deserves.
+    private func dispatchDirect(_ raw: OpaquePointer) -> Bool {
+        guard let member = dbus_message_get_member(raw), let interface = dbus_message_get_interface(raw),
+              let path = dbus_message_get_path(raw), let signature = dbus_message_get_signature(raw),
+              let route = directRoutes.first(where: {
+                  strcmp($0.cMember, member) == 0 && strcmp($0.cInterface, interface) == 0 && strcmp($0.cPath, path) == 0
+              }),
+              case .direct(let handler) = route.method.handler,
+              route.method.inputSignature.rawValue.withCString({ strcmp($0, signature) == 0 })
+        else { return false }
+        func call() -> MethodCall {
+            MethodCall(
+                sender: dbus_message_get_sender(raw).map { String(cString: $0) } ?? "", path: route.path,
+                interface: InterfaceName(unchecked: String(cString: interface)), member: route.method.name,
+                arguments: [], noReplyExpected: dbus_message_get_no_reply(raw) != 0, serial: dbus_message_get_serial(raw))
+        }
+        do {
+            let result = try handler(ReceivedCall(message: raw))
+            if result.isEmpty && route.method.outputSignature.rawValue.isEmpty {
+                replyEmpty(to: raw)
+            } else {
+                replyChecked(call(), result, route.method.outputSignature, replyingTo: raw)
+            }
+        } catch {
+            replyError(call(), error)
+        }
+        return true
+    }
+
+    /// The last empty method return sent, and to whom: the template of the next one to the
+    /// same caller (a copy with its reply serial set costs less than a new message).
+    private var emptyReply: (sender: [CChar], message: OwnedMessage)?
+
+    /// Sends an empty method return for `raw`, a call libdbus received (unless it wants none).
+    private func replyEmpty(to raw: OpaquePointer) {
+        guard dbus_message_get_no_reply(raw) == 0, !isClosed else { return }
+        let sender = dbus_message_get_sender(raw)
+        var message: OwnedMessage?
+        if let sender, let template = emptyReply, strcmp(template.sender, sender) == 0,
+           let copy = dbus_message_copy(template.message.raw) {
+            // A copy has serial 0 (the connection gives it one) and is not locked.
+            let reply = OwnedMessage(adopting: copy)
+            if dbus_message_set_reply_serial(copy, dbus_message_get_serial(raw)) != 0 { message = reply }
+        }
+        if message == nil {
+            guard let created = dbus_message_new_method_return(raw) else { return }
+            let reply = OwnedMessage(adopting: created)
+            if let sender, let copy = dbus_message_copy(created) {
+                emptyReply = (Array(String(cString: sender).utf8CString), OwnedMessage(adopting: copy))
+            }
+            message = reply
+        }
+        if let message { _ = try? send(message) }
+    }
+
     /// Sends a handler's result, or `Failed` when it has the wrong signature. `raw`: the call's
     /// libdbus message while it is still alive (an immediate handler's), for a cheaper reply.
     func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature, replyingTo raw: OpaquePointer? = nil) {

@@ -276,9 +276,10 @@ extension PhoneSimulator {
                     try self.requireConnected(device)
                     throw BlueZError.notPermitted("Read not permitted")
                 },
-                // The hot path of a burst (one call per notification): it enters the
-                // connection's isolation only when it changes what shows on D-Bus.
-                .immediate("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
+                // The hot path of a burst (one call per notification): it reads its two
+                // arguments from the message, and enters the connection's isolation only
+                // when it changes what shows on D-Bus.
+                .direct("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
                     guard let self, let conn else { throw BlueZError.failed("Not available") }
                     return try self.writeValue(call, device, characteristic, conn)
                 },
@@ -425,12 +426,14 @@ extension PhoneSimulator {
         note(device, "cp", fields)
     }
 
-    /// Runs on the connection's loop (an `immediate` handler).
+    /// Runs on the connection's loop (a `direct` handler). The `type` option is the last
+    /// entry of that name whose value (through nested variants) is a string; any other
+    /// value counts as no `type`.
     private func writeValue(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
+        _ call: ReceivedCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
     ) throws -> [DBusValue] {
-        let value = call.arguments.first?.bytes ?? []
-        let type = Self.writeType(call.arguments)
+        let value = call.byteArray(at: 0) ?? []
+        let type = call.stringOption("type", at: 1)
         let (changes, dropLink) = try state.withLock { s throws -> ([PropertyChange], Bool) in
             // The phone's state is changed in place: a copy would retain every field of it.
             try answerWrite(value, type: type, characteristic, device, &s.devices[device])
@@ -446,16 +449,6 @@ extension PhoneSimulator {
             }
         }
         return []
-    }
-
-    /// The `type` option of a WriteValue call (of several, the last), read without building
-    /// the whole options dictionary.
-    static func writeType(_ arguments: [DBusValue]) -> String? {
-        guard arguments.count > 1, let entries = arguments[1].dictionaryValue else { return nil }
-        for (key, value) in entries.reversed() where key.stringValue == "type" {
-            return (value.variantValue ?? value).unwrapped.stringValue
-        }
-        return nil
     }
 
     /// How phone `device` (`d`, under the lock) answers a write: the property changes to show
@@ -499,7 +492,7 @@ extension PhoneSimulator {
                   action == .negative || n.category == .incomingCall,
                   let event = d.model.remove(key: n.key)
             else { return ([], false) }
-            Self.queueEvent(event, d, outbox(device, .notificationSource))
+            Self.queueEvent(event, &d, outbox(device, .notificationSource))
             return ([], false)
         }
     }
@@ -517,6 +510,10 @@ extension PhoneSimulator {
             }
             outbox.send(.disconnect(session: d.session))
             return
+        }
+        // A response that fits one value (most do) is sent as it is, not copied into a fragment.
+        if !response.isEmpty, response.count <= max(d.settings.mtu, 23) - 3 {
+            return outbox.send(.value(response, session: d.session))
         }
         for fragment in DataSourceEncoder.fragments(of: response, mtu: d.settings.mtu) {
             outbox.send(.value(fragment, session: d.session))

@@ -18,17 +18,53 @@ public struct PhoneNotification: Hashable, Sendable {
         return out
     }
 
-    /// `wireAttributes` for the attributes of a request only (a response never sends others).
-    func wireAttributes(_ requested: [NotificationAttributeRequest]) -> [NotificationAttributeID: [UInt8]] {
-        var out = [NotificationAttributeID: [UInt8]](minimumCapacity: requested.count)
-        for request in requested where out[request.id] == nil {
+    /// The Data Source response to a GetNotificationAttributes for `requested`, without the
+    /// tuples in `omitted`: what `DataSourceEncoder.notificationResponse` builds from
+    /// `wireAttributes` (it is the reference, and the tests compare the two), written straight
+    /// into one buffer from the attribute strings, with no copy of a value on the way.
+    public func dataSourceResponse(
+        to requested: [NotificationAttributeRequest], omitting omitted: Set<NotificationAttributeID> = []
+    ) -> [UInt8] {
+        var out = [UInt8]()
+        // Room for a typical response; a longer one grows (each attribute is looked up once).
+        out.reserveCapacity(256)
+        out.append(CommandID.getNotificationAttributes.rawValue)
+        for shift in stride(from: 0, to: 32, by: 8) { out.append(UInt8(truncatingIfNeeded: uid >> UInt32(shift))) }
+        for request in requested where !omitted.contains(request.id) {
+            let maxLength = request.maxLength.map(Int.init)
             if request.id == .messageSize {
-                out[.messageSize] = Array(String(attributes[.message]?.utf8.count ?? 0).utf8)
-            } else if let text = attributes[request.id] {
-                out[request.id] = Array(text.utf8)
+                var size = String(attributes[.message]?.utf8.count ?? 0)
+                size.withUTF8 { Self.appendTuple(request.id.rawValue, $0, maxLength: maxLength, to: &out) }
+            } else if var text = attributes[request.id] {
+                text.withUTF8 { Self.appendTuple(request.id.rawValue, $0, maxLength: maxLength, to: &out) }
+            } else {
+                out.append(request.id.rawValue)
+                out.append(0)
+                out.append(0)
             }
         }
         return out
+    }
+
+    /// One `{AttrID, Len u16, bytes}` tuple, `value` cut as `DataSourceEncoder.truncated` cuts
+    /// it (on a character boundary, "…" counted in the budget) and capped at a u16 length.
+    private static func appendTuple(_ id: UInt8, _ value: UnsafeBufferPointer<UInt8>, maxLength: Int?, to out: inout [UInt8]) {
+        var end = value.count
+        var mark = false
+        if let maxLength, value.count > maxLength {
+            mark = maxLength >= DataSourceEncoder.ellipsis.count
+            end = max(0, maxLength - (mark ? DataSourceEncoder.ellipsis.count : 0))
+            while end > 0, end < value.count, value[end] & 0xC0 == 0x80 { end -= 1 }
+        } else {
+            // Never cut: only the tuple's u16 length limits it.
+            end = min(end, DataSourceEncoder.maxValueLength)
+        }
+        let length = end + (mark ? DataSourceEncoder.ellipsis.count : 0)
+        out.append(id)
+        out.append(UInt8(truncatingIfNeeded: length))
+        out.append(UInt8(truncatingIfNeeded: length >> 8))
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: value[..<end]))
+        if mark { out.append(contentsOf: DataSourceEncoder.ellipsis) }
     }
 }
 
@@ -174,10 +210,7 @@ public struct PhoneModel: Sendable {
         switch request {
         case .getNotificationAttributes(let uid, let requested):
             guard let n = notification(uid: uid) else { return .rejected(.invalidParameter) }
-            let response = DataSourceEncoder.response(
-                to: request, notificationAttributes: n.wireAttributes(requested),
-                options: DataSourceEncodingOptions(omittedAttributes: omitted))
-            return .accepted(response: response)
+            return .accepted(response: n.dataSourceResponse(to: requested, omitting: omitted))
         case .getAppAttributes(let identifier, _):
             let name = apps[identifier] ?? ""
             return .accepted(response: DataSourceEncoder.response(to: request, appAttributes: [.displayName: Array(name.utf8)]))

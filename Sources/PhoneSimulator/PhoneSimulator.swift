@@ -45,11 +45,19 @@ public final class PhoneSimulator: Sendable {
     let loop: EventLoop?
     /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
     let outboxes: [[Outbox]]
+    /// How long the timeline and events-log lines of the values sent wait in memory before
+    /// they are written (by a timer on the loop, not on the send path).
+    let logFlushDelay: Duration
+    /// A flush of those lines is scheduled.
+    private let logFlushScheduled = Atomic<Bool>(false)
 
+    /// `logFlushDelay`: how long after a value is sent its timeline and events-log lines may
+    /// still be in memory (they are all written at an `end` step and at `stop`).
     public init(
         settings: ScenarioSettings, bus: BusAddress, timeline: Timeline? = nil, events: Timeline? = nil,
-        log: @escaping @Sendable (String) -> Void = standardErrorLog
+        logFlushDelay: Duration = .milliseconds(5), log: @escaping @Sendable (String) -> Void = standardErrorLog
     ) {
+        self.logFlushDelay = logFlushDelay
         self.settings = settings
         self.busAddress = bus
         self.timeline = timeline
@@ -93,6 +101,7 @@ public final class PhoneSimulator: Sendable {
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in loop.execute { done.resume() } }
             loop.shutdown()
         }
+        flushLogs()
     }
 
     /// The unique bus name the simulator currently has, if connected.
@@ -195,13 +204,9 @@ public final class PhoneSimulator: Sendable {
     private static let drainBatch = 64
 
     /// Sends what `outbox` holds, in order, on the loop. Stops at a `pause` or a full socket
-    /// and goes on after it on a timer; the timeline and events lines of the values sent are
-    /// written once at the end, so before the loop sleeps and before anything it does next.
+    /// and goes on after it on a timer. The timeline and events lines of the values sent wait
+    /// in memory for `flushLogs`, `logFlushDelay` later.
     private func drain(_ outbox: Outbox, device: Int, characteristic: ANCSCharacteristic, _ loop: EventLoop) {
-        defer {
-            timeline?.flush()
-            events?.flush()
-        }
         // Made only when the drain goes on later (most drains empty their outbox).
         func again() -> @Sendable () -> Void {
             { [weak self] in self?.drain(outbox, device: device, characteristic: characteristic, loop) }
@@ -243,7 +248,8 @@ public final class PhoneSimulator: Sendable {
         let sentAt = monotonicNanoseconds()
         let target = state.withLock { s -> Target in
             guard s.connection === c, s.devices[device].connected, s.devices[device].session == session else { return .none }
-            let sub = s.devices[device].subscription(characteristic)
+            // Stored properties only: a method of the phone's state would copy all of it.
+            let sub = characteristic == .dataSource ? s.devices[device].dataSource : s.devices[device].notificationSource
             if let socket = sub.acquired { return .socket(socket) }
             // bluetoothd 5.66 emits one PropertiesChanged per StartNotify client (notify_cb).
             return sub.clients.isEmpty ? .none : .signal(s.devices[device].paths.characteristic(characteristic), copies: sub.clients.count)
@@ -268,7 +274,8 @@ public final class PhoneSimulator: Sendable {
                 return .dropped
             }
         }
-        if characteristic == .notificationSource, let event = try? NotificationSourceEvent(decoding: bytes) {
+        if characteristic == .notificationSource, timeline != nil || events != nil,
+           let event = try? NotificationSourceEvent(decoding: bytes) {
             // Stamped before the send: the consumer woken by the datagram may run (and answer)
             // before this thread gets the CPU back, so a stamp taken now would be late.
             timeline?.record(uid: event.notificationUID, event: event.eventID.description, at: sentAt)
@@ -276,8 +283,26 @@ public final class PhoneSimulator: Sendable {
                 "event": .string(event.eventID.description), "uid": .int(Int(event.notificationUID)),
                 "session": .int(Int(session)), "pre_existing": .bool(event.flags.contains(.preExisting)),
             ], at: sentAt, deferred: true)
+            scheduleLogFlush()
         }
         return .sent
+    }
+
+    /// Writes the deferred timeline and events lines `logFlushDelay` from now, unless a
+    /// write is already on its way.
+    private func scheduleLogFlush() {
+        guard timeline != nil || events != nil, let loop,
+              logFlushScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        loop.after(logFlushDelay) { [weak self] in self?.flushLogs() }
+    }
+
+    /// Writes the timeline and events lines waiting in memory (in the order they were recorded).
+    func flushLogs() {
+        // Cleared first: a line recorded from now on schedules a flush of its own.
+        logFlushScheduled.store(false, ordering: .releasing)
+        timeline?.flush()
+        events?.flush()
     }
 
     // MARK: State changes that show on D-Bus (on the connection's loop)
@@ -368,7 +393,8 @@ public final class PhoneSimulator: Sendable {
 
     /// Queues a Notification Source event if a client is subscribed (the phone keeps
     /// notifications while nobody is; they are replayed at subscription). Call under the lock.
-    static func queueEvent(_ event: NotificationSourceEvent, _ d: DeviceState, _ outbox: Outbox) {
+    /// (`inout` only so that the phone's state is not copied for the call.)
+    static func queueEvent(_ event: NotificationSourceEvent, _ d: inout DeviceState, _ outbox: Outbox) {
         guard d.connected, d.subscription(.notificationSource).isActive else { return }
         outbox.send(.value(event.encoded, session: d.session))
     }

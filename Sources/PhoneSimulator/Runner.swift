@@ -23,6 +23,7 @@ extension PhoneSimulator {
             }
             if case .end = step.action {
                 log("line \(step.line): end")
+                flushLogs()
                 return .ended
             }
             do {
@@ -36,6 +37,7 @@ extension PhoneSimulator {
                 return .failed(line: step.line, message: "\(error)", timedOut: false)
             }
         }
+        flushLogs()
         return .ended
     }
 
@@ -171,7 +173,7 @@ extension PhoneSimulator {
         let outbox = outbox(device, .notificationSource)
         await onBus { _ in
             self.state.withLock { s in
-                for event in body(&s.devices[device].model) { Self.queueEvent(event, s.devices[device], outbox) }
+                for event in body(&s.devices[device].model) { Self.queueEvent(event, &s.devices[device], outbox) }
             }
         }
     }

@@ -21,9 +21,10 @@ public func monotonicNanoseconds() -> UInt64 {
 /// Appends one JSON line per Notification Source event sent:
 /// `{"uid":N,"event":"added","t_ns":<CLOCK_MONOTONIC ns>}`.
 ///
-/// Lines recorded with `deferred` wait in memory until `flush` (the simulator flushes after
-/// each batch of values it sends, so a burst costs one write per batch, not one per line);
-/// any other line is written at once, after the waiting ones, so the file keeps their order.
+/// Lines recorded with `deferred` wait in memory until `flush` (the simulator flushes on a
+/// timer a few milliseconds after it sends a value, so the send path never writes the file
+/// and a burst costs one write per flush, not one per line); any other line is written at
+/// once, after the waiting ones, so the file keeps their order.
 public final class Timeline: Sendable {
     private struct File {
         var fd: Int32

@@ -250,6 +250,67 @@ struct IntegrationTests {
         }
     }
 
+    @Test("WriteValue options: type, several entries, nested variants; no interface, wrong signature, unknown method")
+    func writeValueOptions() async throws {
+        try await Self.withSimulator { _, simulator, client in
+            try await simulator.execute(.add(Self.sms))
+            let valid = try Self.request.encoded()
+            /// A WriteValue of `valid` with these options, in this order (values wrapped in a variant).
+            func write(_ options: [(String, DBusValue)], interface: InterfaceName? = Self.chr) async throws {
+                let dict = DBusValue.dictionary(
+                    key: "s", value: "v", options.map { (key: .string($0.0), value: .variant($0.1)) })
+                _ = try await client.call(
+                    destination: "org.bluez", path: Self.cp, interface: interface, member: "WriteValue",
+                    arguments: [.byteArray(valid), dict], expecting: .empty, timeout: .seconds(5))
+            }
+            let notSupported = ("org.bluez.Error.NotSupported", "Operation is not supported")
+            let invalid = ("org.bluez.Error.InvalidArguments", "Invalid arguments in method call")
+            try await write([])
+            try await write([("type", .string("request"))])
+            for type in ["command", "reliable"] {
+                await expectError(notSupported.0, notSupported.1) { try await write([("type", .string(type))]) }
+            }
+            await expectError(invalid.0, invalid.1) { try await write([("type", .string("Request"))]) }
+            // A `type` that is not a string counts as none.
+            try await write([("type", .uint32(1))])
+            try await write([("type", .objectPath("/command"))])
+            // Of several entries the last `type` decides; other keys are ignored.
+            try await write([("offset", .uint16(0)), ("type", .string("command")), ("type", .string("request"))])
+            await expectError(notSupported.0, notSupported.1) {
+                try await write([("type", .string("request")), ("mtu", .uint16(23)), ("type", .string("command"))])
+            }
+            try await write([("type", .string("command")), ("type", .byte(0))])
+            // Variants inside the variant are looked through.
+            await expectError(notSupported.0, notSupported.1) { try await write([("type", .variant(.variant(.string("command"))))]) }
+            await expectError(invalid.0, invalid.1) { try await write([("type", .variant(.string("")))]) }
+            try await write([("type", .variant(.variant(.int32(7))))])
+            // A call that names no interface finds the method all the same, with the same answers.
+            try await write([("type", .string("request"))], interface: nil)
+            await expectError(notSupported.0, notSupported.1) { try await write([("type", .string("command"))], interface: nil) }
+            await expectError("org.freedesktop.DBus.Error.InvalidArgs", "Method 'WriteValue' takes signature 'aya{sv}', got 'ay'") {
+                _ = try await Self.call(client, Self.cp, "WriteValue", [.byteArray(valid)])
+            }
+            await expectError("org.freedesktop.DBus.Error.InvalidArgs", "Method 'WriteValue' takes signature 'aya{sv}', got 'aya{ss}'") {
+                _ = try await Self.call(client, Self.cp, "WriteValue", [
+                    .byteArray(valid), .dictionary(key: "s", value: "s", [(key: .string("type"), value: .string("request"))]),
+                ])
+            }
+            await expectError("org.freedesktop.DBus.Error.UnknownMethod", "No such method 'WriteValues' in 'org.bluez.GattCharacteristic1'") {
+                _ = try await Self.call(client, Self.cp, "WriteValues", [.byteArray(valid), .variantDictionary([:])])
+            }
+            await expectError("org.freedesktop.DBus.Error.UnknownInterface",
+                              "No such interface 'org.bluez.GattCharacteristic2' at '\(Self.cp)'") {
+                _ = try await client.call(
+                    destination: "org.bluez", path: Self.cp, interface: "org.bluez.GattCharacteristic2", member: "WriteValue",
+                    arguments: [.byteArray(valid), .variantDictionary([:])], expecting: .empty, timeout: .seconds(5))
+            }
+            // Not the Control Point: the `type` check comes first, as in bluetoothd.
+            await expectError(notSupported.0, notSupported.1) {
+                _ = try await Self.call(client, Self.ns, "WriteValue", [.byteArray([1]), .variantDictionary(["type": .string("command")])])
+            }
+        }
+    }
+
     @Test("AcquireNotify: a socket per characteristic, exclusive, released on close, HUP on disconnect")
     func acquireNotify() async throws {
         try await Self.withSimulator { _, simulator, client in
@@ -356,6 +417,42 @@ struct IntegrationTests {
             let whole = try #require(DataSourceEncoder.response(to: Self.request, notificationAttributes: Self.smsWire))
             #expect(halfBytes == whole.count / 2)
         }
+    }
+
+    @Test("timeline lines are written after the send path: a burst arrives before any, all come in order at stop")
+    func timelineAfterSends() async throws {
+        let bus = try TestBus()
+        defer { bus.stop() }
+        let path = NSTemporaryDirectory() + "timeline-\(UUID().uuidString).jsonl"
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let timeline = try #require(Timeline(path: path))
+        let simulator = PhoneSimulator(
+            settings: Self.settings, bus: .address(bus.address), timeline: timeline, logFlushDelay: .seconds(60), log: { _ in })
+        let count = 200
+        try await withTimeout(20, "the test") {
+            try await simulator.start()
+            let client = try await DBusConnection.connect(to: .address(bus.address))
+            let reply = try await Self.call(client, Self.ns, "AcquireNotify", [.variantDictionary([:])], expecting: "hq")
+            let fd = try #require(reply[0].unixFDValue?.take())
+            defer { close(fd) }
+            try await simulator.execute(.burst(count: count, startUID: 500, rate: 0, category: .social, app: "com.apple.MobileSMS"))
+            var uids: [UInt32] = []
+            while uids.count < count, let datagram = try await readDatagram(fd) {
+                uids.append(try NotificationSourceEvent(decoding: datagram).notificationUID)
+            }
+            #expect(uids == (0..<UInt32(count)).map { 500 + $0 })
+            #expect(try String(contentsOfFile: path, encoding: .utf8).isEmpty, "nothing written while the flush waits")
+            await client.close()
+            await simulator.stop()
+        }
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == count)
+        let records = try lines.map { try #require(try JSONValue(parsing: String($0)).objectValue) }
+        #expect(records.map { $0["uid"] } == (0..<count).map { .int(500 + $0) })
+        #expect(records.allSatisfy { $0["event"] == .string("added") })
+        let stamps = records.compactMap { $0["t_ns"]?.intValue }
+        #expect(stamps.count == count && stamps == stamps.sorted())
+        timeline.close()
     }
 
     @Test("a request never answered, a write that loses the link, and the events log of both")
