@@ -52,30 +52,30 @@ public struct GattClient: Sendable {
             member: "WriteValue", arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
     }
 
+    /// A characteristic's `WriteValue` with `type: request`, prepared once (for the Control
+    /// Point of a link) and started for each value with `startWriteRequest(_:_:completion:)`.
+    public struct PreparedWrite: Sendable {
+        let connection: DBusConnection
+        let call: DBusConnection.PreparedCall
+    }
+
+    /// Prepares `WriteValue` calls with `type: request` on `characteristic`.
+    /// - Throws: `DBusError.invalidArgument` if the call cannot be made.
+    public func prepareWriteRequest(_ characteristic: ObjectPath) throws(DBusError) -> PreparedWrite {
+        PreparedWrite(connection: connection, call: try connection.prepareCall(
+            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            member: "WriteValue", trailing: [Self.requestOptions], timeout: timeout))
+    }
+
     /// `writeRequest` without a task, for code on the connection's loop: the write is sent
     /// before this returns there, and `completion` gets its result on the loop.
     /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
     @discardableResult
-    public func startWriteRequest(
-        _ characteristic: ObjectPath, _ value: [UInt8],
+    public static func startWriteRequest(
+        _ prepared: PreparedWrite, _ value: [UInt8],
         completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) throws(DBusError) -> DBusConnection.PendingCall {
-        try connection.startCall(
-            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
-            member: "WriteValue", arguments: Self.writeRequestArguments(value), timeout: timeout
-        ) { reply in
-            switch reply {
-            case .success(let message):
-                do {
-                    _ = try message.arguments(matching: .empty)
-                    completion(.success(()))
-                } catch {
-                    completion(.failure(error))
-                }
-            case .failure(let error):
-                completion(.failure(error))
-            }
-        }
+        try prepared.connection.startCall(prepared.call, byteArray: value, completion: completion)
     }
 
     private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {

@@ -333,7 +333,92 @@ public actor DBusConnection {
             autoStart: activatesServices)
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         perform { connection in
-            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: .message(completion))
+        }
+        return PendingCall(id: id)
+    }
+
+    /// A method call prepared once to be sent many times with a different byte array as its
+    /// first argument (a GATT write: `WriteValue(ay, a{sv})`), made by `prepareCall`.
+    ///
+    /// Its header and its other arguments are marshalled once, in wire form; each call copies
+    /// them around its bytes and libdbus checks the result (`dbus_message_demarshal`) as it
+    /// checks every message it receives.
+    /// A class: a link keeps one and copies it (one reference) for each call.
+    public final class PreparedCall: Sendable {
+        let wire: Wire.ByteArrayCall
+        let timeoutMilliseconds: Int32
+        /// For what the wire form cannot carry: the general path, with the same arguments.
+        let destination: BusName?
+        let path: ObjectPath
+        let interface: InterfaceName?
+        let member: MemberName
+        let trailing: [DBusValue]
+        let autoStart: Bool
+
+        init(
+            destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+            trailing: [DBusValue], timeoutMilliseconds: Int32, autoStart: Bool
+        ) throws(DBusError) {
+            let signature = try DBusValue.validate(arguments: [.byteArray([])] + trailing)
+            guard let wire = Wire.ByteArrayCall(
+                destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
+                member: member.rawValue, signature: signature, trailing: trailing, flags: autoStart ? 0 : Wire.noAutoStart),
+                let probe = Wire.message(from: wire.bytes([]))  // libdbus takes the form it will be sent in
+            else {
+                throw .invalidArgument("cannot prepare a call with arguments of signature \(quoted(signature))")
+            }
+            dbus_message_unref(probe)
+            self.wire = wire
+            self.timeoutMilliseconds = timeoutMilliseconds
+            self.destination = destination
+            self.path = path
+            self.interface = interface
+            self.member = member
+            self.trailing = trailing
+            self.autoStart = autoStart
+        }
+
+        /// The message with `array` as the first argument.
+        func message(_ array: [UInt8]) throws(DBusError) -> OwnedMessage {
+            guard array.count <= Int(DBusValue.maximumArrayLength) else {
+                throw .invalidArgument("array of \(array.count) bytes exceeds the D-Bus maximum of 64 MiB")
+            }
+            if let raw = Wire.message(from: wire.bytes(array)) { return OwnedMessage(adopting: raw) }
+            return try OwnedMessage.methodCall(
+                destination: destination, path: path, interface: interface, member: member,
+                arguments: [.byteArray(array)] + trailing, autoStart: autoStart)
+        }
+    }
+
+    /// Prepares a method call whose first argument is a byte array given at each call
+    /// (`startCall(_:byteArray:completion:)`), followed by `trailing`, and whose reply is empty.
+    /// - Throws: `DBusError.invalidArgument` for arguments refused (then nothing is prepared).
+    public nonisolated func prepareCall(
+        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+        trailing: [DBusValue], timeout: Duration = DBusConnection.defaultTimeout
+    ) throws(DBusError) -> PreparedCall {
+        try PreparedCall(
+            destination: destination, path: path, interface: interface, member: member, trailing: trailing,
+            timeoutMilliseconds: Self.milliseconds(timeout), autoStart: activatesServices)
+    }
+
+    /// Sends a prepared call with `byteArray` as its first argument, without a task, as
+    /// `startCall(destination:…)` does: `completion` gets success for an empty reply (checked
+    /// in place, not decoded), `DBusError.unexpectedSignature` for a reply with arguments, or
+    /// the error `call` would throw, on the connection's loop.
+    /// - Throws: `DBusError.invalidArgument` for an array too long for D-Bus (then
+    ///   `completion` is never called).
+    @discardableResult
+    public nonisolated func startCall(
+        _ prepared: PreparedCall, byteArray: [UInt8],
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) throws(DBusError) -> PendingCall {
+        let message = try prepared.message(byteArray)
+        let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
+        let ms = prepared.timeoutMilliseconds
+        perform { connection in
+            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: .empty(completion))
         }
         return PendingCall(id: id)
     }

@@ -390,8 +390,19 @@ final class ConnectionCore {
     // `dbus_connection_send`, its reply is caught by serial in `filter` before anything else sees
     // it, and its deadline is one of ours, kept by the connection's one timer.
 
-    /// Where a call's outcome goes: an awaiting task, or a callback run on the loop.
-    typealias Completion = @Sendable (Result<Message, any Error>) -> Void
+    /// Where a call's outcome goes (on the loop): the decoded reply, or for a call that
+    /// expects an empty reply, whether it came (checked in place: nothing is decoded).
+    enum Completion {
+        case message(@Sendable (Result<Message, any Error>) -> Void)
+        case empty(@Sendable (Result<Void, any Error>) -> Void)
+
+        func fail(_ error: any Error) {
+            switch self {
+            case .message(let complete): complete(.failure(error))
+            case .empty(let complete): complete(.failure(error))
+            }
+        }
+    }
 
     private struct PendingEntry {
         let id: UInt64
@@ -400,10 +411,9 @@ final class ConnectionCore {
         let complete: Completion
     }
 
-    /// Outstanding calls by the serial their message was sent with.
+    /// Outstanding calls by the serial their message was sent with (a handful at most: a
+    /// cancellation, which is rare, finds its call by id with a scan).
     private var pendingBySerial: [UInt32: PendingEntry] = [:]
-    /// The serial of each outstanding call, by call id (for `cancelCall`).
-    private var serialByID: [UInt64: UInt32] = [:]
 
     /// The number of calls waiting for their reply.
     var pendingCallCount: Int { pendingBySerial.count }
@@ -413,20 +423,20 @@ final class ConnectionCore {
         _ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
         continuation: CheckedContinuation<Message, any Error>
     ) {
-        startCall(message, timeoutMilliseconds: timeoutMilliseconds, id: id) { continuation.resume(with: $0) }
+        startCall(message, timeoutMilliseconds: timeoutMilliseconds, id: id, complete: .message { continuation.resume(with: $0) })
     }
 
     /// Sends `message` and calls `complete` on the loop with the reply (or an error): at once
     /// when the call cannot start, otherwise from a later turn of the loop.
-    func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: @escaping Completion) {
+    func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: Completion) {
         // A disconnected connection would queue the message and never answer.
         guard !isClosed, dbus_connection_get_is_connected(raw) != 0 else {
-            return complete(.failure(DBusError.disconnected))
+            return complete.fail(DBusError.disconnected)
         }
-        do { try checkFDs(message) } catch { return complete(.failure(error)) }
+        do { try checkFDs(message) } catch { return complete.fail(error) }
         var serial: UInt32 = 0
         guard dbus_connection_send(raw, message.raw, &serial) != 0 else {
-            return complete(.failure(Marshal.outOfMemory))
+            return complete.fail(Marshal.outOfMemory)
         }
         let deadline: UInt64
         if timeoutMilliseconds == CDBUS_TIMEOUT_INFINITE || timeoutMilliseconds < 0 {
@@ -435,31 +445,42 @@ final class ConnectionCore {
             deadline = Self.now() + UInt64(timeoutMilliseconds) * 1_000_000
         }
         pendingBySerial[serial] = PendingEntry(id: id, deadline: deadline, complete: complete)
-        serialByID[id] = serial
         if deadline != .max { wake(by: deadline) }
     }
 
     /// A reply (method return or error) arrived: completes its call, if it is still waiting.
     private func completeCall(_ raw: OpaquePointer) {
         guard let entry = pendingBySerial.removeValue(forKey: dbus_message_get_reply_serial(raw)) else { return }
-        serialByID[entry.id] = nil
         disarmIfIdle()
+        if case .empty(let complete) = entry.complete, dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_RETURN {
+            // libdbus gives "" for a message without a body.
+            guard let signature = dbus_message_get_signature(raw), signature.pointee != 0 else {
+                return complete(.success(()))
+            }
+            return complete(.failure(DBusError.unexpectedSignature(expected: "", actual: String(cString: signature))))
+        }
         let message: Message
         do {
             message = try Message.decode(raw)
         } catch {
-            return entry.complete(.failure(error))
+            return entry.complete.fail(error)
         }
-        entry.complete(message.kind == .error ? .failure(message.error ?? .failed("error reply without a name")) : .success(message))
+        guard message.kind != .error else {
+            return entry.complete.fail(message.error ?? .failed("error reply without a name"))
+        }
+        switch entry.complete {
+        case .message(let complete): complete(.success(message))
+        case .empty(let complete): complete(.failure(DBusError.unexpectedSignature(expected: "", actual: message.signature.rawValue)))
+        }
     }
 
     /// The awaiting task was cancelled: drop the pending call (a reply that still comes is dropped).
     func cancelCall(_ id: UInt64) {
-        guard let serial = serialByID.removeValue(forKey: id),
+        guard let serial = pendingBySerial.first(where: { $0.value.id == id })?.key,
             let entry = pendingBySerial.removeValue(forKey: serial)
         else { return }
         disarmIfIdle()
-        entry.complete(.failure(CancellationError()))
+        entry.complete.fail(CancellationError())
     }
 
     /// Fails the calls whose deadline has passed with `.timeout`.
@@ -469,8 +490,7 @@ final class ConnectionCore {
         for serial in due {
             // A completion run earlier in this loop may have cancelled it.
             guard let entry = pendingBySerial.removeValue(forKey: serial) else { continue }
-            serialByID[entry.id] = nil
-            entry.complete(.failure(DBusError.timeout))
+            entry.complete.fail(DBusError.timeout)
         }
     }
 
@@ -1007,8 +1027,7 @@ final class ConnectionCore {
         isClosed = true
         let pending = pendingBySerial.sorted { $0.key < $1.key }
         pendingBySerial = [:]
-        serialByID = [:]
-        for (_, entry) in pending { entry.complete(.failure(DBusError.disconnected)) }
+        for (_, entry) in pending { entry.complete.fail(DBusError.disconnected) }
         let subs = subscriptions
         subscriptions = [:]
         for (_, sub) in subs {

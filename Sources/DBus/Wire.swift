@@ -24,12 +24,25 @@ enum Wire {
         for argument in arguments {
             guard body.append(argument) else { return nil }
         }
+        var header = methodCallHeader(
+            destination: destination, path: path, interface: interface, member: member, signature: signature,
+            flags: flags, bodyLength: body.bytes.count, extraCapacity: body.bytes.count)
+        header.append(contentsOf: body.bytes)
+        return header
+    }
+
+    /// A method call's header with serial 1, padded to 8 (the body follows it), with room
+    /// reserved for `extraCapacity` more bytes.
+    static func methodCallHeader(
+        destination: String?, path: String, interface: String?, member: String,
+        signature: String, flags: UInt8, bodyLength: Int, extraCapacity: Int
+    ) -> [UInt8] {
         var header = Writer()
         header.bytes.reserveCapacity(
             64 + path.utf8.count + member.utf8.count + (destination?.utf8.count ?? 0) + (interface?.utf8.count ?? 0)
-                + signature.utf8.count + body.bytes.count)
+                + signature.utf8.count + extraCapacity)
         header.bytes.append(contentsOf: [UInt8(ascii: "l"), 1 /* METHOD_CALL */, flags, 1 /* version */])
-        header.appendUInt32(UInt32(body.bytes.count))
+        header.appendUInt32(UInt32(truncatingIfNeeded: bodyLength))
         header.appendUInt32(1)  // serial
         let fieldsLength = header.bytes.count
         header.appendUInt32(0)  // the fields' length, filled in below
@@ -42,8 +55,57 @@ enum Wire {
         if !signature.isEmpty { header.field(8, UInt8(ascii: "g"), signature) }
         header.setUInt32(UInt32(header.bytes.count - fieldsStart), at: fieldsLength)
         header.pad(to: 8)
-        header.bytes.append(contentsOf: body.bytes)
         return header.bytes
+    }
+
+    /// A method call whose first argument is a byte array (`ay`) that changes from call to call
+    /// while everything else stays: the header and the arguments after the array are marshalled
+    /// once, and each message copies them around its bytes (a GATT write: `WriteValue(ay, a{sv})`).
+    struct ByteArrayCall: Sendable {
+        /// The header for an empty body; its body length (bytes 4 to 7) is set per message.
+        let header: [UInt8]
+        /// The arguments after the array, marshalled from each place they can start: index
+        /// `n` holds them written from an offset of `n` modulo 8 into the body (the padding
+        /// they need first included), since the array's length moves them.
+        let trailers: [[UInt8]]
+
+        /// Nil for arguments this writer leaves to libdbus (Unix fds). `trailing` must have
+        /// been validated, and `signature` must be `ay` followed by theirs.
+        init?(
+            destination: String?, path: String, interface: String?, member: String,
+            signature: String, trailing: [DBusValue], flags: UInt8
+        ) {
+            var trailers: [[UInt8]] = []
+            for offset in 0..<8 {
+                var writer = Writer()
+                writer.bytes = [UInt8](repeating: 0, count: offset)
+                for argument in trailing {
+                    guard writer.append(argument) else { return nil }
+                }
+                trailers.append(Array(writer.bytes.dropFirst(offset)))
+            }
+            self.trailers = trailers
+            header = Wire.methodCallHeader(
+                destination: destination, path: path, interface: interface, member: member, signature: signature,
+                flags: flags, bodyLength: 0, extraCapacity: 0)
+        }
+
+        /// The wire form of the call with `array` as its first argument (serial 1).
+        func bytes(_ array: [UInt8]) -> [UInt8] {
+            // The body: the array's length (at offset 0, aligned), its bytes, then the rest.
+            let trailer = trailers[(4 + array.count) & 7]
+            let bodyLength = 4 + array.count + trailer.count
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(header.count + bodyLength)
+            bytes.append(contentsOf: header)
+            withUnsafeBytes(of: UInt32(truncatingIfNeeded: bodyLength).littleEndian) { raw in
+                for i in 0..<4 { bytes[4 + i] = raw[i] }
+            }
+            withUnsafeBytes(of: UInt32(truncatingIfNeeded: array.count).littleEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: array)
+            bytes.append(contentsOf: trailer)
+            return bytes
+        }
     }
 
     /// Turns wire bytes into a libdbus message ready to send (serial 0, unlocked), or nil if
