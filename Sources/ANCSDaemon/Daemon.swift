@@ -468,8 +468,20 @@ public actor Daemon {
 
     /// What a link's socket said, if the link is still the one that opened it.
     private func receive(_ input: PhoneLink.Input, linkID: UInt64, path: ObjectPath) {
-        guard let link = links[path], link.id == linkID else { return }
+        guard let link = link(id: linkID, at: path) else { return }
         receive(input, on: link)
+    }
+
+    /// The link last found by `link(id:at:)`, while it is in `links`: almost every input and
+    /// write result of a burst is one phone's, found again without hashing its path.
+    private var recentLink: PhoneLink?
+
+    /// The link with this id, if it is still the one at `path`.
+    private func link(id: UInt64, at path: ObjectPath) -> PhoneLink? {
+        if let recent = recentLink, recent.id == id { return recent }
+        guard let link = links[path], link.id == id else { return nil }
+        recentLink = link
+        return link
     }
 
     private func receive(_ input: PhoneLink.Input, on link: PhoneLink) {
@@ -491,19 +503,25 @@ public actor Daemon {
     ///
     /// A Control Point write goes out first, the rest in order after it: the phone then works
     /// on the next request while this formats and prints the notification that just completed.
-    private func perform(_ actions: [SessionAction], on link: PhoneLink) {
-        for case .writeControlPoint(let bytes) in actions {
+    private func perform(_ actions: consuming [SessionAction], on link: PhoneLink) {
+        // The actions are moved out of the list, not copied (a copy retains all they hold).
+        var pending = actions
+        while let index = pending.firstIndex(where: \.isControlPointWrite) {
+            guard case .writeControlPoint(let bytes) = pending.remove(at: index) else { break }
             link.copyFilter.expectResponse(to: bytes)
             write(bytes, on: link)
         }
-        for action in actions {
+        pending.reverse()
+        while let action = pending.popLast() {
             switch action {
             case .writeControlPoint:
                 break  // sent above
             case .emit(let event):
-                let n = event.notification
-                for waiter in link.eventWaiters.removeValue(forKey: n.uid) ?? [] {
-                    waiter.resume(returning: event.kind == .removed ? nil : n)
+                if !link.eventWaiters.isEmpty {
+                    let n = event.notification
+                    for waiter in link.eventWaiters.removeValue(forKey: n.uid) ?? [] {
+                        waiter.resume(returning: event.kind == .removed ? nil : n)
+                    }
                 }
                 show(event, on: link)
             case .actionCompleted(let uid, let action, let outcome):
@@ -553,8 +571,11 @@ public actor Daemon {
         startingWrite = true
         defer { startingWrite = false }
         do {
-            let call = try GattClient(connection: connection).startWriteRequest(link.characteristics.controlPoint, bytes) {
-                [weak self] outcome in
+            // Prepared on the link's first write: the later ones only copy their bytes into it.
+            let prepared = try link.controlPointWrite
+                ?? GattClient(connection: connection).prepareWriteRequest(link.characteristics.controlPoint)
+            link.controlPointWrite = prepared
+            let call = try GattClient.startWriteRequest(prepared, bytes) { [weak self] outcome in
                 self?.assumeIsolated { $0.writeCompleted(outcome, number: number, linkID: id, path: path) }
             }
             link.write = (call, connection)
@@ -587,7 +608,7 @@ public actor Daemon {
     }
 
     private func writeFinished(_ result: WriteResult, number: UInt64, linkID: UInt64, path: ObjectPath) {
-        guard let link = links[path], link.id == linkID, link.state != .stopped else { return }
+        guard let link = link(id: linkID, at: path), link.state != .stopped else { return }
         if number == link.session.writesIssued { link.write = nil }
         link.recorder?.writeFinished(result, at: link.now)
         perform(link.session.handleWriteResult(result, write: number, now: link.now), on: link)
@@ -630,6 +651,7 @@ public actor Daemon {
 
     private func stopLink(at path: ObjectPath, reason: String) {
         guard let link = links.removeValue(forKey: path) else { return }
+        if recentLink === link { recentLink = nil }
         if tree.device(at: path)?.connected != true { subscribeRetryMilliseconds[path] = nil }
         let wasRunning = link.state == .running
         link.tearDown()
@@ -650,5 +672,11 @@ public actor Daemon {
 
     private func shutdown(reason: String) async {
         for path in Array(links.keys) { stopLink(at: path, reason: reason) }
+    }
+}
+
+private extension SessionAction {
+    var isControlPointWrite: Bool {
+        if case .writeControlPoint = self { true } else { false }
     }
 }

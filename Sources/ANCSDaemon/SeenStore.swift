@@ -87,10 +87,15 @@ extension ReplayGate {
     /// Looks the event's content up among what `device` showed, decides under the policy, and
     /// remembers what is shown (and keeps what is held back but still on the phone recent).
     public mutating func admit(_ event: NotificationEvent, device: String, store: SeenStore) -> (event: NotificationEvent, seenBefore: Bool)? {
-        let fingerprint = event.kind == .removed ? nil : NotificationFingerprint(event.notification)
-        let known = fingerprint.map { store.contains($0, device: device) } ?? false
-        let admitted = admit(event, known: known)
-        if let fingerprint, admitted != nil || known { store.record(fingerprint, device: device) }
+        // A removal, or a notification with no fingerprint (its attributes incomplete): never known.
+        guard event.kind != .removed, let fingerprint = NotificationFingerprint(event.notification) else {
+            return admit(event, known: false)
+        }
+        var admitted: (event: NotificationEvent, seenBefore: Bool)?
+        store.lookUp(fingerprint, device: device) { known in
+            admitted = admit(event, known: known)
+            return admitted != nil || known
+        }
         return admitted
     }
 }
@@ -164,6 +169,8 @@ public final class SeenStore {
         /// Fingerprint lines in the file now.
         var linesOnDisk: Int
         var lastUsed: UInt64
+        /// The phone's file (`path(for:)`), nil without a directory.
+        let path: String?
     }
 
     public init(directory: String?, capacity: Int = SeenStore.defaultCapacity, logger: Logger? = nil) {
@@ -179,15 +186,29 @@ public final class SeenStore {
 
     /// Remembers that the phone showed this (again).
     public func record(_ fingerprint: NotificationFingerprint, device: String) {
-        let path = path(for: device)
+        withPhone(device) { remember(fingerprint, in: &$0) }
+    }
+
+    /// Whether the phone has shown this before, and remembers it when `record` (given that
+    /// answer) says so: `contains` then `record` with one look-up of the phone.
+    @discardableResult
+    public func lookUp(
+        _ fingerprint: NotificationFingerprint, device: String, recordingIf record: (_ known: Bool) -> Bool
+    ) -> Bool {
         withPhone(device) { entry in
-            entry.set.insert(fingerprint)
-            guard let path else { return }
-            if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
-                entry.linesOnDisk = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
-            } else {
-                entry.linesOnDisk += 1
-            }
+            let known = entry.set.contains(fingerprint)
+            if record(known) { remember(fingerprint, in: &entry) }
+            return known
+        }
+    }
+
+    private func remember(_ fingerprint: NotificationFingerprint, in entry: inout Phone) {
+        entry.set.insert(fingerprint)
+        guard !failed, let path = entry.path else { return }
+        if entry.linesOnDisk >= 2 * capacity || !append(fingerprint.hex + "\n", to: path) {
+            entry.linesOnDisk = rewrite(entry.set, to: path) ? entry.set.count : Int.max / 2
+        } else {
+            entry.linesOnDisk += 1
         }
     }
 
@@ -216,8 +237,9 @@ public final class SeenStore {
         if phones.count >= Self.phonesInMemory, let victim = phones.min(by: { $0.value.lastUsed < $1.value.lastUsed })?.key {
             phones[victim] = nil
         }
-        var entry = Phone(set: SeenSet(capacity: capacity), linesOnDisk: 0, lastUsed: useCounter)
-        if let path = path(for: device) { load(path, into: &entry) }
+        let path = path(for: device)
+        var entry = Phone(set: SeenSet(capacity: capacity), linesOnDisk: 0, lastUsed: useCounter, path: path)
+        if let path { load(path, into: &entry) }
         return entry
     }
 

@@ -104,6 +104,24 @@ private let ada = "AA:BB:CC:DD:EE:01"
         #expect(!store.contains(a, device: "AA:BB:CC:DD:EE:02"), "per phone")
     }
 
+    @Test func lookUpRecordsOnlyWhenAsked() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = SeenStore(directory: directory)
+        let a = try #require(NotificationFingerprint(note("Ada"))), b = try #require(NotificationFingerprint(note("Grace")))
+        var answers: [Bool] = []
+        #expect(!store.lookUp(a, device: ada) { answers.append($0); return false })
+        #expect(!store.contains(a, device: ada), "not recorded when the answer is false")
+        #expect(!store.lookUp(a, device: ada) { answers.append($0); return true })
+        #expect(store.lookUp(a, device: ada) { answers.append($0); return true })
+        #expect(!store.lookUp(b, device: ada) { _ in false })
+        #expect(answers == [false, false, true])
+        // Recorded twice, on disk too (a seen-again line keeps it recent), b never.
+        let text = try String(contentsOfFile: directory + "/AA_BB_CC_DD_EE_01.seen", encoding: .utf8)
+        #expect(text == "ancsd-seen/1\n\(a.hex)\n\(a.hex)\n")
+        #expect(SeenStore(directory: directory).contains(a, device: ada))
+    }
+
     @Test func survivesARestart() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
