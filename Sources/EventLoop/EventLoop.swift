@@ -56,6 +56,8 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     private var local: [Work] = []
     private var running: [Work] = []
     private var watches: [UInt64: Watch] = [:]
+    /// The ready watches that wait for the urgent ones, in one turn (kept for its capacity).
+    private var later: [(watch: Watch, events: UInt32)] = []
     private var timers: [UInt64: LoopTimer] = [:]
     private var armedDeadline: UInt64 = 0
     private let nextToken = Atomic<UInt64>(2)
@@ -134,6 +136,14 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     public func checkIsolated() {
         precondition(isCurrent, "not on the event loop that isolates this code")
+    }
+
+    /// Whether the calling thread runs this loop's work now: the answer `checkIsolated` checks,
+    /// given without trapping. Swift 6.2's runtime asks this first (`assumeIsolated` on the
+    /// loop's handlers, where no job is running) and then needs no `checkIsolated`; to older
+    /// runtimes it is an ordinary method.
+    public func isIsolatingCurrentContext() -> Bool? {
+        isCurrent
     }
 
     /// Runs `body` on the loop, after what is already enqueued.
@@ -241,46 +251,42 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
                 // Urgent watches go first, then the others, then the timers: a timer that judges
                 // a silence (the session's quiet period) must first see what arrived before it
                 // fired, however late the loop's thread got the CPU.
-                var timerReady: ancs_ready?
-                var later = 0
+                // Each watch is looked up once; one that a handler cancels before its turn is
+                // not called (`deliver` checks).
+                var timerReady = false
                 for index in 0..<Int(count) {
                     let event = ready[index]
-                    if event.token == Self.timerToken {
-                        timerReady = event
-                    } else if watches[event.token]?.isUrgent == false {
-                        ready[later] = event  // compacted in place: `later <= index`
-                        later += 1
-                    } else {
-                        dispatch(event)
-                        // What the handler made runnable (a reply's continuation) runs right away.
+                    switch event.token {
+                    case Self.timerToken:
+                        timerReady = true
+                    case Self.wakeToken:
+                        var count: UInt64 = 0
+                        _ = read(wakeFD, &count, 8)
                         moreWork = runLocal()
+                    default:
+                        guard let watch = watches[event.token] else { continue }
+                        if watch.isUrgent {
+                            watch.deliver(event.events)
+                            // What the handler made runnable (a reply's continuation) runs right away.
+                            moreWork = runLocal()
+                        } else {
+                            later.append((watch, event.events))
+                        }
                     }
                 }
-                for event in ready.prefix(later) {
-                    dispatch(event)
+                for (watch, events) in later {
+                    watch.deliver(events)
                     moreWork = runLocal()
                 }
-                if let timerReady {
-                    dispatch(timerReady)
+                later.removeAll(keepingCapacity: true)
+                if timerReady {
+                    var expirations: UInt64 = 0
+                    _ = read(timerFD, &expirations, 8)
+                    armedDeadline = 0
+                    fireTimers()
                     moreWork = runLocal()
                 }
             }
-        }
-    }
-
-    private func dispatch(_ event: ancs_ready) {
-        switch event.token {
-        case Self.wakeToken:
-            var count: UInt64 = 0
-            _ = read(wakeFD, &count, 8)
-        case Self.timerToken:
-            var expirations: UInt64 = 0
-            _ = read(timerFD, &expirations, 8)
-            armedDeadline = 0
-            fireTimers()
-        default:
-            guard let watch = watches[event.token] else { return }
-            watch.deliver(event.events)
         }
     }
 

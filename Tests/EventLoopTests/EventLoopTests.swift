@@ -229,6 +229,53 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(order.withLock { $0 } == ["urgent", "plain"])
     }
 
+    /// A watch that an urgent handler cancels in the wakeup where both were ready is not called.
+    @Test func aWatchCancelledByAnUrgentHandlerInTheSameWakeupIsNotCalled() async throws {
+        let loop = try EventLoop(name: "test")
+        defer { loop.shutdown() }
+        var plain: [Int32] = [0, 0], urgent: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &plain) == 0)
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &urgent) == 0)
+        defer { for fd in plain + urgent { close(fd) } }
+        let calls = Mutex<[String]>([])
+        let plainWatch = try loop.watch(fd: plain[0], interest: .readable) { _ in
+            calls.withLock { $0.append("plain") }
+        }
+        let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let urgentFD = urgent[0]
+        let urgentWatch = try loop.watch(fd: urgentFD, interest: .readable, urgent: true) { _ in
+            var byte: UInt8 = 0
+            _ = recv(urgentFD, &byte, 1, 0)
+            calls.withLock { $0.append("urgent") }
+            plainWatch.cancel()
+            // After the rest of this wakeup's handlers.
+            loop.execute { done.withLock { $0.take() }?.resume() }
+        }
+        defer { urgentWatch.cancel() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            done.withLock { $0 = continuation }
+            loop.execute { usleep(60_000) }  // busy while both become ready
+            usleep(20_000)
+            #expect(send(plain[1], [1], 1, 0) == 1)
+            #expect(send(urgent[1], [2], 1, 0) == 1)
+        }
+        #expect(calls.withLock { $0 } == ["urgent"])
+    }
+
+    @Test func anActorOnTheLoopIsIsolatingItsHandlers() throws {
+        let loop = try EventLoop(name: "test")
+        defer { loop.shutdown() }
+        #expect(loop.isIsolatingCurrentContext() == false, "not on the loop")
+        let answers = Mutex<[Bool?]>([])
+        loop.perform { answers.withLock { $0.append(loop.isIsolatingCurrentContext()) } }
+        #expect(answers.withLock { $0 } == [true])
+        let actor = OnLoop(loop)
+        // A handler on the loop may assume the isolation of an actor on it (the daemon's readers do).
+        let done = Mutex(false)
+        loop.perform { done.withLock { $0 = actor.assumeIsolated { _ in true } } }
+        #expect(done.withLock { $0 })
+    }
+
     @Test func aRepeatingTimerRepeatsUntilCancelled() async throws {
         let loop = try EventLoop(name: "test")
         defer { loop.shutdown() }
