@@ -39,11 +39,18 @@ public enum ControlPointRequest: Hashable, Sendable {
 
     /// Validates the request and encodes it as the bytes to write.
     public func encoded() throws(ControlPointError) -> [UInt8] {
-        var bytes = [commandID.rawValue]
+        // One allocation: the largest form of each command is reserved at once.
+        var bytes: [UInt8] = []
+        switch self {
+        case .getNotificationAttributes(_, let attributes): bytes.reserveCapacity(5 + 3 * attributes.count)
+        case .getAppAttributes(let appIdentifier, let attributes): bytes.reserveCapacity(2 + appIdentifier.utf8.count + attributes.count)
+        case .performNotificationAction: bytes.reserveCapacity(6)
+        }
+        bytes.append(commandID.rawValue)
         switch self {
         case .getNotificationAttributes(let uid, let attributes):
             guard !attributes.isEmpty else { throw .noAttributes }
-            bytes += littleEndian(uid)
+            appendLittleEndian(uid, to: &bytes)
             var seen = ByteSet()
             for attribute in attributes {
                 let id = attribute.id
@@ -51,7 +58,9 @@ public enum ControlPointRequest: Hashable, Sendable {
                 guard seen.insert(id.rawValue) else { throw .duplicateAttribute(id.rawValue) }
                 bytes.append(id.rawValue)
                 switch (id.takesMaxLength, attribute.maxLength) {
-                case (true, let max?): bytes += [UInt8(truncatingIfNeeded: max), UInt8(truncatingIfNeeded: max >> 8)]
+                case (true, let max?):
+                    bytes.append(UInt8(truncatingIfNeeded: max))
+                    bytes.append(UInt8(truncatingIfNeeded: max >> 8))
                 case (true, nil): throw .maxLengthRequired(id)
                 case (false, nil): break
                 case (false, _?): throw .maxLengthNotAllowed(id)
@@ -72,7 +81,7 @@ public enum ControlPointRequest: Hashable, Sendable {
             }
         case .performNotificationAction(let uid, let action):
             guard !action.isReserved else { throw .reservedAction(action.rawValue) }
-            bytes += littleEndian(uid)
+            appendLittleEndian(uid, to: &bytes)
             bytes.append(action.rawValue)
         }
         guard bytes.count <= Self.maxEncodedSize else { throw .tooLong(bytes.count) }
@@ -214,4 +223,9 @@ public enum ControlPointError: Error, Hashable, Sendable, CustomStringConvertibl
         case .tooLong(let size): "\(size) bytes exceed the 512 that one ATT write can carry"
         }
     }
+}
+
+/// Appends `value`'s four bytes, least significant first.
+private func appendLittleEndian(_ value: UInt32, to bytes: inout [UInt8]) {
+    for shift in stride(from: 0, to: 32, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(shift))) }
 }

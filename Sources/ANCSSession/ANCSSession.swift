@@ -378,6 +378,8 @@ public struct ANCSSession: Sendable {
     /// accepted the write), which keeps the write's D-Bus reply off the path of a burst.
     private mutating func finishIfDone(now: Duration, into actions: inout [SessionAction]) {
         guard let flight = inFlight, flight.writeDone || flight.response != nil else { return }
+        // Usually an event and the next request follow: room for both at once.
+        actions.reserveCapacity(actions.count + 2)
         if !flight.writeDone { notificationSharingAllowed = true }
         switch flight.work {
         case .action(let uid, let action):

@@ -229,7 +229,7 @@ public actor DBusConnection {
     /// For watch and timer handlers, already on the loop: runs `body` inside the actor (the
     /// loop runs the jobs it made runnable right after).
     nonisolated func handle(_ body: @Sendable (isolated DBusConnection) -> Void) {
-        assumeIsolated { body($0) }
+        assumeIsolated(body)
     }
 
     /// Runs `body` inside the actor as soon as possible (`EventLoop.perform`): inline when
@@ -237,8 +237,11 @@ public actor DBusConnection {
     /// (no thread hop when the loop is free — `body` must only hand work to libdbus, which never
     /// blocks here); asynchronously from another loop's thread, where waiting could deadlock.
     nonisolated func perform(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
+        // On the loop (the common case: a daemon sharing it), at once, without wrapping `body`
+        // in a closure for the loop.
+        if loop.isCurrent { return assumeIsolated(body) }
         loop.perform { [self] in
-            assumeIsolated { body($0) }
+            assumeIsolated(body)
         }
     }
 
