@@ -353,8 +353,10 @@ final class ConnectionCore {
         guard !isClosed, !dispatching else { return }
         dispatching = true
         var budget = 64
-        while budget > 0, !shutdownRequested, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
-            dbus_connection_dispatch(raw)
+        // dbus_connection_dispatch returns the status after its message: no second look.
+        var status = dbus_connection_get_dispatch_status(raw)
+        while budget > 0, !shutdownRequested, status == DBUS_DISPATCH_DATA_REMAINS {
+            status = dbus_connection_dispatch(raw)
             budget -= 1
         }
         dispatching = false
