@@ -10,7 +10,12 @@ public final class OutputRouter: Sendable {
     /// The configured sinks, in the order they get each event.
     public let sinks: [any OutputSink]
     private struct State {
-        var attached: [String: any OutputSink] = [:]
+        var attached: [String: any OutputSink] = [:] {
+            didSet { attachedSinks = Array(attached.values) }
+        }
+        /// `attached`'s sinks as a list, kept up to date: an event takes it (one reference)
+        /// rather than copying the dictionary's values.
+        private(set) var attachedSinks: [any OutputSink] = []
         var context: OutputContext?
     }
     private let state = Mutex(State())
@@ -35,7 +40,7 @@ public final class OutputRouter: Sendable {
     public func emit(_ event: OutputEvent) {
         let record = OutputRecord(event)
         for sink in sinks { sink.send(record) }
-        let attached = state.withLock { $0.attached.isEmpty ? [] : Array($0.attached.values) }
+        let attached = state.withLock { $0.attachedSinks }
         for sink in attached { sink.send(record) }
     }
 
