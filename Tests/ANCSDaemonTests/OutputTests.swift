@@ -231,6 +231,7 @@ private struct NoActions: PhoneActions {
 
     /// A sink whose reader never reads does not hold up the others.
     @Test func aStuckSinkDoesNotBlockTheRouter() throws {
+        signal(SIGPIPE, SIG_IGN)  // the read end closes while the sink may still be writing
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]) }
