@@ -105,9 +105,9 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "JSONTests", dependencies: ["JSON"], swiftSettings: strict),
+        .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON"],
+            name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON", "TestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "CaptureTests", dependencies: ["ancsd", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),

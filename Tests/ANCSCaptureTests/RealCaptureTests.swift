@@ -2,6 +2,7 @@ import ANCS
 import ANCSCapture
 import Foundation
 import JSON
+import TestSupport
 import Testing
 
 /// Every real capture decodes to exactly the values its case file records, whatever the fragmentation.
@@ -108,7 +109,7 @@ import Testing
     }
 
     @Test func randomFragmentationDecodesIdentically() throws {
-        var rng = SeededGenerator(seed: 0xA0C5_2026)
+        var rng = SplitMix64(seed: 0xA0C5_2026)
         #expect(Self.exchanges.count == 20)
         var cases = 0
         for exchange in Self.exchanges {
@@ -124,7 +125,7 @@ import Testing
     }
 
     @Test func randomMutationsNeverTrapAndAgreeWithTheReference() throws {
-        var rng = SeededGenerator(seed: 0x5EED_0001)
+        var rng = SplitMix64(seed: 0x5EED_0001)
         let tight = DataSourceLimits(maxAttributeLength: 150, maxResponseLength: 400)
         var outcomes: [String: Int] = [:]
         for exchange in Self.exchanges {
@@ -150,7 +151,7 @@ import Testing
     }
 
     /// One random change: flip a byte, insert, delete, truncate, or repeat a chunk.
-    private func mutate(_ bytes: inout [UInt8], using rng: inout SeededGenerator) {
+    private func mutate(_ bytes: inout [UInt8], using rng: inout SplitMix64) {
         guard !bytes.isEmpty else {
             bytes.append(UInt8.random(in: 0...255, using: &rng))
             return

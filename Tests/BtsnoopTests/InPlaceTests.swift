@@ -1,4 +1,5 @@
 @testable import Btsnoop
+import TestSupport
 import Testing
 
 /// The L2CAP reassembler as it was before frames were read in place: every fragment copied, a
@@ -26,18 +27,6 @@ private struct ReferenceL2CAPReassembler {
     }
 }
 
-/// A deterministic generator (SplitMix64), so a failure can be replayed.
-private struct SplitMix {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-}
 
 /// The in-place reassembler fed `payload`, its frame copied out as the reference gives it.
 private func feed(_ reassembler: inout L2CAPReassembler, boundary: UInt8, _ payload: [UInt8]) -> (cid: UInt16, payload: [UInt8])? {
@@ -78,7 +67,7 @@ private func feed(_ reassembler: inout L2CAPReassembler, boundary: UInt8, _ payl
     }
 
     @Test func l2capAgreesWithTheReferenceOnRandomFragments() {
-        var random = SplitMix(state: 14)
+        var random = SplitMix64(seed: 14)
         for _ in 0..<200 {
             var reference = ReferenceL2CAPReassembler()
             var reassembler = L2CAPReassembler()
@@ -97,7 +86,7 @@ private func feed(_ reassembler: inout L2CAPReassembler, boundary: UInt8, _ payl
     }
 
     @Test func connectionTableAgreesWithADictionary() {
-        var random = SplitMix(state: 7)
+        var random = SplitMix64(seed: 7)
         var table = ConnectionTable<[Int]>()
         var reference: [ConnectionKey: [Int]] = [:]
         for step in 0..<3_000 {

@@ -1,19 +1,9 @@
 import CDBus
 @testable import DBus
 import Glibc
+import TestSupport
 import Testing
 
-/// A small deterministic generator for property tests.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// libdbus's own validators (these report, they do not abort).
 enum LibDBus {
@@ -98,7 +88,7 @@ extension DBusTests {
 
         /// Our validators agree with libdbus's on many random strings.
         @Test func agreesWithLibDBus() {
-            var rng = SplitMix(state: 42)
+            var rng = SplitMix64(seed: 42)
             let nameAlphabet = Array("aZ_09-.:/é ")
             for _ in 0..<20_000 {
                 let length = Int.random(in: 0...10, using: &rng)

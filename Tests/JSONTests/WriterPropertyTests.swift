@@ -1,4 +1,5 @@
 import JSON
+import TestSupport
 import Testing
 
 /// The byte writer against an independent reference: the scalar-by-scalar writer the project used
@@ -130,17 +131,6 @@ private func referenceString(_ text: String, to out: inout String) {
 
 // MARK: - Random values
 
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Scalars that matter to the writer: every control character, the escapes, DEL, the line and
 /// paragraph separators and their neighbours, two- and three-byte text, astral characters.

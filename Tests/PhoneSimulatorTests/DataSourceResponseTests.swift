@@ -1,5 +1,6 @@
 import ANCS
 import PhoneSimulator
+import TestSupport
 import Testing
 
 /// `PhoneNotification.dataSourceResponse` (written in place) against `DataSourceEncoder`,
@@ -9,7 +10,7 @@ struct DataSourceResponseTests {
     /// Characters of 1 to 4 UTF-8 bytes, so cuts land inside characters.
     static let alphabet: [Character] = ["a", "Z", " ", "é", "ß", "€", "…", "☕", "😀", "語"]
 
-    static func text(_ count: Int, _ random: inout Generator) -> String {
+    static func text(_ count: Int, _ random: inout SplitMix64) -> String {
         String((0..<count).map { _ in alphabet[Int(random.next() % UInt64(alphabet.count))] })
     }
 
@@ -27,7 +28,7 @@ struct DataSourceResponseTests {
 
     @Test("matches DataSourceEncoder on 400 generated requests")
     func matchesReference() throws {
-        var random = Generator(seed: 0x5EED)
+        var random = SplitMix64(seed: 0x5EED)
         for round in 0..<400 {
             var attributes: [NotificationAttributeID: String] = [:]
             for id in NotificationAttributeID.allDefined where id != .messageSize && random.next() % 4 != 0 {
@@ -50,7 +51,7 @@ struct DataSourceResponseTests {
 
     @Test("a 68,000-byte message: cut to its max length, or capped at 65,535 bytes without one")
     func largeMessage() throws {
-        var random = Generator(seed: 68)
+        var random = SplitMix64(seed: 68)
         let message = String(repeating: "é", count: 34_000)
         let n = try #require(Self.notification(uid: 9, [.message: message, .title: Self.text(30, &random)]))
         for requested in [
@@ -66,15 +67,3 @@ struct DataSourceResponseTests {
     }
 }
 
-/// SplitMix64: a seeded generator, so a failing round can be replayed.
-struct Generator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
