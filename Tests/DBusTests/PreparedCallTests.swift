@@ -15,16 +15,6 @@ import Testing
             trailing: trailing, timeoutMilliseconds: 1000, autoStart: autoStart)
     }
 
-    /// A message as libdbus marshals it, numbered 7.
-    private func marshalled(_ message: OwnedMessage) -> [UInt8] {
-        dbus_message_set_serial(message.raw, 7)
-        var buffer: UnsafeMutablePointer<CChar>?
-        var length: Int32 = 0
-        guard dbus_message_marshal(message.raw, &buffer, &length) != 0, let buffer else { return [] }
-        defer { dbus_free(buffer) }
-        return Array(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
-    }
-
     /// The prepared bytes are those of the general writer, and the message libdbus makes of
     /// them is the one its own iterators build.
     private func expectSameAsGeneral(_ array: [UInt8], _ trailing: [DBusValue], autoStart: Bool = true) throws {

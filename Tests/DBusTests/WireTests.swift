@@ -23,15 +23,6 @@ import Testing
         return (marshalled(wire), marshalled(iterators), try Message.decode(wire.raw))
     }
 
-    private func marshalled(_ message: OwnedMessage) -> [UInt8] {
-        dbus_message_set_serial(message.raw, 7)
-        var buffer: UnsafeMutablePointer<CChar>?
-        var length: Int32 = 0
-        guard dbus_message_marshal(message.raw, &buffer, &length) != 0, let buffer else { return [] }
-        defer { dbus_free(buffer) }
-        return Array(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
-    }
-
     @Test func aControlPointWrite() throws {
         let (wire, iterators, decoded) = try bothWays([.byteArray([0, 1, 2, 3, 4, 0, 1, 0xFF, 0xFF]), .variantDictionary(["type": .string("request")])])
         #expect(wire == iterators)
@@ -69,4 +60,14 @@ import Testing
         #expect(Wire.methodCall(
             destination: nil, path: "/", interface: nil, member: "M", signature: "h", arguments: [.unixFD(fd)], flags: 0) == nil)
     }
+}
+
+/// A message as libdbus marshals it, numbered 7 so that builders' messages compare alike.
+func marshalled(_ message: OwnedMessage) -> [UInt8] {
+    dbus_message_set_serial(message.raw, 7)
+    var buffer: UnsafeMutablePointer<CChar>?
+    var length: Int32 = 0
+    guard dbus_message_marshal(message.raw, &buffer, &length) != 0, let buffer else { return [] }
+    defer { dbus_free(buffer) }
+    return Array(UnsafeRawBufferPointer(start: buffer, count: Int(length)))
 }

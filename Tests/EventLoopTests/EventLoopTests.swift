@@ -199,9 +199,7 @@ private final class Once<T: Sendable>: @unchecked Sendable {
     @Test func anUrgentWatchIsHandledBeforeTheOthersReadyWithIt() async throws {
         let loop = try EventLoop(name: "test")
         defer { loop.shutdown() }
-        var plain: [Int32] = [0, 0], urgent: [Int32] = [0, 0]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &plain) == 0)
-        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &urgent) == 0)
+        let plain = nonBlockingDatagramPair(), urgent = nonBlockingDatagramPair()
         defer { for fd in plain + urgent { close(fd) } }
         let order = Mutex<[String]>([])
         let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
@@ -233,9 +231,7 @@ private final class Once<T: Sendable>: @unchecked Sendable {
     @Test func aWatchCancelledByAnUrgentHandlerInTheSameWakeupIsNotCalled() async throws {
         let loop = try EventLoop(name: "test")
         defer { loop.shutdown() }
-        var plain: [Int32] = [0, 0], urgent: [Int32] = [0, 0]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &plain) == 0)
-        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &urgent) == 0)
+        let plain = nonBlockingDatagramPair(), urgent = nonBlockingDatagramPair()
         defer { for fd in plain + urgent { close(fd) } }
         let calls = Mutex<[String]>([])
         let plainWatch = try loop.watch(fd: plain[0], interest: .readable) { _ in
@@ -315,4 +311,11 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(after == before, "the idle loop's thread woke \(after - before) times")
         timer.cancel()
     }
+}
+
+/// A connected pair of non-blocking datagram sockets.
+private func nonBlockingDatagramPair() -> [Int32] {
+    var fds: [Int32] = [-1, -1]
+    #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0)
+    return fds
 }
