@@ -224,8 +224,3 @@ public enum ControlPointError: Error, Hashable, Sendable, CustomStringConvertibl
         }
     }
 }
-
-/// Appends `value`'s four bytes, least significant first.
-private func appendLittleEndian(_ value: UInt32, to bytes: inout [UInt8]) {
-    for shift in stride(from: 0, to: 32, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(shift))) }
-}

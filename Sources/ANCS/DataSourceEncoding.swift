@@ -58,7 +58,8 @@ public enum DataSourceEncoder {
         uid: UInt32, requested: [NotificationAttributeRequest], values: [NotificationAttributeID: [UInt8]],
         options: DataSourceEncodingOptions = DataSourceEncodingOptions()
     ) -> [UInt8] {
-        var out: [UInt8] = [CommandID.getNotificationAttributes.rawValue] + littleEndian(uid)
+        var out: [UInt8] = [CommandID.getNotificationAttributes.rawValue]
+        appendLittleEndian(uid, to: &out)
         for attribute in requested where !options.omittedAttributes.contains(attribute.id) {
             var value = values[attribute.id] ?? []
             if let max = attribute.maxLength {

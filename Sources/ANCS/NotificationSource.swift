@@ -87,8 +87,7 @@ public enum NotificationSourceError: Error, Hashable, Sendable, CustomStringConv
     }
 }
 
-/// The 4 little-endian bytes of a 32-bit value.
-func littleEndian(_ value: UInt32) -> [UInt8] {
-    [UInt8(truncatingIfNeeded: value), UInt8(truncatingIfNeeded: value >> 8),
-     UInt8(truncatingIfNeeded: value >> 16), UInt8(truncatingIfNeeded: value >> 24)]
+/// Appends the 4 bytes of a 32-bit value, least significant first.
+func appendLittleEndian(_ value: UInt32, to bytes: inout [UInt8]) {
+    for shift in stride(from: 0, to: 32, by: 8) { bytes.append(UInt8(truncatingIfNeeded: value >> UInt32(shift))) }
 }
