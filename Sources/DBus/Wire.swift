@@ -95,16 +95,14 @@ enum Wire {
             // The body: the array's length (at offset 0, aligned), its bytes, then the rest.
             let trailer = trailers[(4 + array.count) & 7]
             let bodyLength = 4 + array.count + trailer.count
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(header.count + bodyLength)
-            bytes.append(contentsOf: header)
-            withUnsafeBytes(of: UInt32(truncatingIfNeeded: bodyLength).littleEndian) { raw in
-                for i in 0..<4 { bytes[4 + i] = raw[i] }
-            }
-            withUnsafeBytes(of: UInt32(truncatingIfNeeded: array.count).littleEndian) { bytes.append(contentsOf: $0) }
-            bytes.append(contentsOf: array)
-            bytes.append(contentsOf: trailer)
-            return bytes
+            var message = Writer()
+            message.bytes.reserveCapacity(header.count + bodyLength)
+            message.bytes.append(contentsOf: header)  // padded to 8: the body starts aligned
+            message.setUInt32(UInt32(truncatingIfNeeded: bodyLength), at: 4)
+            message.appendUInt32(UInt32(truncatingIfNeeded: array.count))
+            message.bytes.append(contentsOf: array)
+            message.bytes.append(contentsOf: trailer)
+            return message.bytes
         }
     }
 
