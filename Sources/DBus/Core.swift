@@ -833,7 +833,7 @@ final class ConnectionCore {
         do {
             let result = try handler(ReceivedCall(message: raw))
             if result.isEmpty && route.method.outputSignature.rawValue.isEmpty {
-                replyEmpty(to: raw)
+                replyEmpty(to: raw)  // what `replyChecked` would send, without a `MethodCall` made for it
             } else {
                 replyChecked(call(), result, route.method.outputSignature, replyingTo: raw)
             }
@@ -844,7 +844,8 @@ final class ConnectionCore {
     }
 
     /// The last empty method return sent, and to whom: the template of the next one to the
-    /// same caller (a copy with its reply serial set costs less than a new message).
+    /// same caller (a copy with its reply serial set costs less than a new message). Every
+    /// empty reply to a call libdbus received is made this way (`reply`).
     private var emptyReply: (sender: [CChar], message: OwnedMessage)?
 
     /// Sends an empty method return for `raw`, a call libdbus received (unless it wants none).
@@ -883,6 +884,7 @@ final class ConnectionCore {
 
     func reply(_ call: MethodCall, _ values: [DBusValue], replyingTo raw: OpaquePointer? = nil) {
         guard !call.noReplyExpected, !isClosed else { return }
+        if values.isEmpty, let raw { return replyEmpty(to: raw) }
         do {
             let message = if let raw {
                 try OwnedMessage.methodReturn(to: raw, arguments: values)
