@@ -503,16 +503,12 @@ public actor Daemon {
     ///
     /// A Control Point write goes out first, the rest in order after it: the phone then works
     /// on the next request while this formats and prints the notification that just completed.
-    private func perform(_ actions: consuming [SessionAction], on link: PhoneLink) {
-        // The actions are moved out of the list, not copied (a copy retains all they hold).
-        var pending = actions
-        while let index = pending.firstIndex(where: \.isControlPointWrite) {
-            guard case .writeControlPoint(let bytes) = pending.remove(at: index) else { break }
+    private func perform(_ actions: [SessionAction], on link: PhoneLink) {
+        for case .writeControlPoint(let bytes) in actions {
             link.copyFilter.expectResponse(to: bytes)
             write(bytes, on: link)
         }
-        pending.reverse()
-        while let action = pending.popLast() {
+        for action in actions {
             switch action {
             case .writeControlPoint:
                 break  // sent above
@@ -672,11 +668,5 @@ public actor Daemon {
 
     private func shutdown(reason: String) async {
         for path in Array(links.keys) { stopLink(at: path, reason: reason) }
-    }
-}
-
-private extension SessionAction {
-    var isControlPointWrite: Bool {
-        if case .writeControlPoint = self { true } else { false }
     }
 }
