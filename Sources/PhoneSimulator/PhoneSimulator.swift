@@ -289,9 +289,9 @@ public final class PhoneSimulator: Sendable {
     }
 
     /// Writes the deferred timeline and events lines `logFlushDelay` from now, unless a
-    /// write is already on its way.
+    /// write is already on its way (called when a line was recorded).
     private func scheduleLogFlush() {
-        guard timeline != nil || events != nil, let loop,
+        guard let loop,
               logFlushScheduled.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
         loop.after(logFlushDelay) { [weak self] in self?.flushLogs() }
