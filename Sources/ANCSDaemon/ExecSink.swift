@@ -20,6 +20,10 @@ public import Dispatch
 /// behind the running command. When full: the oldest waiting event of that phone is dropped;
 /// the count is logged when that phone's queue next runs empty.
 ///
+/// Reload: `reconfigure` changes the command and the time limit for every event not yet started
+/// (those waiting, and later ones); a command already running finishes under the limit it
+/// started with. Nothing is dropped, killed or run twice, and each phone keeps its order.
+///
 /// No thread waits: the child is started with posix_spawn, its pipes and its exit (a pidfd)
 /// are dispatch sources on the sink's queue, every descriptor is close-on-exec (and the child
 /// closes any other above 2), and every child is reaped.
@@ -43,9 +47,6 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     }
 
     public let name = "exec"
-    /// The shell command.
-    public let command: String
-    public let timeout: Duration
     /// The most events waiting per phone behind its running command.
     public let maxWaiting: Int
     /// The most bytes of a command's standard error that are logged.
@@ -53,6 +54,9 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     private let logger: Logger
     private let queue = DispatchQueue(label: "ancsd.exec")
     private var phones: [String: Phone] = [:]
+    /// The shell command, and how long it may run; `reconfigure` changes them.
+    private var command: String
+    private var timeout: Duration
     private var stopped = false
     private var counters = Counters()
     private var idleWaiters: [DispatchSemaphore] = []
@@ -71,6 +75,22 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     /// The counters so far.
     public var counts: Counters { queue.sync { counters } }
 
+    /// The command and time limit events not yet started will run with.
+    public var settings: (command: String, timeout: Duration) { queue.sync { (command, timeout) } }
+
+    /// Makes every event not yet started (those waiting, and later ones) run `command` with
+    /// `timeout`: what a reload that changed `exec` or `exec-timeout` does. A command already
+    /// running is left to finish under the limit it started with.
+    public func reconfigure(command: String, timeout: Duration) {
+        queue.sync {
+            guard command != self.command || timeout != self.timeout else { return }
+            let running = phones.values.count(where: { $0.running != nil })
+            self.command = command
+            self.timeout = timeout
+            logger.info("exec: the new command runs for every event not yet started" + (running > 0 ? "; \(running) already running will finish" : ""))
+        }
+    }
+
     public func send(_ event: OutputRecord) {
         queue.async { self.enqueue(event) }
     }
@@ -87,7 +107,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     }
 
     /// Drops the waiting events (counted and logged) and kills the running commands with their
-    /// process groups (a reload that changed the command, or the daemon ending: none is left
+    /// process groups (a reload that removed `exec`, or the daemon ending: none is left
     /// running behind it). Commands killed here are reaped as usual if the daemon lives on.
     public func stop() {
         queue.sync {
@@ -164,7 +184,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         } else if child.timedOut {
             counters.timedOut += 1
             counters.failed += 1
-            logger.warning("exec: the command ran longer than \(Self.seconds(timeout)); killed it (\(what))")
+            logger.warning("exec: the command ran longer than \(Self.seconds(child.timeout)); killed it (\(what))")
         } else if ancsd_exited(status) != 0 && ancsd_exit_status(status) == 0 {
             counters.succeeded += 1
             logger.debug("exec: done in \(ran) (\(what))")
@@ -220,8 +240,9 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")
         let child = Child(
-            pid: pid, device: device, label: label, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0], sink: self)
-        child.start(timeout: timeout)
+            pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0],
+            sink: self)
+        child.start()
         return child
     }
 
@@ -237,6 +258,8 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         let pid: pid_t
         let device: String
         let label: String
+        /// The limit it runs under (a reload changes only the next commands').
+        let timeout: Duration
         let started = ContinuousClock.now
         private let input: [UInt8]
         private var written = 0
@@ -255,10 +278,11 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         private var done = false
         private let sink: ExecSink
 
-        init(pid: pid_t, device: String, label: String, input: [UInt8], stdin: Int32, stderr: Int32, sink: ExecSink) {
+        init(pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: Int32, stderr: Int32, sink: ExecSink) {
             self.pid = pid
             self.device = device
             self.label = label
+            self.timeout = timeout
             self.input = input
             stdinFD = stdin
             stderrFD = stderr
@@ -267,7 +291,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             _ = fcntl(stderr, F_SETFL, fcntl(stderr, F_GETFL) | O_NONBLOCK)
         }
 
-        func start(timeout: Duration) {
+        func start() {
             let queue = sink.queue
             let errors = DispatchSource.makeReadSource(fileDescriptor: stderrFD, queue: queue)
             let fd = stderrFD

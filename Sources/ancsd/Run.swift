@@ -287,9 +287,9 @@ enum RunCommand {
     /// the phone's titles and messages, which anyone who may read the system log would read there.
     ///
     /// Every output is an `OutputSink`; a new kind of output is made here and nowhere else.
-    /// A reload passes the `current` router: its exec sink is kept if its settings did not change
-    /// (commands in flight and waiting keep their order), and so is its MQTT sink (a reload does
-    /// not reconnect).
+    /// A reload passes the `current` router: its exec sink is kept, with the new command for
+    /// events not yet started (commands in flight finish, waiting events keep their order), and
+    /// so is its MQTT sink if its settings did not change (a reload does not reconnect).
     static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, current: OutputRouter? = nil) throws -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
         var sinks: [any OutputSink] = []
@@ -312,9 +312,14 @@ enum RunCommand {
                     clientID: "ancsd-\(hostName())-\(getpid())"))
             }
         }
+        // Last: nothing after it may throw, so a reload that fails changes no command.
         if let command = settings.execCommand {
-            let kept = current?.sinks.lazy.compactMap { $0 as? ExecSink }.first { $0.command == command && $0.timeout == settings.execTimeout }
-            sinks.append(kept ?? ExecSink(command: command, timeout: settings.execTimeout, logger: logger))
+            if let kept = current?.sinks.lazy.compactMap({ $0 as? ExecSink }).first {
+                kept.reconfigure(command: command, timeout: settings.execTimeout)
+                sinks.append(kept)
+            } else {
+                sinks.append(ExecSink(command: command, timeout: settings.execTimeout, logger: logger))
+            }
         }
         return OutputRouter(sinks: sinks)
     }

@@ -106,7 +106,7 @@ import Testing
         #expect(state == "gone" || state == "Z", "the process group's sleep is \(state)")
     }
 
-    /// Stopping the sink (a reload that changed the command, the daemon ending) drops what
+    /// Stopping the sink (a reload that removed `exec`, the daemon ending) drops what
     /// waits and kills what runs.
     @Test func stopKillsTheRunningCommandAndDropsTheWaiting() throws {
         let dir = try Self.directory()
@@ -125,6 +125,30 @@ import Testing
         let counts = sink.counts
         #expect(counts.started == 1 && counts.failed == 1 && counts.timedOut == 0 && counts.dropped == 3)
         #expect(kill(pid, 0) != 0, "reaped")
+    }
+
+    /// A reload's new command runs for the events not yet started; the running one finishes
+    /// under its own limit (the new, shorter one would have killed it), and each phone keeps
+    /// its order: nothing lost, nothing run twice.
+    @Test func reconfigureChangesTheCommandForWhatHasNotStarted() throws {
+        let dir = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let sink = ExecSink(
+            command: #"echo $$ > "\#(dir)/pid"; sleep 1; echo "A $ANCSD_UID" >> "\#(dir)/ran""#, timeout: .seconds(20), logger: Self.quiet)
+        for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid)) }
+        var started = false
+        for _ in 0..<500 where !started {
+            started = !Self.read("\(dir)/pid").isEmpty
+            usleep(10_000)
+        }
+        #expect(started)
+        sink.reconfigure(command: #"echo "B $ANCSD_UID" >> "\#(dir)/ran""#, timeout: .milliseconds(500))
+        #expect(sink.settings.command.hasPrefix("echo \"B") && sink.settings.timeout == .milliseconds(500))
+        sink.send(Self.event(uid: 4))
+        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(Self.read("\(dir)/ran") == "A 1\nB 2\nB 3\nB 4\n")
+        let counts = sink.counts
+        #expect(counts.started == 4 && counts.succeeded == 4 && counts.failed == 0 && counts.dropped == 0)
     }
 
     /// Megabytes on stderr are read (never blocking the command) and only a bounded part is kept.

@@ -48,15 +48,17 @@ import TestSupport
         for text in ["To Ada", "To Grace", "Still here", "Only Ada", "UIDs are per phone"] { #expect(!log.contains(text), "\(text) in the log") }
     }
 
-    /// SIGHUP with a new `exec` command: later events run the new one, none is lost or run twice.
+    /// SIGHUP with a new `exec` command while the old one runs: the running command finishes,
+    /// later events run the new one, none is lost or run twice.
     @Test func aReloadChangesTheCommand() throws {
         let bus = try PrivateBus()
         let dir = bus.directory
         let config = dir + "/ancsd.conf"
-        func settings(_ name: String) -> String {
-            "format = json\nexec = [ \"$ANCSD_TYPE\" != added ] || echo \(name) $ANCSD_UID >> '\(dir)/ran'\n"
+        // The first command is slow, so the reload comes while it runs.
+        func settings(_ name: String, pause: String = "") -> String {
+            "format = json\nexec = [ \"$ANCSD_TYPE\" != added ] || { \(pause) echo \(name) $ANCSD_UID >> '\(dir)/ran'; }\n"
         }
-        try settings("A").write(toFile: config, atomically: true, encoding: .utf8)
+        try settings("A", pause: "sleep 2;").write(toFile: config, atomically: true, encoding: .utf8)
         let scenario = dir + "/phone.jsonl"
         try #"""
             {"scenario":"reload","devices":[{"address":"AA:BB:CC:DD:EE:01","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
@@ -73,6 +75,7 @@ import TestSupport
         try settings("B").write(toFile: config, atomically: true, encoding: .utf8)
         ancsd.signal(SIGHUP)
         try ancsd.waitForStandardError(containing: "reloaded the configuration")
+        #expect(ancsd.standardError.contains("exec: the new command runs for every event not yet started; 1 already running will finish"))
         #expect(try phone.wait(timeout: .seconds(30)) == 0)
         Thread.sleep(forTimeInterval: 0.3)
         #expect(try ancsd.stop() == 0)
