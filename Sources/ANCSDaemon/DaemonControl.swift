@@ -12,7 +12,9 @@ extension Daemon: ControlHandler, PhoneActions {
         }
         switch command {
         case "status":
-            return status()
+            var object = status()
+            object.append("outputs", .array(await output.report()))
+            return object
         case "list":
             return list(device: request["device"]?.stringValue)
         case "get":

@@ -4,6 +4,7 @@ import Glibc
 import ANCSSession
 public import ANCSRuntime
 import CSpawn
+public import JSON
 public import Dispatch
 
 /// The output sink of `--exec`: runs a command through `/bin/sh -c` for each event, the event's
@@ -74,6 +75,20 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
 
     /// The counters so far.
     public var counts: Counters { queue.sync { counters } }
+
+    public func report() async -> JSONObject {
+        await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                let running = phones.values.count(where: { $0.running != nil })
+                let waiting = phones.values.reduce(0) { $0 + $1.waiting.count }
+                continuation.resume(returning: [
+                    "started": .int(counters.started), "succeeded": .int(counters.succeeded), "failed": .int(counters.failed),
+                    "timed_out": .int(counters.timedOut), "spawn_failures": .int(counters.spawnFailures),
+                    "dropped": .int(counters.dropped), "running": .int(running), "waiting": .int(waiting),
+                ])
+            }
+        }
+    }
 
     /// The command and time limit events not yet started will run with.
     public var settings: (command: String, timeout: Duration) { queue.sync { (command, timeout) } }

@@ -3,6 +3,7 @@ public import Glibc
 #endif
 public import ANCSRuntime
 import ANCSSession
+public import JSON
 import CLinux
 public import Dispatch
 import Synchronization
@@ -136,6 +137,11 @@ public final class LineSink: OutputSink {
 
     /// Lines written so far.
     public var writtenCount: Int { state.withLock { $0.written } }
+
+    public func report() async -> JSONObject {
+        let (written, dropped) = state.withLock { ($0.written, $0.droppedTotal) }
+        return ["written": .int(written), "dropped": .int(dropped)]
+    }
 
     /// Waits until every queued line is written or `timeout` passes; true if all were written.
     public func flush(timeout: DispatchTimeInterval) -> Bool {

@@ -1,7 +1,7 @@
 import ANCS
 public import ANCSRuntime
 public import Dispatch
-import JSON
+public import JSON
 public import MQTT
 import Synchronization
 
@@ -145,6 +145,14 @@ public final class MQTTSink: OutputSink {
         let all = delivered.withLock { $0 }
         if !all { logger.warning("MQTT: some events were not delivered before stopping (the broker is unreachable)") }
         return all
+    }
+
+    public func report() async -> JSONObject {
+        let counters = await withCheckedContinuation { continuation in client.counters { continuation.resume(returning: $0) } }
+        return [
+            "connected": .bool(counters.connected), "connections": .int(counters.connections), "delivered": .int(counters.delivered),
+            "queued": .int(counters.queued), "dropped": .int(counters.dropped),
+        ]
     }
 
     /// Disconnects, publishing `offline`. The router calls it only when no router feeds the sink

@@ -1,3 +1,4 @@
+public import JSON
 public import Dispatch
 import Synchronization
 
@@ -75,6 +76,17 @@ public final class OutputRouter: Sendable {
     /// those `successor` keeps.
     public func stop(keeping successor: OutputRouter? = nil) {
         for sink in sinks where !(successor?.sinks.contains { $0 === sink } ?? false) { sink.stop() }
+    }
+
+    /// Each configured sink's name and `report()`, in the order events reach them.
+    public func report() async -> [JSONValue] {
+        var reports: [JSONValue] = []
+        for sink in sinks {
+            var object: JSONObject = ["name": .string(sink.name)]
+            for (key, value) in await sink.report() { object.append(key, value) }
+            reports.append(.object(object))
+        }
+        return reports
     }
 
     /// Waits up to `timeout` for every configured sink to deliver what it holds; true if all did.

@@ -32,12 +32,18 @@ public protocol OutputSink: AnyObject, Sendable {
     /// The router no longer feeds this sink (a reload replaced the outputs, or the daemon is
     /// ending): release what it holds. Called once, after the last `send`. The default does nothing.
     func stop()
+
+    /// What `ancsd status` shows of this output besides its name: its counters, and whether a
+    /// network output is connected (never content). Must answer soon: it waits at most for
+    /// the sink's own queue. The default is empty.
+    func report() async -> JSONObject
 }
 
 extension OutputSink {
     public func start(_ context: OutputContext) {}
     public func flush(timeout: DispatchTimeInterval) -> Bool { true }
     public func stop() {}
+    public func report() async -> JSONObject { [:] }
 }
 
 /// What a sink may use from the daemon.

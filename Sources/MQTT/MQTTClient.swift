@@ -102,6 +102,8 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// What the client did so far.
     public struct Counters: Sendable, Equatable {
+        /// Connected to the broker now (the MQTT session accepted).
+        public var connected = false
         public var delivered = 0
         public var dropped = 0
         public var connections = 0
@@ -148,6 +150,7 @@ public final class MQTTClient: @unchecked Sendable {
         queue.async {
             var counters = self.counters
             counters.queued = self.pending.count - self.head
+            counters.connected = self.connected
             reply(counters)
         }
     }

@@ -26,7 +26,8 @@ enum ClientCommands {
 
     Shows what the running daemon is doing: bluetoothd, adapters, each phone's connection and
     subscription, session age, notifications, whether the phone shares its notifications, and
-    the last error. Notification content is never shown.
+    the last error; then each output's counts (lines written and dropped, commands run and
+    failed, whether MQTT is connected). Notification content is never shown.
     """
 
     struct Options {
@@ -127,8 +128,21 @@ enum ClientCommands {
                       last error: \(device["last_error"]?.stringValue ?? "none")
                     """)
             }
+            let outputs = reply["outputs"]?.arrayValue ?? []
+            if !outputs.isEmpty { print("outputs:") }
+            for output in outputs { print("  " + outputLine(output)) }
             return 0
         }
+    }
+
+    /// "exec: started 12, succeeded 11, failed 1, timed out 0, …": an output's name and counters.
+    static func outputLine(_ output: JSONValue) -> String {
+        let members = output.objectValue?.members.filter { $0.key != "name" } ?? []
+        let counters = members.map { member -> String in
+            let value = member.value.boolValue.map { $0 ? "yes" : "no" } ?? member.value.intValue.map(String.init) ?? member.value.serialized
+            return String(member.key.map { $0 == "_" ? " " : $0 }) + " " + value
+        }
+        return (output["name"]?.stringValue ?? "?") + ": " + counters.joined(separator: ", ")
     }
 
     /// ", filters matched: only-app com.apple.* 3, ignore-category news 0", or nothing without filters.

@@ -66,7 +66,7 @@ import Testing
     }
 
     /// A failing command is logged and counted; the next event still runs.
-    @Test func aFailingCommandDoesNotStopTheNext() throws {
+    @Test func aFailingCommandDoesNotStopTheNext() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let sink = ExecSink(command: #"echo "$ANCSD_UID" >> "\#(dir)/ran"; [ "$ANCSD_UID" != 1 ] || exit 3"#, logger: Self.quiet)
@@ -74,6 +74,10 @@ import Testing
         #expect(sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/ran") == "1\n2\n3\n")
         #expect(sink.counts.failed == 1 && sink.counts.succeeded == 2)
+        let expected: JSONObject = [
+            "started": 3, "succeeded": 2, "failed": 1, "timed_out": 0, "spawn_failures": 0, "dropped": 0, "running": 0, "waiting": 0,
+        ]
+        #expect(await sink.report() == expected)
     }
 
     /// A command that hangs is killed with its process group after the timeout; the next runs.

@@ -69,6 +69,10 @@ private let ada = "AA:BB:CC:DD:EE:01"
         let device = try #require(status["devices"]?.arrayValue?.first)
         #expect(device["device"]?.stringValue == ada && device["subscribed"] == true && device["delivery"] == "AcquireNotify")
         #expect(device["notifications"] == 4 && device["sharing_allowed"] == true && device["last_error"] == .null)
+        // The outputs and their counters: here standard output only, every event written.
+        let outputs = try #require(status["outputs"]?.arrayValue)
+        #expect(outputs.count == 1 && outputs.first?["name"] == "standard output" && outputs.first?["dropped"] == 0, "\(outputs)")
+        #expect((outputs.first?["written"]?.intValue ?? 0) >= 5, "connected and four notifications: \(outputs)")
 
         let list = try client.request(["cmd": "list"])
         let notifications = try #require(list["devices"]?.arrayValue?.first?["notifications"]?.arrayValue)
@@ -161,6 +165,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
 
         let status = try ancsd(["status", "--control", path])
         #expect(status.status == 0 && status.stdout.contains("notification sharing: allowed"))
+        #expect(status.stdout.contains("outputs:\n  standard output: written "), "\(status.stdout)")
         #expect(!status.stdout.contains("Tea?"), "status never shows content")
 
         let done = try ancsd(["action", ada, "1", "positive", "--control", path])

@@ -44,10 +44,19 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         let broker = try MosquittoBroker()
         let all = try broker.subscriber(["#"])
         defer { all.signal(SIGKILL) }
-        let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions"])
+        let control = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let run = try DaemonRun(
+            text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions", "--control", control])
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         let eventTopic = "ancsd/\(device)/event"
         try waitFor("4 events on \(eventTopic): \(messages(all))") { payloads(all, eventTopic).count >= 4 }
+
+        // `ancsd status` shows the connection and what was delivered.
+        let status = try AncsdProcess.run(["status", "--control", control])
+        #expect(status.status == 0 && status.stdout.contains("  MQTT mqtt://127.0.0.1:\(broker.port): connected yes, connections 1, delivered "), "\(status.stdout)")
+        let report = try JSONValue(parsing: AncsdProcess.run(["status", "--json", "--control", control]).stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        let mqtt = try #require(report["outputs"]?.arrayValue?.first { $0["name"]?.stringValue?.hasPrefix("MQTT") == true })
+        #expect(mqtt["connected"] == true && (mqtt["delivered"]?.intValue ?? 0) >= 8 && mqtt["dropped"] == 0, "\(mqtt)")
 
         // Every event exactly as --format json prints it, in order.
         let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
