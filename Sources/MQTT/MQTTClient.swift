@@ -62,6 +62,11 @@ public enum MQTTClientEvent: Sendable {
 /// delivery, at least once. A retained message replaces a not yet sent retained message of the
 /// same topic.
 ///
+/// A broker name with both IPv6 and IPv4 addresses (`localhost` on most systems, a dual-stack
+/// host) gets one attempt per family before the backoff: libmosquitto's non-blocking connect
+/// tries only a name's first address, so a broker that listens on IPv4 only would otherwise
+/// never be reached by `mqtt://localhost`. The family that last worked is tried first.
+///
 /// Every method may be called from any thread; the work happens on `queue`, and `onEvent` is
 /// called there.
 public final class MQTTClient: @unchecked Sendable {
@@ -90,6 +95,14 @@ public final class MQTTClient: @unchecked Sendable {
     /// the socket itself until the connection is made.
     private var connectPending = false
     private var stopped = false
+    /// The address families still to try in this round of attempts (see the type's comment);
+    /// empty when the name has one family, or a literal address: libmosquitto chooses.
+    private var familiesLeft: [Int32] = []
+    /// The family of the attempt under way (nil: libmosquitto's choice), and of the last that worked.
+    private var attemptFamily: Int32?
+    private var workingFamily: Int32?
+    /// Why the earlier families of this round failed.
+    private var roundFailures: [String] = []
     private var subscriptions: [String] = []
     private var watch: SocketWatch?
     private var keepAliveTimer: (any DispatchSourceTimer)?
@@ -300,7 +313,15 @@ public final class MQTTClient: @unchecked Sendable {
             let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(message.payloadlen))) } ?? []
             client.onEvent(.message(topic: String(cString: topic), payload: payload, retained: message.retain))
         }
-        let rc = mosquitto_connect_async(handle, configuration.endpoint.host, configuration.endpoint.port, configuration.keepAlive)
+        if familiesLeft.isEmpty {
+            familiesLeft = Self.families(of: configuration.endpoint.host, preferring: workingFamily)
+            roundFailures = []
+        }
+        attemptFamily = familiesLeft.isEmpty ? nil : familiesLeft.removeFirst()
+        // libmosquitto skips every address it cannot bind to the wildcard of `bindAddress`'s family.
+        let bindAddress = attemptFamily.map { $0 == AF_INET6 ? "::" : "0.0.0.0" }
+        let rc = mosquitto_connect_bind_async(
+            handle, configuration.endpoint.host, configuration.endpoint.port, configuration.keepAlive, bindAddress)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(Self.describe(rc)) }
         let fd = mosquitto_socket(handle)
         guard fd >= 0, let watch = SocketWatch(fd: fd, queue: queue, readable: { [unowned self] in self.readable() },
@@ -339,6 +360,8 @@ public final class MQTTClient: @unchecked Sendable {
         connected = true
         counters.connections += 1
         retryDelay = configuration.minimumRetry
+        workingFamily = attemptFamily ?? workingFamily
+        familiesLeft = []
         lostReason = nil
         if let handle {
             for filter in subscriptions { mosquitto_subscribe(handle, nil, filter, 1) }
@@ -392,10 +415,24 @@ public final class MQTTClient: @unchecked Sendable {
         keepAliveTimer?.schedule(deadline: .now() + .seconds(Int(configuration.keepAlive)), leeway: .milliseconds(250))
     }
 
-    /// Drops the connection's state and schedules the next attempt.
-    private func lost(_ reason: String) {
+    /// Drops the connection's state and schedules the next attempt: at once with the next
+    /// address family if this attempt never got the broker's answer, else after the backoff.
+    private func lost(_ failure: String) {
+        let neverConnected = !connected
         tearDown()
         guard !stopped else { return }
+        var reason = failure
+        if let family = attemptFamily {
+            let failed = "\(failure) (\(family == AF_INET6 ? "IPv6" : "IPv4"))"
+            if neverConnected && !familiesLeft.isEmpty {
+                roundFailures.append(failed)
+                queue.async { self.connect() }
+                return
+            }
+            reason = (roundFailures + [failed]).joined(separator: "; ")
+            familiesLeft = []
+            roundFailures = []
+        }
         let delay = retryDelay
         retryDelay = min(Self.nanoseconds(retryDelay) * 2, Self.nanoseconds(configuration.maximumRetry)).interval
         onEvent(.disconnected(reason: reason, retry: .nanoseconds(Self.nanoseconds(delay))))
@@ -438,6 +475,27 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     // MARK: Helpers
+
+    /// IPv6 and IPv4, in the order `host` resolves to them, `preferring` first; empty when the
+    /// name has addresses of one family only (or does not resolve: libmosquitto says why).
+    static func families(of host: String, preferring: Int32?) -> [Int32] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &list) == 0 else { return [] }
+        defer { freeaddrinfo(list) }
+        var families: [Int32] = []
+        var entry = list
+        while let current = entry {
+            let family = current.pointee.ai_family
+            if (family == AF_INET || family == AF_INET6) && !families.contains(family) { families.append(family) }
+            entry = current.pointee.ai_next
+        }
+        guard families.count > 1 else { return [] }
+        if let preferring, let index = families.firstIndex(of: preferring) { families.insert(families.remove(at: index), at: 0) }
+        return families
+    }
 
     private static func from(_ context: UnsafeMutableRawPointer?) -> MQTTClient? {
         context.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }

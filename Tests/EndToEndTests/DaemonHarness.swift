@@ -10,8 +10,12 @@ final class DaemonRun {
     let scenario: URL
 
     /// Starts ancsd (JSON output, debug logs) and then the simulator with `scenario` — a file in
-    /// `scenarios/`, or the text of one.
-    init(scenario name: String? = nil, text: String? = nil, ancsdArguments: [String] = [], environment: [String: String] = [:]) throws {
+    /// `scenarios/`, or the text of one. `launcher`: a command that runs ancsd (its path and
+    /// arguments appended), such as `unshare`.
+    init(
+        scenario name: String? = nil, text: String? = nil, ancsdArguments: [String] = [], environment: [String: String] = [:],
+        launcher: [String] = []
+    ) throws {
         bus = try PrivateBus()
         if let text {
             scenario = URL(fileURLWithPath: bus.directory).appendingPathComponent("scenario.jsonl")
@@ -19,9 +23,11 @@ final class DaemonRun {
         } else {
             scenario = repositoryRoot.appendingPathComponent("scenarios/\(name ?? "demo").jsonl")
         }
+        let executable = builtProductsDirectory.appendingPathComponent("ancsd")
+        let arguments = ["--bus", bus.address, "run", "--format", "json", "--log-level", "debug"] + ancsdArguments
         ancsd = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["--bus", bus.address, "run", "--format", "json", "--log-level", "debug"] + ancsdArguments,
+            launcher.first.map { URL(fileURLWithPath: $0) } ?? executable,
+            launcher.isEmpty ? arguments : launcher.dropFirst() + [executable.path] + arguments,
             environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { _, new in new })
         try ancsd.waitForStandardError(containing: "bluetoothd is not running")
         phone = try ChildProcess(

@@ -147,6 +147,34 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         try waitFor("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status offline"] }
     }
 
+    /// libmosquitto's non-blocking connect tries a name's first address only; ancsd tries each
+    /// address family once before it waits.
+    @Test("a broker name with IPv6 and IPv4 addresses reaches a broker that listens on IPv4 only, at once")
+    func dualStackName() throws {
+        let broker = try MosquittoBroker()  // on 127.0.0.1 only: the name's first address, ::1, refuses
+        let hosts = broker.directory + "/hosts"
+        try "127.0.0.1 localhost\n::1 broker.test\n127.0.0.1 broker.test\n".write(toFile: hosts, atomically: true, encoding: .utf8)
+        // ancsd reads that hosts file, in a mount namespace of its own.
+        let unshare = getuid() == 0 ? ["/usr/bin/unshare", "--mount"] : ["/usr/bin/unshare", "--map-root-user", "--mount"]
+        let launcher = unshare + ["/bin/sh", "-c", #"mount --bind "$0" /etc/hosts && exec "$@""#, hosts]
+        let all = try broker.subscriber(["ancsd/#"])
+        defer { all.signal(SIGKILL) }
+        let run = try DaemonRun(
+            text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://broker.test:\(broker.port)", "--mqtt-discovery-prefix", "none"],
+            launcher: launcher)
+        try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+        let eventTopic = "ancsd/\(device)/event"
+        try waitFor("4 events: \(run.ancsd.standardError.suffix(2000))") { payloads(all, eventTopic).count >= 4 }
+        #expect(run.ancsd.standardError.contains("MQTT: connected to mqtt://broker.test:\(broker.port)"))
+        #expect(!run.ancsd.standardError.contains("retrying in"), "IPv4 was tried at once: \(run.ancsd.standardError.suffix(2000))")
+        // The broker goes: each attempt tries IPv4 (which worked) first, then IPv6, then waits.
+        broker.stop()
+        try waitFor("both families refused: \(run.ancsd.standardError.suffix(2000))") {
+            run.ancsd.standardError.contains("(IPv4); Connection refused (IPv6); retrying in")
+        }
+        #expect(try run.ancsd.stop() == 0)
+    }
+
     @Test("bad MQTT settings stop ancsd at the start with a clear error")
     func badSettings() throws {
         let password = try AncsdProcess.run(["run", "--mqtt", "mqtt://me:secret@host"])
