@@ -8,8 +8,9 @@ STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
 # The desktop companion's test runs a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool.
 DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji
-# The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl.
-MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl
+# The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
+# ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
+MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
 TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark $(DESKTOP_TEST_DEPS) $(MQTT_TEST_DEPS)
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
