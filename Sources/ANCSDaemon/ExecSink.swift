@@ -79,12 +79,11 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     public func report() async -> JSONObject {
         await withCheckedContinuation { continuation in
             queue.async { [self] in
-                let running = phones.values.count(where: { $0.running != nil })
                 let waiting = phones.values.reduce(0) { $0 + $1.waiting.count }
                 continuation.resume(returning: [
                     "started": .int(counters.started), "succeeded": .int(counters.succeeded), "failed": .int(counters.failed),
                     "timed_out": .int(counters.timedOut), "spawn_failures": .int(counters.spawnFailures),
-                    "dropped": .int(counters.dropped), "running": .int(running), "waiting": .int(waiting),
+                    "dropped": .int(counters.dropped), "running": .int(runningCount), "waiting": .int(waiting),
                 ])
             }
         }
@@ -99,7 +98,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     public func reconfigure(command: String, timeout: Duration) {
         queue.sync {
             guard command != self.command || timeout != self.timeout else { return }
-            let running = phones.values.count(where: { $0.running != nil })
+            let running = runningCount
             self.command = command
             self.timeout = timeout
             logger.info("exec: the new command runs for every event not yet started" + (running > 0 ? "; \(running) already running will finish" : ""))
@@ -147,6 +146,9 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         var running: Child?
         var dropped = 0
     }
+
+    /// Commands running now, one per phone at most.
+    private var runningCount: Int { phones.values.count(where: { $0.running != nil }) }
 
     private func enqueue(_ event: OutputRecord) {
         guard !stopped else { return }
