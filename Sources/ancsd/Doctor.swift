@@ -14,7 +14,8 @@ enum DoctorCommand {
     Checks, one line each, with a plain-language fix for every problem:
       bluetoothd is running, an adapter is powered, a phone is bonded, the phone exposes ANCS
       (Apple Notification Center Service), the phone shares its notifications, the daemon's
-      control socket answers, and the FIFO can be read.
+      control socket answers, MQTT (when configured) is connected, no output dropped events or
+      saw its commands fail, and the FIFO can be read.
     Exit status 0 when every check passes, 1 otherwise. Notification content is never shown.
     """
 
@@ -134,6 +135,33 @@ enum DoctorCommand {
                     : "no notification of \(address) in this session matched: \(idle.joined(separator: "; "))",
                 fix: "check the bundle identifiers and category names (\"ancsd list\" shows the apps' app_id); a filter that matches nothing filters nothing",
                 warning: true))
+        }
+        return checks + outputChecks(reply["outputs"]?.arrayValue ?? [])
+    }
+
+    /// MQTT not connected fails; events an output dropped and commands that failed are warnings.
+    static func outputChecks(_ outputs: [JSONValue]) -> [Check] {
+        var checks: [Check] = []
+        for output in outputs {
+            let name = output["name"]?.stringValue ?? "?"
+            if let connected = output["connected"]?.boolValue {
+                let queued = output["queued"]?.intValue ?? 0
+                checks.append(Check(
+                    ok: connected, what: connected ? "ancsd is connected to \(name)" : "ancsd is not connected to \(name) (\(queued) message(s) waiting)",
+                    fix: "check that the broker runs and listens at that address, and the credentials; the log says why "
+                        + "(journalctl -u ancsd); under systemd the unit needs network access for it (docs/mqtt.md)"))
+            }
+            if let failed = output["failed"]?.intValue, failed > 0 {
+                checks.append(Check(
+                    ok: false, what: "\(failed) of \(output["started"]?.intValue ?? 0) commands run by exec failed",
+                    fix: "the log has each one's exit status and standard error (journalctl -u ancsd)", warning: true))
+            }
+            if let dropped = output["dropped"]?.intValue, dropped > 0 {
+                checks.append(Check(
+                    ok: false, what: "\(name) dropped \(dropped) event(s)",
+                    fix: "its reader, command or broker was slower than the events or away (docs/output.md says how much each output holds)",
+                    warning: true))
+            }
         }
         return checks
     }

@@ -21,10 +21,16 @@ import TestSupport
             if [ "$ANCSD_TYPE" = disconnected ]; then echo "cannot reach the lamp" >&2; exit 3; fi
             """#.write(toFile: script, atomically: true, encoding: .utf8)
         chmod(script, 0o755)
+        let control = dir + "/control"
         let run = try DaemonRun(
-            scenario: "two-phones", ancsdArguments: ["--exec", "\(script) '\(dir)'", "--exec-timeout", "5", "--log-level", "info"],
+            scenario: "two-phones",
+            ancsdArguments: ["--exec", "\(script) '\(dir)'", "--exec-timeout", "5", "--log-level", "info", "--control", control],
             // The daemon's own ANCSD_ variables and systemd's messages to it are not passed on.
             environment: ["ANCSD_UID": "inherited", "ANCSD_APP_ID": "inherited", "WATCHDOG_USEC": "30000000"])
+        // `ancsd doctor` warns about the failed command (exit status 0: a warning).
+        try run.ancsd.waitForStandardError(containing: "exec: the command exited with status 3")
+        let doctor = try AncsdProcess.run(["--bus", run.bus.address, "doctor", "--control", control, "--fifo", "/nonexistent"])
+        #expect(doctor.stdout.contains("warn 1 of ") && doctor.stdout.contains(" commands run by exec failed"), "\(doctor.stdout)")
         let events = try run.finish()
         #expect(events.count >= 6)
         for device in ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02"] {

@@ -57,6 +57,8 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         let report = try JSONValue(parsing: AncsdProcess.run(["status", "--json", "--control", control]).stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         let mqtt = try #require(report["outputs"]?.arrayValue?.first { $0["name"]?.stringValue?.hasPrefix("MQTT") == true })
         #expect(mqtt["connected"] == true && (mqtt["delivered"]?.intValue ?? 0) >= 8 && mqtt["dropped"] == 0, "\(mqtt)")
+        let doctor = try AncsdProcess.run(["--bus", run.bus.address, "doctor", "--control", control, "--fifo", "/nonexistent"])
+        #expect(doctor.stdout.contains("ok   ancsd is connected to MQTT mqtt://127.0.0.1:\(broker.port)"), "\(doctor.stdout)")
 
         // Every event exactly as --format json prints it, in order.
         let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
@@ -159,8 +161,10 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         let launcher = unshare + ["/bin/sh", "-c", #"mount --bind "$0" /etc/hosts && exec "$@""#, hosts]
         let all = try broker.subscriber(["ancsd/#"])
         defer { all.signal(SIGKILL) }
+        let control = broker.directory + "/control"
         let run = try DaemonRun(
-            text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://broker.test:\(broker.port)", "--mqtt-discovery-prefix", "none"],
+            text: Self.scenario,
+            ancsdArguments: ["--mqtt", "mqtt://broker.test:\(broker.port)", "--mqtt-discovery-prefix", "none", "--control", control],
             launcher: launcher)
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         let eventTopic = "ancsd/\(device)/event"
@@ -172,6 +176,10 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         try waitFor("both families refused: \(run.ancsd.standardError.suffix(2000))") {
             run.ancsd.standardError.contains("(IPv4); Connection refused (IPv6); retrying in")
         }
+        // `ancsd doctor` says so, and fails.
+        let doctor = try AncsdProcess.run(["--bus", run.bus.address, "doctor", "--control", control, "--fifo", "/nonexistent"])
+        #expect(doctor.status == 1 && doctor.stdout.contains("FAIL ancsd is not connected to MQTT mqtt://broker.test:\(broker.port) ("), "\(doctor.stdout)")
+        #expect(doctor.stdout.contains("→ check that the broker runs"))
         #expect(try run.ancsd.stop() == 0)
     }
 
