@@ -148,7 +148,7 @@ public final class MQTTSink: OutputSink {
     }
 
     public func report() async -> JSONObject {
-        let counters = await withCheckedContinuation { continuation in client.counters { continuation.resume(returning: $0) } }
+        let counters = client.snapshot
         return [
             "connected": .bool(counters.connected), "connections": .int(counters.connections), "delivered": .int(counters.delivered),
             "queued": .int(counters.queued), "dropped": .int(counters.dropped),

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CMosquitto
 public import Dispatch
+import Synchronization
 
 /// How an `MQTTClient` connects.
 public struct MQTTConfiguration: Sendable {
@@ -112,6 +113,8 @@ public final class MQTTClient: @unchecked Sendable {
     private var droppedSinceReport = 0
     private var finishing: (timer: any DispatchSourceTimer, done: @Sendable (Bool) -> Void)?
     private var counters = Counters()
+    /// `counters` with `queued` and `connected`, for `snapshot`.
+    private let shared = Mutex(Counters())
 
     /// What the client did so far.
     public struct Counters: Sendable, Equatable {
@@ -158,14 +161,16 @@ public final class MQTTClient: @unchecked Sendable {
         }
     }
 
-    /// The counters, read on the queue.
-    public func counters(_ reply: @escaping @Sendable (Counters) -> Void) {
-        queue.async {
-            var counters = self.counters
-            counters.queued = self.pending.count - self.head
-            counters.connected = self.connected
-            reply(counters)
-        }
+    /// The counters as the queue last left them: read at once from any thread, never waiting
+    /// for the queue (which may be inside a slow name lookup).
+    public var snapshot: Counters { shared.withLock { $0 } }
+
+    /// Publishes the counters for `snapshot`; called on the queue after each change.
+    private func share() {
+        var current = counters
+        current.queued = pending.count - head
+        current.connected = connected
+        shared.withLock { $0 = current }
     }
 
     /// Publishes the farewell message, waits until the queue is delivered or `timeout` passes,
@@ -222,6 +227,7 @@ public final class MQTTClient: @unchecked Sendable {
             onEvent(.dropped(droppedSinceReport))
             droppedSinceReport = 0
         }
+        share()
         handOver()
     }
 
@@ -241,6 +247,7 @@ public final class MQTTClient: @unchecked Sendable {
                         // Never deliverable: drop it rather than block the queue behind it.
                         pending[index].done = true
                         counters.dropped += 1
+                        share()
                         index += 1
                         continue
                     }
@@ -264,6 +271,7 @@ public final class MQTTClient: @unchecked Sendable {
             pending.removeFirst(head)
             head = 0
         }
+        share()
         if isEmpty, finishing != nil {
             queue.async { self.finished() }  // not from inside libmosquitto's callback
         } else if handed < Self.window / 2 {
@@ -362,6 +370,7 @@ public final class MQTTClient: @unchecked Sendable {
         retryDelay = configuration.minimumRetry
         workingFamily = attemptFamily ?? workingFamily
         familiesLeft = []
+        share()
         lostReason = nil
         if let handle {
             for filter in subscriptions { mosquitto_subscribe(handle, nil, filter, 1) }
@@ -460,6 +469,7 @@ public final class MQTTClient: @unchecked Sendable {
         connectPending = false
         handed = 0
         for index in pending.indices where !pending[index].done { pending[index].mid = nil }
+        share()
     }
 
     private func shutDown() {

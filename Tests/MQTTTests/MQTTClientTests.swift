@@ -35,13 +35,6 @@ func waitUntil(_ what: @autoclosure () -> String, timeout: Duration = .seconds(1
     throw TestFailure("timed out waiting for \(what())")
 }
 
-func counters(_ client: MQTTClient) -> MQTTClient.Counters {
-    let result = Mutex<MQTTClient.Counters?>(nil)
-    client.counters { c in result.withLock { $0 = c } }
-    while result.withLock({ $0 }) == nil { Thread.sleep(forTimeInterval: 0.01) }
-    return result.withLock { $0 } ?? MQTTClient.Counters()
-}
-
 func finish(_ client: MQTTClient, timeout: DispatchTimeInterval = .seconds(5)) -> Bool {
     let result = Mutex<Bool?>(nil)
     client.finish(timeout: timeout) { delivered in result.withLock { $0 = delivered } }
@@ -181,15 +174,15 @@ struct MQTTClientTests {
         client.publish(MQTTMessage(topic: "q/state", text: "connected", retain: true))
         for n in 1...25 { client.publish(MQTTMessage(topic: "q/event", text: "\(n)")) }
         try waitUntil("a failed attempt") { !log.reasons.isEmpty }
-        #expect(!counters(client).connected)
+        #expect(!client.snapshot.connected)
         try broker.start()
         let subscriber = try broker.subscriber(["q/#"])
         defer { subscriber.signal(SIGKILL) }
         try waitUntil("delivery", timeout: .seconds(20)) { payloads(subscriber, topic: "q/event").count >= 9 }
-        try waitUntil("queue empty") { counters(client).queued == 0 }
+        try waitUntil("queue empty") { client.snapshot.queued == 0 }
         // 26 messages for 10 places: the 16 oldest events went; the retained state stayed.
         #expect(payloads(subscriber, topic: "q/event") == (17...25).map(String.init))
-        #expect(counters(client).dropped == 16 && counters(client).connected)
+        #expect(client.snapshot.dropped == 16 && client.snapshot.connected)
         #expect(try broker.retained("q/state") == ["q/state connected"])
         #expect(finish(client))
     }
