@@ -64,7 +64,7 @@ import TestSupport
         func settings(_ name: String, pause: String = "") -> String {
             "format = json\nexec = [ \"$ANCSD_TYPE\" != added ] || { \(pause) echo \(name) $ANCSD_UID >> '\(dir)/ran'; }\n"
         }
-        try settings("A", pause: "sleep 2;").write(toFile: config, atomically: true, encoding: .utf8)
+        try settings("A", pause: "sleep 3;").write(toFile: config, atomically: true, encoding: .utf8)
         let scenario = dir + "/phone.jsonl"
         try #"""
             {"scenario":"reload","devices":[{"address":"AA:BB:CC:DD:EE:01","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
