@@ -159,6 +159,10 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         // ancsd reads that hosts file, in a mount namespace of its own.
         let unshare = getuid() == 0 ? ["/usr/bin/unshare", "--mount"] : ["/usr/bin/unshare", "--map-root-user", "--mount"]
         let launcher = unshare + ["/bin/sh", "-c", #"mount --bind "$0" /etc/hosts && exec "$@""#, hosts]
+        // The premise: there, the name's first address is ::1, then comes 127.0.0.1.
+        let resolved = try runTool(launcher[0], Array(launcher.dropFirst()) + ["/usr/bin/getent", "ahosts", "broker.test"])
+        let addresses = resolved.text.split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }
+        try #require(resolved.status == 0 && addresses.first == "::1" && addresses.contains("127.0.0.1"), "\(resolved.text)")
         let all = try broker.subscriber(["ancsd/#"])
         defer { all.signal(SIGKILL) }
         let control = broker.directory + "/control"
