@@ -220,7 +220,7 @@ class Outputs:
             ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(self.port), "-c", "-i", "soak-sub", "-q", "1", "-v",
              "-t", "ancsd/+/event"], stdout=self.sub_file, stderr=open(self.path("mqtt/subscriber.log"), "w"))
         self.reader = open(self.path("mqtt.txt"), "rb")
-        self.sync_subscriber()
+        self.sync_subscriber(first=True)
 
     def start_broker(self):
         with open(self.path("mqtt/broker.log"), "a") as log:
@@ -303,21 +303,31 @@ class Outputs:
                 self.fail(f"MQTT delivered an event for a phone the soak does not know: {short(line)}")
             self.received[address].append((payload, index < self.after_restart_until))
 
-    def sync_subscriber(self):
-        """Publishes a probe and reads the subscriber until it shows: the broker had every message
-        ancsd's status called delivered before the probe, and hands them on in order."""
+    def publish_probe(self):
         self.probe_count += 1
         token = f"probe {self.probe_count}".encode()
-        deadline = time.monotonic() + MQTT_DRAIN_SECONDS
         result = subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(self.port), "-q", "1",
                                  "-t", "ancsd/probe/event", "-m", token], capture_output=True, timeout=30)
         if result.returncode != 0:
             self.fail(f"mosquitto_pub could not publish the soak's probe: {result.stderr.decode()[:200]}")
+        return token
+
+    def sync_subscriber(self, first=False):
+        """Publishes a probe and reads the subscriber until it shows: the broker had every message
+        ancsd's status called delivered before the probe, and hands them on in order. The `first`
+        time the subscriber may not have subscribed yet: probes go out again every 0.5 s."""
+        token = self.publish_probe()
+        tokens = {token}
+        deadline = time.monotonic() + MQTT_DRAIN_SECONDS
+        again = time.monotonic() + 0.5
         while True:
             with self.lock:
                 self.read_subscriber()
-                if token in self.probes:
+                if tokens & self.probes:
                     return
+            if first and time.monotonic() > again:
+                tokens.add(self.publish_probe())
+                again = time.monotonic() + 0.5
             if time.monotonic() > deadline:
                 self.fail(f"the subscriber did not get the soak's probe within {MQTT_DRAIN_SECONDS} s "
                           f"(see {self.path('mqtt/subscriber.log')})")
