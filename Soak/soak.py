@@ -769,6 +769,13 @@ class Run:
         """The moment up to which both readers have queued everything (read before draining)."""
         return min(self.output_seen_until, self.events_seen_until)
 
+    def restart_broker(self, downtime):
+        """In a thread of its own: a problem it meets stops the run at the next pump."""
+        try:
+            self.outputs.restart_broker(downtime)
+        except Violation as violation:
+            self.problems.append(str(violation))
+
     def read_past(self, t):
         """Waits until the reader of ancsd's standard output has read everything written before `t`."""
         deadline = time.monotonic() + 10
@@ -918,7 +925,7 @@ class Run:
         elif kind == "broker-restart":
             if self.outputs is not None:
                 self.faults[kind] += 1
-                self.spawn(self.outputs.restart_broker, params["downtime"])
+                self.spawn(self.restart_broker, params["downtime"])
         elif kind == "fifo":
             self.faults["fifo-reader"] += 1
             self.spawn(self.fifo_reader, params["read"], params["stall"], params["again"])
