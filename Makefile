@@ -130,14 +130,18 @@ test:
 ## SOAK_SECONDS (default 600) against two or three simulated iPhones: notifications, bursts,
 ## disconnects, bluetoothd restarts, Control Point errors and timeouts, FIFO readers and control
 ## clients that misbehave, actions, reloads and kill -9, all checked as they happen by an oracle
-## built from the simulator's own log; RSS, descriptors and threads must stay bounded. Prints
-## its seed; SOAK_SEED=N replays that run (docs/soak.md).
+## built from the simulator's own log; RSS, descriptors and threads must stay bounded. ancsd
+## also runs an --exec command and publishes to a private mosquitto broker (restarted now and
+## then, the command reloaded and slowed): at each quiet point what the command and an MQTT
+## subscriber got is checked against standard output, losses against ancsd's dropped counts.
+## Prints its seed; SOAK_SEED=N replays that run (docs/soak.md).
 SOAK_SECONDS ?= 600
 soak:
 	@scripts/install-deps $(TEST_DEPS) python3
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-phone-sim
 	python3 Soak/test_oracle.py
+	python3 Soak/test_outputs.py
 	python3 Soak/test_soak.py
 	python3 Soak/soak.py $$($(SWIFT) build -c release --show-bin-path) --seconds $(SOAK_SECONDS) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 

@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from oracle import NS, STALL_SECONDS, Oracle, Violation  # noqa: E402
+from outputs import Outputs  # noqa: E402
 
 SAMPLE_SECONDS = 2.0
 HELD_CAP = 600                # the most notifications the plan lets a phone hold
@@ -133,6 +134,9 @@ def make_plan(seed, seconds):
                 "mtu": 23 if i == 1 else rng.choice([185, 247, 517])} for i in range(phones)]
     settings = {"scenario": f"soak-{seed}", "acquire_notify": rng.random() < 0.75, "devices": devices, "apps": APPS}
     plan = []
+    # The outputs' faults take the share of steps that did nothing before, and their parameters
+    # come from a generator of their own: every other step of a seed's plan is as it was.
+    orng = random.Random(seed ^ 0x07)
     keys = [[] for _ in devices]        # the generator's own idea of what each phone holds
     next_key = [1 for _ in devices]
     t = 2.0
@@ -265,6 +269,17 @@ def make_plan(seed, seconds):
                                        "action": rng.choice(["positive", "negative"])}))
         elif r < 0.81:
             plan.append((t, "sighup", {}))
+        elif r < 0.817:
+            plan.append((t, "broker-restart", {"downtime": round(orng.uniform(0.5, 4), 2)}))
+        elif r < 0.827:
+            plan.append((t, "exec-reload", {}))
+        elif r < 0.832:
+            # A slow command for 1-4 s: the phone's 64 places fill and ancsd counts what it drops.
+            # Over before the next quiet point, which gives exec 10 s to catch up.
+            until = t + orng.uniform(1, 4)
+            if until < min(next_settle, seconds - 3, warm_up_at if not warmed else seconds) - 1:
+                plan.append((t, "exec-slow", {"sleep": round(orng.uniform(0.05, 0.2), 2)}))
+                plan.append((until, "exec-fast", {}))
     for dev in range(phones):
         drain(seconds - 1, dev)
     plan.append((seconds, "settle", {}))
@@ -280,7 +295,7 @@ def make_plan(seed, seconds):
 # Processes
 
 class Run:
-    def __init__(self, bin_dir, seconds, seed, workdir):
+    def __init__(self, bin_dir, seconds, seed, workdir, with_outputs=True):
         self.bin = bin_dir
         self.seconds = seconds
         self.seed = seed
@@ -326,6 +341,10 @@ class Run:
         self.reader_lag = 0                 # the most the readers were ever behind at a pump (ns)
         self.sent_steps = 0
         self.answers_seen = 0
+        # --exec and --mqtt (outputs.py): checked against standard output at each quiet point.
+        self.outputs = Outputs(workdir, self.devices, self.fail) if with_outputs else None
+        self.exec_variant = 0
+        self.exec_sleep = None
 
     # plumbing
 
@@ -426,15 +445,20 @@ class Run:
                     continue
                 with self.lines_lock:
                     self.stdout_lines.add(canonical(line))
+                if self.outputs is not None:
+                    self.outputs.printed_line(line.get("device"), raw)
                 self.inbox.put((t, "ancsd", line))
 
         follow(output, process, lines_read, lambda before: setattr(self, "output_seen_until", before), poll=0.01)
 
-    def write_config(self):
-        self.config_toggle = not self.config_toggle
+    def write_config(self, toggle=True):
+        if toggle:
+            self.config_toggle = not self.config_toggle
         text = "# soak\nreplays = all\n"
         if self.config_toggle:
             text += "ignore-app = com.example.never.sent\n"
+        if self.outputs is not None:
+            text += self.outputs.config(self.exec_variant, self.exec_sleep)
         with open(self.path("ancsd.conf"), "w") as f:
             f.write(text)
 
@@ -497,6 +521,8 @@ class Run:
         self.reader.join(10)      # what it printed before it died is read (and stamped) first
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
         self.faults["kill-9"] += 1
+        if self.outputs is not None:
+            self.outputs.ended("kill -9")
         self.file_lines = self.check_files("after kill -9")
         self.start_ancsd()
 
@@ -639,8 +665,11 @@ class Run:
         while True:
             t = now_ns()
             worst = 0
-            for name, pid in (("sim", self.sim.pid), ("bus", self.bus.pid), ("ancsd", self.ancsd.pid),
-                              ("soak", os.getpid())):
+            extra = self.outputs.pids() if self.outputs is not None else []
+            for name, pid in [("sim", self.sim.pid), ("bus", self.bus.pid), ("ancsd", self.ancsd.pid),
+                              ("soak", os.getpid())] + extra:
+                if pid is None:
+                    continue
                 total = 0
                 try:
                     for task in os.listdir(f"/proc/{pid}/task"):
@@ -660,7 +689,7 @@ class Run:
             samples = list(self.waits)
         before = next((w for t, w in reversed(samples) if t <= t0), samples[0][1] if samples else {})
         after = next((w for t, w in reversed(samples) if t <= t1), {})
-        return max([after[k] - before.get(k, 0) for k in after if k[0] != "soak"] + [0])
+        return max([after[k] - before.get(k, 0) for k in after if k[0] in PIPELINE] + [0])
 
     def cpu_waits(self):
         """Run-queue time so far by process name (every process of that name), in seconds."""
@@ -740,6 +769,21 @@ class Run:
         """The moment up to which both readers have queued everything (read before draining)."""
         return min(self.output_seen_until, self.events_seen_until)
 
+    def restart_broker(self, downtime):
+        """In a thread of its own: a problem it meets stops the run at the next pump."""
+        try:
+            self.outputs.restart_broker(downtime)
+        except Violation as violation:
+            self.problems.append(str(violation))
+
+    def read_past(self, t):
+        """Waits until the reader of ancsd's standard output has read everything written before `t`."""
+        deadline = time.monotonic() + 10
+        while self.output_seen_until <= t:
+            if time.monotonic() > deadline:
+                self.fail("ancsd's standard output was not read within 10 s")
+            time.sleep(0.01)
+
     def pump(self):
         seen = self.seen_until()
         self.drain_inbox()
@@ -792,6 +836,8 @@ class Run:
         self.oracle.advance(seen)
         self.oracle.settled()
         self.check_copies()
+        if self.outputs is not None:
+            self.outputs.settle(lambda: self.control_request({"cmd": "status"}), self.read_past)
         self.settles += 1
         # The oracle's model only grows; a full collection of it held every thread of the soak
         # for up to 0.9 s on a loaded machine. At a quiet point, collect what is new and freeze
@@ -809,6 +855,8 @@ class Run:
         os.makedirs(self.path("state"))
         self.start_bus()
         self.start_sim()
+        if self.outputs is not None:
+            self.outputs.start()
         self.start_ancsd()
         self.spawn(self.watch_cpu)
         self.started = time.monotonic()
@@ -862,6 +910,22 @@ class Run:
             self.faults["sighup-reload"] += 1
             self.write_config()
             self.ancsd.send_signal(signal.SIGHUP)
+        elif kind in ("exec-reload", "exec-slow", "exec-fast"):
+            if self.outputs is None:
+                return
+            # The same file, by a command that differs in text (or is slow for a spell): running
+            # commands finish, waiting events run the new one (docs/output.md).
+            if kind != "exec-fast":
+                self.faults[kind] += 1
+            if kind == "exec-reload":
+                self.exec_variant += 1
+            self.exec_sleep = params.get("sleep")
+            self.write_config(toggle=False)
+            self.ancsd.send_signal(signal.SIGHUP)
+        elif kind == "broker-restart":
+            if self.outputs is not None:
+                self.faults[kind] += 1
+                self.spawn(self.restart_broker, params["downtime"])
         elif kind == "fifo":
             self.faults["fifo-reader"] += 1
             self.spawn(self.fifo_reader, params["read"], params["stall"], params["again"])
@@ -902,6 +966,8 @@ class Run:
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-killed"}))
         time.sleep(0.5)
         self.pump_final()
+        if self.outputs is not None:
+            self.outputs.ended("SIGTERM")
         self.check_files("after SIGTERM")
         return end_rss
 
@@ -914,6 +980,8 @@ class Run:
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+        if self.outputs is not None:
+            self.outputs.stop()
 
 
 def parse_smaps(text):
@@ -958,6 +1026,14 @@ def report(run):
             f"{'live' if live else 'gone'}→{'performed' if rc == 0 else 'refused' if rc == 1 else rc} {n}"
             for (live, rc), n in sorted(run.action_results.items())) +
         (" (refusals: " + "; ".join(f"{n}× {r}" for r, n in run.action_refusals.most_common(4)) + ")" if run.action_refusals else ""))
+    if run.outputs is not None:
+        c = run.outputs.counts
+        say(f"outputs: exec {c['exec lines']} lines checked, {c['exec dropped']} dropped (ancsd's count), "
+            f"{c['exec lines lost with a process']} lost with a killed or stopped process; MQTT {c['MQTT messages']} "
+            f"event messages checked, {c['MQTT re-deliveries']} re-deliveries, {c['MQTT dropped']} dropped "
+            f"(ancsd's count), {c['MQTT messages lost with a process']} lost with a killed or stopped process; "
+            f"against {c['printed lines']} lines of standard output in {c['windows']} windows; broker restarts "
+            f"{c['broker restarts']}, exec reloads {run.faults['exec-reload']}, exec slow spells {run.faults['exec-slow']}")
     load(run)
     with open(run.path("samples.tsv"), "w") as f:
         f.write("t\tinstance\trss_kb\tfds\tthreads\theld\towed\tanon_kb\tfile_kb\tshmem_kb\n")
@@ -980,6 +1056,7 @@ def report(run):
 
 
 RSS_GROWTH_KB = 1024
+PIPELINE = ("sim", "bus", "ancsd")    # the processes whose CPU wait can excuse a pause of the output
 BOUNDS = {"fds": 64, "threads": 16, "RSS kB": 64 * 1024}
 
 
@@ -987,7 +1064,8 @@ def load(run):
     """What the machine and the soak itself cost the run: said with every report and violation."""
     waits = run.cpu_waits()
     say(f"load: load average {os.getloadavg()[0]:.2f} at the end; time spent waiting for a CPU: "
-        + ", ".join(f"{name} {waits[name]:.1f} s" for name in ("ancsd", "sim", "bus", "soak") if name in waits)
+        + ", ".join(f"{name} {waits[name]:.1f} s" for name in ("ancsd", "sim", "bus", "soak", "broker", "subscriber")
+                    if name in waits)
         + f" (ancsd: its last process); the soak's readers were at most {run.reader_lag / NS:.2f} s behind; "
         f"its garbage collections: {GC_PAUSES.count}, longest {GC_PAUSES.longest / NS:.3f} s")
 
@@ -1031,10 +1109,12 @@ def main():
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--without-outputs", action="store_true",
+                        help="run ancsd without --exec and --mqtt (to compare its resources)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     workdir = tempfile.mkdtemp(prefix=f"ancsd-soak-{seed}-")
-    run = Run(args.bin, args.seconds, seed, workdir)
+    run = Run(args.bin, args.seconds, seed, workdir, with_outputs=not args.without_outputs)
     try:
         run.run()
         steady = report(run)

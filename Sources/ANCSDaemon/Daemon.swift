@@ -72,7 +72,7 @@ public actor Daemon {
     /// A line for `systemctl status`: "2 phones connected, 14 notifications".
     public var statusLine: String {
         let phones = links.values.filter { $0.state == .running }
-        let notifications = phones.reduce(0) { $0 + $1.session.notifications.count }
+        let notifications = phones.reduce(0) { $0 + $1.session.notificationCount }
         let phoneText = phones.count == 1 ? "1 phone connected" : "\(phones.count) phones connected"
         let notificationText = notifications == 1 ? "1 notification" : "\(notifications) notifications"
         guard phones.isEmpty else { return "\(phoneText), \(notificationText)" }

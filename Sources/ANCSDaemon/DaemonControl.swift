@@ -63,7 +63,7 @@ extension Daemon: ControlHandler, PhoneActions {
             device.append("subscribed", .bool(link.state == .running))
             device.append("delivery", JSONValue(link.deliveryName))
             device.append("session_age_s", .int(Int(link.now.components.seconds)))
-            device.append("notifications", .int(link.session.notifications.count))
+            device.append("notifications", .int(link.session.notificationCount))
             device.append("events", .int(link.notificationCount))
             device.append("sharing_allowed", JSONValue(link.session.notificationSharingAllowed))
             device.append("filtered", .int(link.session.filteredCount))

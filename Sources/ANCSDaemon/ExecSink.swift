@@ -248,16 +248,15 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             command.withCString { ancsd_spawn_shell($0, envp, input[0], null >= 0 ? null : errors[1], errors[1], &pid) }
         }
         close(input[0])
-        close(errors[1])
         if null >= 0 { close(null) }
         guard error == 0 else {
-            close(input[1]); close(errors[0])
+            close(input[1]); close(errors[0]); close(errors[1])
             return spawnFailed(label, error)
         }
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")
         let child = Child(
-            pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0],
+            pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0], stderrWriter: errors[1],
             sink: self)
         child.start()
         return child
@@ -282,6 +281,11 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         private var written = 0
         private let stdinFD: Int32
         private let stderrFD: Int32
+        /// The daemon keeps a writer of the command's standard-error pipe open until the end, so
+        /// the pipe never hangs up while its read source is registered: libdispatch on Linux
+        /// crashed (SIGSEGV in `_dispatch_event_loop_drain`) under hundreds of such hang-ups a
+        /// second (docs/soak.md, section 5). The end is the command's exit, not the pipe's EOF.
+        private let stderrWriter: Int32
         private var stdinSource: (any DispatchSourceWrite)?
         private var stdinOpen = true
         private var stderrSource: (any DispatchSourceRead)?
@@ -295,7 +299,8 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         private var done = false
         private let sink: ExecSink
 
-        init(pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: Int32, stderr: Int32, sink: ExecSink) {
+        init(pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: Int32, stderr: Int32, stderrWriter: Int32,
+             sink: ExecSink) {
             self.pid = pid
             self.device = device
             self.label = label
@@ -303,6 +308,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             self.input = input
             stdinFD = stdin
             stderrFD = stderr
+            self.stderrWriter = stderrWriter
             self.sink = sink
             _ = fcntl(stdin, F_SETFL, fcntl(stdin, F_GETFL) | O_NONBLOCK)
             _ = fcntl(stderr, F_SETFL, fcntl(stderr, F_GETFL) | O_NONBLOCK)
@@ -311,9 +317,12 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         func start() {
             let queue = sink.queue
             let errors = DispatchSource.makeReadSource(fileDescriptor: stderrFD, queue: queue)
-            let fd = stderrFD
+            let fd = stderrFD, writer = stderrWriter
             errors.setEventHandler { self.readErrors() }
-            errors.setCancelHandler { close(fd) }
+            errors.setCancelHandler {
+                close(fd)
+                close(writer)
+            }
             stderrSource = errors
             errors.resume()
 
@@ -325,20 +334,30 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
 
             let pidfd = ancsd_pidfd_open(pid)
             if pidfd >= 0 {
+                // Exited: the source is cancelled first and the command reaped once it is gone
+                // (a reaped task's pidfd hangs up, which must not reach a registered source).
                 let exit = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
-                exit.setEventHandler { self.reap() }
-                exit.setCancelHandler { close(pidfd) }
+                exit.setEventHandler { self.exitSource?.cancel() }
+                exit.setCancelHandler {
+                    close(pidfd)
+                    if !self.reap() { self.startPoller() }  // not reaped after all (EINTR): look again
+                }
                 exitSource = exit
                 exit.resume()
             } else {
                 // No pidfd (a kernel before 5.3, or a seccomp filter): look every 50 ms while it runs.
-                let poller = DispatchSource.makeTimerSource(queue: queue)
-                poller.setEventHandler { self.reap() }
-                poller.schedule(deadline: .now() + .milliseconds(50), repeating: .milliseconds(50), leeway: .milliseconds(10))
-                self.poller = poller
-                poller.resume()
+                startPoller()
             }
             writeInput()
+        }
+
+        private func startPoller() {
+            guard poller == nil, !done else { return }
+            let poller = DispatchSource.makeTimerSource(queue: sink.queue)
+            poller.setEventHandler { _ = self.reap() }
+            poller.schedule(deadline: .now() + .milliseconds(50), repeating: .milliseconds(50), leeway: .milliseconds(10))
+            self.poller = poller
+            poller.resume()
         }
 
         /// Writes what the pipe takes; closes it when all is written or the command stopped reading.
@@ -410,11 +429,13 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             kill(-pid, SIGKILL)  // the whole process group: the shell and what it started
         }
 
-        private func reap() {
-            guard !done else { return }
+        /// Reaps the command if it has exited (false: still running) and finishes it.
+        @discardableResult
+        private func reap() -> Bool {
+            guard !done else { return true }
             var status: Int32 = 0
             let result = waitpid(pid, &status, WNOHANG)
-            if result == 0 || (result < 0 && errno == EINTR) { return }  // still running
+            if result == 0 || (result < 0 && errno == EINTR) { return false }  // still running
             done = true
             exitSource?.cancel()
             exitSource = nil
@@ -427,6 +448,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
             stderrSource?.cancel()
             stderrSource = nil
             sink.finished(self, status: result < 0 ? nil : status)
+            return true
         }
     }
 

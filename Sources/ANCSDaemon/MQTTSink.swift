@@ -270,6 +270,6 @@ public final class MQTTSink: OutputSink {
 
 extension Daemon: NotificationCounts {
     public func notificationCount(device: String) -> Int? {
-        links.values.first { $0.device.address == device && $0.state == .running }?.session.notifications.count
+        links.values.first { $0.device.address == device && $0.state == .running }?.session.notificationCount
     }
 }

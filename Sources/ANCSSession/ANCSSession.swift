@@ -112,6 +112,10 @@ public struct ANCSSession: Sendable {
         records.values.map(\.notification).sorted { $0.uid < $1.uid }
     }
 
+    /// How many notifications the session knows: `notifications.count` without building and
+    /// sorting them (the MQTT count and the status line ask for it on every event).
+    public var notificationCount: Int { records.count }
+
     /// The notification with this UID, if the session knows it.
     public func notification(uid: UInt32) -> PhoneNotification? { records[uid]?.notification }
 

@@ -292,6 +292,14 @@ import Testing
         #expect(h.session.notifications.count <= 100)
     }
 
+    @Test func theCountIsTheNumberOfNotificationsKnown() {
+        var h = Harness()
+        for uid in UInt32(1)...5 { h.ns(.notificationAdded, uid: uid) }
+        h.ns(.notificationRemoved, uid: 3)
+        #expect(h.session.notificationCount == h.session.notifications.count)
+        #expect(h.session.notificationCount == 4)
+    }
+
     @Test func aForgottenNotificationIsShownFirst() {
         var h = Harness {
             $0.maxKnownNotifications = 10
