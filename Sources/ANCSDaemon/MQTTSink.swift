@@ -208,7 +208,7 @@ public final class MQTTSink: OutputSink {
         case .disconnected(let reason, let retry):
             logger.warning("MQTT: \(settings.endpoint): \(reason); retrying in \(retry)")
         case .dropped(let count):
-            logger.warning("MQTT: dropped the \(count) oldest events: the broker was unreachable and \(settings.queueLimit) messages were waiting")
+            logger.warning("MQTT: dropped the \(count) oldest events: \(settings.queueLimit) messages were waiting for the broker (unreachable, or slower than the events came)")
         case .message(let topic, let payload, let retained):
             if let discovery, topic == discovery.birthTopic {
                 guard String(decoding: payload, as: UTF8.self) == "online" else { return }

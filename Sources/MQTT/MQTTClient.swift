@@ -45,6 +45,8 @@ public enum MQTTClientEvent: Sendable {
     /// subscribing, not one just sent.
     case message(topic: String, payload: [UInt8], retained: Bool)
     /// Messages were dropped because the queue was full (the count since the last report).
+    /// Reported on reconnecting, when the queue runs empty, and while connected at most once
+    /// per `MQTTClient.dropReportInterval`.
     case dropped(Int)
 }
 
@@ -111,6 +113,7 @@ public final class MQTTClient: @unchecked Sendable {
     private var retryDelay: DispatchTimeInterval
     private var lostReason: String?
     private var droppedSinceReport = 0
+    private var lastDropReport: ContinuousClock.Instant?
     private var finishing: (timer: any DispatchSourceTimer, done: @Sendable (Bool) -> Void)?
     private var counters = Counters()
     /// `counters` with `queued` and `connected`, for `snapshot`.
@@ -223,12 +226,23 @@ public final class MQTTClient: @unchecked Sendable {
             counters.dropped += 1
             droppedSinceReport += 1
         }
-        if droppedSinceReport > 0, connected {
-            onEvent(.dropped(droppedSinceReport))
-            droppedSinceReport = 0
+        if droppedSinceReport > 0, connected, lastDropReport.map({ ContinuousClock.now - $0 >= Self.dropReportInterval }) ?? true {
+            reportDrops()
         }
         share()
         handOver()
+    }
+
+    /// While connected, drops are reported at most this often (a broker slower than a burst
+    /// would otherwise make a report per message).
+    public static let dropReportInterval: Duration = .seconds(10)
+
+    /// Tells the owner how many messages were dropped since the last report, if any.
+    private func reportDrops() {
+        guard droppedSinceReport > 0 else { return }
+        onEvent(.dropped(droppedSinceReport))
+        droppedSinceReport = 0
+        lastDropReport = .now
     }
 
     /// Hands waiting messages to libmosquitto, in order, up to the window.
@@ -271,6 +285,7 @@ public final class MQTTClient: @unchecked Sendable {
             pending.removeFirst(head)
             head = 0
         }
+        if isEmpty { reportDrops() }
         share()
         if isEmpty, finishing != nil {
             queue.async { self.finished() }  // not from inside libmosquitto's callback
@@ -376,10 +391,7 @@ public final class MQTTClient: @unchecked Sendable {
             for filter in subscriptions { mosquitto_subscribe(handle, nil, filter, 1) }
         }
         onEvent(.connected)
-        if droppedSinceReport > 0 {
-            onEvent(.dropped(droppedSinceReport))
-            droppedSinceReport = 0
-        }
+        reportDrops()
         // Not from inside the callback: libmosquitto marks the connection active only after it,
         // and holds back (for good) a QoS 1 message published before.
         queue.async { self.handOver() }

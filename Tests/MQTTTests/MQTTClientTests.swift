@@ -11,6 +11,7 @@ final class EventLog: Sendable {
     func add(_ event: MQTTClientEvent) { events.withLock { $0.append(event) } }
     var connections: Int { events.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count } }
     var reasons: [String] { events.withLock { $0.compactMap { if case .disconnected(let reason, _) = $0 { reason } else { nil } } } }
+    var drops: [Int] { events.withLock { $0.compactMap { if case .dropped(let count) = $0 { count } else { nil } } } }
     var messages: [(String, String)] {
         events.withLock { $0.compactMap { if case .message(let t, let p, _) = $0 { (t, String(decoding: p, as: UTF8.self)) } else { nil } } }
     }
@@ -158,6 +159,23 @@ struct MQTTClientTests {
         #expect(firsts == Array(1...300), "order of first arrivals")
         // At least once: a message in flight when the broker went may come twice, never more.
         #expect(received.count - 300 <= MQTTClient.window, "\(received.count - 300) repeated")
+        #expect(finish(client))
+    }
+
+    /// A burst faster than the broker takes it, while connected: the drops are counted and
+    /// reported in a few sums, not one report per message.
+    @Test("drops while connected are reported in sums, at most once per interval and when the queue runs empty")
+    func dropsWhileConnectedAreSummed() throws {
+        let broker = try MosquittoBroker()
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") { $0.queueLimit = 5 }
+        client.start()
+        try waitUntil("connected") { log.connections == 1 }
+        for n in 1...500 { client.publish(MQTTMessage(topic: "burst/event", text: "\(n)")) }
+        try waitUntil("queue empty") { client.snapshot.queued == 0 }
+        let dropped = client.snapshot.dropped
+        #expect(dropped > 100, "the burst overflowed the queue of 5")
+        #expect(log.drops.reduce(0, +) == dropped)
+        #expect(log.drops.count <= 2, "\(log.drops.count) reports: one at the first drop, one when the queue ran empty")
         #expect(finish(client))
     }
 
