@@ -295,7 +295,7 @@ def make_plan(seed, seconds):
 # Processes
 
 class Run:
-    def __init__(self, bin_dir, seconds, seed, workdir, with_outputs=True):
+    def __init__(self, bin_dir, seconds, seed, workdir, with_outputs=False):
         self.bin = bin_dir
         self.seconds = seconds
         self.seed = seed
@@ -1109,12 +1109,12 @@ def main():
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--without-outputs", action="store_true",
-                        help="run ancsd without --exec and --mqtt (to compare its resources)")
+    parser.add_argument("--outputs", action="store_true",
+                        help="run ancsd with --exec and --mqtt too, checked against standard output (docs/soak.md)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     workdir = tempfile.mkdtemp(prefix=f"ancsd-soak-{seed}-")
-    run = Run(args.bin, args.seconds, seed, workdir, with_outputs=not args.without_outputs)
+    run = Run(args.bin, args.seconds, seed, workdir, with_outputs=args.outputs)
     try:
         run.run()
         steady = report(run)
