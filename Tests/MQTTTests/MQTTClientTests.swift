@@ -162,15 +162,19 @@ struct MQTTClientTests {
         #expect(finish(client))
     }
 
-    /// A burst faster than the broker takes it, while connected: the drops are counted and
-    /// reported in a few sums, not one report per message.
+    /// A burst while connected to a broker that answers nothing for a moment (stopped): the
+    /// drops are counted and reported in a few sums, not one report per message.
     @Test("drops while connected are reported in sums, at most once per interval and when the queue runs empty")
     func dropsWhileConnectedAreSummed() throws {
         let broker = try MosquittoBroker()
         let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") { $0.queueLimit = 5 }
         client.start()
         try waitUntil("connected") { log.connections == 1 }
+        broker.signal(SIGSTOP)
         for n in 1...500 { client.publish(MQTTMessage(topic: "burst/event", text: "\(n)")) }
+        try waitUntil("the burst queued") { client.snapshot.dropped + client.snapshot.queued >= 500 }
+        #expect(client.snapshot.connected)
+        broker.signal(SIGCONT)
         try waitUntil("queue empty") { client.snapshot.queued == 0 }
         let dropped = client.snapshot.dropped
         #expect(dropped > 100, "the burst overflowed the queue of 5")

@@ -112,6 +112,11 @@ public final class MosquittoBroker: Sendable {
     /// The broker's log so far.
     public var log: String { process.withLock { $0?.standardError ?? "" } }
 
+    /// Sends `number` to the running broker (SIGSTOP: it holds its connections and answers nothing).
+    public func signal(_ number: Int32) {
+        process.withLock { $0?.signal(number) }
+    }
+
     private func canConnect() -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
