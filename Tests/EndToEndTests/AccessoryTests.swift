@@ -289,9 +289,15 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
         try await bluez.setDevice("Address", .string(FakeBlueZ.identityAddress))
         try await eventually("the filtered daemon's session") { events(filtered).contains { $0["type"]?.stringValue == "connected" } }
         #expect(events(filtered).first { $0["type"]?.stringValue == "connected" }?["device"]?.stringValue == FakeBlueZ.identityAddress)
-        try await eventually("the open daemon to follow") { open.standardError.contains("is now \(FakeBlueZ.identityAddress)") }
-        let status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+        // The open daemon's running link follows: `status` names the identity address only.
+        var status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !status.stdout.contains("\"\(FakeBlueZ.identityAddress)\""), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+        }
         #expect(status.stdout.contains("\"\(FakeBlueZ.identityAddress)\"") && !status.stdout.contains(FakeBlueZ.privateAddress), "\(status.stdout)")
+        #expect(open.standardError.contains("\(FakeBlueZ.privateAddress) is now \(FakeBlueZ.identityAddress)"))
         // The recording goes on in a file named after the identity address.
         let files = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".jsonl") }
         #expect(files.contains { $0.hasPrefix("F0-11-22-33-44-55_") }, "\(files)")
