@@ -131,6 +131,8 @@ public actor Daemon {
         for link in links.values {
             link.session.updateFilter(kept.session.filter)
             link.gate.policy = kept.replays
+            perform(link.session.updateChecks(
+                aliveCheckInterval: kept.session.aliveCheckInterval, resubscribeAfter: kept.session.resubscribeAfter, now: link.now), on: link)
         }
         if let newOutput, newOutput !== output {
             output.moveAttached(to: newOutput)

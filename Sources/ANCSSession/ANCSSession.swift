@@ -12,7 +12,7 @@ public import ANCS
 ///
 /// A session lives for one connection: notification UIDs mean nothing in the next one.
 public struct ANCSSession: Sendable {
-    public let configuration: SessionConfiguration
+    public private(set) var configuration: SessionConfiguration
 
     /// True once the phone accepted a Control Point write, false once it refused two in a row
     /// with "write not permitted" (the user has not allowed notification sharing, or turned it
@@ -157,10 +157,31 @@ public struct ANCSSession: Sendable {
 
     // MARK: Inputs
 
+    /// Takes new alive-check and re-subscription periods (SIGHUP); a subscribed session
+    /// counts the new periods from now (the silence from the last Notification Source value).
+    public mutating func updateChecks(aliveCheckInterval: Duration?, resubscribeAfter: Duration?, now: Duration) -> [SessionAction] {
+        guard aliveCheckInterval != configuration.aliveCheckInterval || resubscribeAfter != configuration.resubscribeAfter else { return [] }
+        configuration.aliveCheckInterval = aliveCheckInterval
+        configuration.resubscribeAfter = resubscribeAfter
+        guard isSubscribed else { return [] }
+        resubscribeAt = resubscribeAfter.map { max(now, lastNotificationSourceAt + $0) }
+        if !probeWanted, inFlight?.work != .probe { aliveCheckAt = aliveCheckInterval.map { now + $0 } }
+        if aliveCheckInterval == nil {
+            aliveCheckAt = nil
+            probeWanted = false
+        }
+        updateDeadline()
+        return []
+    }
+
+    /// True once `subscribed(now:)` was called.
+    private var isSubscribed = false
+
     /// The subscriptions are in place: the alive check and the watch on the Notification
     /// Source's silence start (a session never subscribed keeps no timer).
     public mutating func subscribed(now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
+        isSubscribed = true
         lastNotificationSourceAt = now
         resubscribeAt = configuration.resubscribeAfter.map { now + $0 }
         if case .probe? = inFlight?.work {
