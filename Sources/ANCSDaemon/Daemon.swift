@@ -137,6 +137,8 @@ public actor Daemon {
         for link in links.values {
             link.session.updateFilter(kept.session.filter)
             link.gate.policy = kept.replays
+            perform(link.session.updateChecks(
+                aliveCheckInterval: kept.session.aliveCheckInterval, resubscribeAfter: kept.session.resubscribeAfter, now: link.now), on: link)
         }
         if let newOutput, newOutput !== output {
             output.moveAttached(to: newOutput)
@@ -388,6 +390,9 @@ public actor Daemon {
         guard link.state == .subscribing else { return }
         link.state = .running
         subscribeRetryMilliseconds[path] = nil
+        // The alive check and the watch on the Notification Source start now: never before a
+        // phone is connected and subscribed, so an idle daemon keeps no timer.
+        defer { perform(link.session.subscribed(now: link.now), on: link) }
         let how = link.delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
         logger.info("\(link.device.address): connected (\(link.device.name ?? "unnamed"), \(how))")
         output.emit(.connected(device: link.device.address, name: link.device.name))
@@ -433,7 +438,7 @@ public actor Daemon {
         if options.preferAcquireNotify {
             do {
                 let (fd, mtu) = try await gatt.acquireNotify(characteristic)
-                guard link.state == .subscribing, let raw = fd.take() else { return }
+                guard link.state == .subscribing || (link.state == .running && link.renewing), let raw = fd.take() else { return }
                 let isDataSource = characteristic == link.characteristics.dataSource
                 let id = link.id, path = link.device.path
                 // The reader runs on the daemon's loop: each datagram goes straight into the
@@ -554,9 +559,95 @@ public actor Daemon {
             case .log(let level, let message):
                 logger.log(level, "\(link.device.address): \(message)")
                 if level >= .warning { link.lastError = message }
+            case .sharingChanged(let allowed):
+                guard link.sharingOff == allowed else { break }
+                link.sharingOff = !allowed
+                output.emit(.sharing(device: link.device.address, allowed: allowed))
+            case .resubscribe(let reason):
+                renewSubscriptions(of: link, reason: reason)
             }
         }
         armTimer(for: link)
+    }
+
+    // MARK: Renewing the subscriptions
+
+    /// Unsubscribes from the Notification Source and Data Source and subscribes again (Data
+    /// Source first), so that bluetoothd writes the phone's CCCDs afresh: off when the last
+    /// subscription of a characteristic goes, on when the first comes (docs/dbus.md, "Renewing
+    /// the subscriptions"). What the phone sends from now on is a new ANCS session.
+    ///
+    /// At once: the notification sockets are closed and the signals no longer routed to the
+    /// link, the write in flight is forgotten and the session starts afresh; then, in a task,
+    /// StopNotify on each characteristic (waited for: a StopNotify that came after the new
+    /// AcquireNotify would end the new socket) and the subscriptions again. A renewal that
+    /// fails starts the link afresh, as a failed subscription does.
+    private func renewSubscriptions(of link: PhoneLink, reason: String) {
+        guard link.state == .running, !link.renewing, let connection else { return }
+        link.renewing = true
+        logger.info("\(link.device.address): renewing the ANCS subscriptions (\(reason))")
+        for reader in link.readers { reader.cancel() }
+        link.readers = []
+        let previous = link.delivery
+        link.delivery = [:]
+        if let write = link.write { write.connection.cancelCall(write.call) }
+        link.write = nil
+        link.copyFilter = SignalCopyFilter()
+        perform(link.session.resubscribed(now: link.now), on: link)
+        let id = link.id, path = link.device.path
+        let gatt = GattClient(connection: connection)
+        link.tasks.append(Task(executorPreference: executor) {
+            await self.resubscribe(linkID: id, path: path, previous: previous, gatt: gatt)
+        })
+    }
+
+    private func resubscribe(linkID: UInt64, path: ObjectPath, previous: [ObjectPath: PhoneLink.Delivery], gatt: GattClient) async {
+        guard let link = link(id: linkID, at: path) else { return }
+        var shared: [String] = []
+        for characteristic in [link.characteristics.notificationSource, link.characteristics.dataSource] {
+            guard let delivery = previous[characteristic] else { continue }
+            do {
+                try await gatt.stopNotify(characteristic)
+            } catch {
+                // An acquired socket closed just before may already be gone: nothing to stop.
+                logger.debug("\(link.device.address): StopNotify on \(characteristic): \(error)")
+            }
+            guard link.state == .running, link.renewing else { return }
+            // With StartNotify, bluetoothd writes the CCCD only when the last notify session of
+            // the characteristic goes: if another program holds one, Notifying stays true.
+            if delivery == .signals, let connection,
+               (try? await connection.getProperty(
+                   destination: BlueZ.service, path: characteristic, interface: "org.bluez.GattCharacteristic1", name: "Notifying"))?
+                .boolValue == true {
+                shared.append(characteristic == link.characteristics.dataSource ? "Data Source" : "Notification Source")
+            }
+            guard link.state == .running, link.renewing else { return }
+        }
+        if !shared.isEmpty {
+            link.sharedNotifySession = shared.joined(separator: " and ")
+            logger.warning("""
+                \(link.device.address): another program holds notifications of the phone's \(shared.joined(separator: " and ")) \
+                (bluetoothctl's "notify on", another ANCS client): bluetoothd writes the phone's CCCD only when the last \
+                subscription goes, so renewing ancsd's own cannot reach the phone; close that program, or turn Bluetooth \
+                off and on on the phone
+                """)
+        } else {
+            link.sharedNotifySession = nil
+        }
+        for characteristic in [link.characteristics.dataSource, link.characteristics.notificationSource] {
+            do {
+                try await enableNotifications(characteristic, on: link, gatt: gatt)
+            } catch {
+                guard link.state == .running, link.renewing else { return }
+                link.renewing = false
+                link.state = .failed("\(error)")
+                retrySubscription(of: link, error: error)
+                return
+            }
+            guard link.state == .running, link.renewing else { return }
+        }
+        link.renewing = false
+        logger.info("\(link.device.address): subscribed again (\(link.deliveryName ?? "-"))")
     }
 
     /// Prints a session's event unless the replay policy holds it back, and remembers what was

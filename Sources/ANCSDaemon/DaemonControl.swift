@@ -66,6 +66,8 @@ extension Daemon: ControlHandler, PhoneActions {
             device.append("notifications", .int(link.session.notificationCount))
             device.append("events", .int(link.notificationCount))
             device.append("sharing_allowed", JSONValue(link.session.notificationSharingAllowed))
+            device.append("resubscriptions", .int(link.session.resubscriptions))
+            device.append("shared_notify_session", JSONValue(link.sharedNotifySession))
             device.append("filtered", .int(link.session.filteredCount))
             device.append("held_back", .int(link.heldBack))
             var matches = JSONObject()

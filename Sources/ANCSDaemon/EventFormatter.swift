@@ -8,6 +8,9 @@ public enum OutputEvent: Hashable, Sendable {
     case notification(NotificationEvent, device: String, seenBefore: Bool = false)
     case connected(device: String, name: String?)
     case disconnected(device: String, reason: String?)
+    /// The phone stopped sharing its notifications (`allowed` false: it refuses the Control
+    /// Point with ATT 0x03, "Share System Notifications" is off) or shares them again.
+    case sharing(device: String, allowed: Bool)
 }
 
 /// The two output formats of `ancsd run`.
@@ -51,6 +54,10 @@ public enum EventFormatter {
             out.write(device)
             out.appendASCII(#","reason":"#)
             writeOptional(reason, to: &out)
+        case .sharing(let device, let allowed):
+            out.appendASCII(#"{"v":1,"type":"sharing","device":"#)
+            out.write(device)
+            out.appendASCII(allowed ? #","state":"on""# : #","state":"off""#)
         case .notification(let event, let device, let seenBefore):
             let n = event.notification
             switch event.kind {
@@ -118,6 +125,10 @@ public enum EventFormatter {
             object.append("type", "disconnected")
             object.append("device", .string(device))
             object.append("reason", JSONValue(reason))
+        case .sharing(let device, let allowed):
+            object.append("type", "sharing")
+            object.append("device", .string(device))
+            object.append("state", allowed ? "on" : "off")
         case .notification(let event, let device, let seenBefore):
             let n = event.notification
             object.append("type", .string(event.kind.rawValue))
@@ -151,6 +162,10 @@ public enum EventFormatter {
             return "connected     \(device)" + (name.map { " (\(sanitize($0)))" } ?? "")
         case .disconnected(let device, let reason):
             return "disconnected  \(device)" + (reason.map { " (\(sanitize($0)))" } ?? "")
+        case .sharing(let device, let allowed):
+            return allowed
+                ? "sharing on    \(device) (the phone shares its notifications again)"
+                : "sharing off   \(device) (turn on Settings > Bluetooth > (i) > Share System Notifications on the phone)"
         case .notification(let event, let device, let seenBefore):
             let n = event.notification
             let line = event.kind.rawValue.padding(to: 14) + summary(

@@ -471,6 +471,9 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         switch event.event {
         case .connected: result.append("ANCSD_TYPE=connected")
         case .disconnected: result.append("ANCSD_TYPE=disconnected")
+        case .sharing(_, let allowed):
+            result.append("ANCSD_TYPE=sharing")
+            result.append("ANCSD_SHARING=\(allowed ? "on" : "off")")
         case .notification(let change, _, _):
             let n = change.notification
             result.append("ANCSD_TYPE=\(change.kind.rawValue)")
@@ -486,6 +489,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         switch event.event {
         case .connected(let device, _): "connected \(device)"
         case .disconnected(let device, _): "disconnected \(device)"
+        case .sharing(let device, let allowed): "sharing \(allowed ? "on" : "off") \(device)"
         case .notification(let change, let device, _): "\(change.kind.rawValue) #\(change.notification.uid) from \(device)"
         }
     }

@@ -15,6 +15,9 @@ public struct MQTTTopics: Sendable, Hashable {
     public func event(_ device: String) -> String { "\(prefix)/\(device)/event" }
     /// `connected` / `disconnected`, retained.
     public func state(_ device: String) -> String { "\(prefix)/\(device)/state" }
+    /// `on` / `off`, retained: whether the phone shares its notifications (`off` from the second
+    /// Control Point write in a row it refused with ATT 0x03; `on` when it accepts one again).
+    public func sharing(_ device: String) -> String { "\(prefix)/\(device)/sharing" }
     /// The number of notifications the phone holds, retained.
     public func count(_ device: String) -> String { "\(prefix)/\(device)/count" }
     /// The latest added notification as one line (`App: Title`), retained.
@@ -105,6 +108,10 @@ public struct HomeAssistantDiscovery: Sendable {
                 "name": "Connected", "device_class": "connectivity", "state_topic": .string(topics.state(device)),
                 "payload_on": "connected", "payload_off": "disconnected",
             ], availability: [online])),
+            ("\(discoveryPrefix)/binary_sensor/\(node)/sharing/config", config("sharing", [
+                "name": "Sharing notifications", "icon": "mdi:bell-check", "state_topic": .string(topics.sharing(device)),
+                "payload_on": "on", "payload_off": "off",
+            ], availability: [online, phoneConnected])),
             ("\(discoveryPrefix)/sensor/\(node)/notifications/config", config("notifications", [
                 "name": "Notifications", "icon": "mdi:bell", "state_topic": .string(topics.count(device)),
                 "state_class": "measurement", "unit_of_measurement": "notifications",

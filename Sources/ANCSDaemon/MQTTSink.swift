@@ -119,6 +119,10 @@ public final class MQTTSink: OutputSink {
             announce(address: address, name: nil, force: false)
             client.publish(MQTTMessage(topic: topics.state(device), text: "disconnected", retain: true))
             client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+        case .sharing(let address, let allowed):
+            announce(address: address, name: nil, force: false)
+            client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true))
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
         case .notification(let event, let address, _):
             announce(address: address, name: nil, force: false)
             client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))

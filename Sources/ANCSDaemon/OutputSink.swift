@@ -91,7 +91,7 @@ public final class OutputRecord: Sendable {
     /// The phone's address, as in the event.
     public var device: String {
         switch event {
-        case .notification(_, let device, _), .connected(let device, _), .disconnected(let device, _): device
+        case .notification(_, let device, _), .connected(let device, _), .disconnected(let device, _), .sharing(let device, _): device
         }
     }
 

@@ -49,6 +49,14 @@ final class PhoneLink {
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
     var notificationCount = 0
+    /// The subscriptions are being renewed (`SessionAction.resubscribe`): unsubscribed, and
+    /// subscribing again.
+    var renewing = false
+    /// A renewal met a notify session of another program on this characteristic (bluetoothd
+    /// then writes no CCCD): its name for `status` and the log, nil when none was met.
+    var sharedNotifySession: String?
+    /// True from the phone's `sharing off` event to its `sharing on` (for `status`).
+    var sharingOff = false
     /// Decides which notification events reach the outputs (`--replays`).
     var gate: ReplayGate
     /// Replayed notifications held back by the replay policy in this session.

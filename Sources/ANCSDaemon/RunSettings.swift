@@ -48,6 +48,7 @@ public struct RunSettings: Sendable {
     public static let keys = [
         "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "accessory", "record", "record-redact",
         "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir", "exec", "exec-timeout",
+        "alive-check", "resubscribe-after",
         "mqtt", "mqtt-password-file", "mqtt-ca", "mqtt-prefix", "mqtt-discovery-prefix", "mqtt-actions",
     ]
 
@@ -164,6 +165,12 @@ public struct RunSettings: Sendable {
                 throw SettingError("exec-timeout needs a number of seconds above 0 and at most 86400, such as 10 or 0.5, not '\(value)'")
             }
             execTimeout = .milliseconds(max(1, Int((seconds * 1000).rounded())))
+        case "alive-check", "resubscribe-after":
+            guard let seconds = Int(value), seconds >= 0, seconds <= 604_800 else {
+                throw SettingError("\(key) needs a whole number of seconds from 0 (off) to 604800, such as \(key == "alive-check" ? 900 : 21600), not '\(value)'")
+            }
+            let duration: Duration? = seconds == 0 ? nil : .seconds(seconds)
+            if key == "alive-check" { options.session.aliveCheckInterval = duration } else { options.session.resubscribeAfter = duration }
         case "state-dir":
             guard value.hasPrefix("/") else { throw SettingError("state-dir needs an absolute directory path, not '\(value)'") }
             options.stateDirectory = value

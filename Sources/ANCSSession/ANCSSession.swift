@@ -12,11 +12,17 @@ public import ANCS
 ///
 /// A session lives for one connection: notification UIDs mean nothing in the next one.
 public struct ANCSSession: Sendable {
-    public let configuration: SessionConfiguration
+    public private(set) var configuration: SessionConfiguration
 
-    /// True once the phone accepted a Control Point write, false once it refused one with
-    /// "write not permitted" (the user has not allowed notification sharing); nil before either.
+    /// True once the phone accepted a Control Point write, false once it refused two in a row
+    /// with "write not permitted" (the user has not allowed notification sharing, or turned it
+    /// off) or refused one for want of authentication; nil before either.
     public private(set) var notificationSharingAllowed: Bool?
+    /// True from the second Control Point write in a row the phone refused with ATT 0x03 until
+    /// it accepts one again: an episode of sharing turned off (`.sharingChanged` tells both ends).
+    public private(set) var sharingOff = false
+    /// How many times the session asked its owner to subscribe again.
+    public private(set) var resubscriptions = 0
 
     /// Which notifications are kept (starts as the configuration's).
     public private(set) var filter: NotificationFilter
@@ -39,7 +45,12 @@ public struct ANCSSession: Sendable {
         case notification(UInt32)
         case app(String)
         case action(UInt32, ActionID)
+        /// The alive check: a request for a UID no notification has.
+        case probe
     }
+
+    /// The UID the alive check asks for: no notification has it, so a live phone answers 0xA2.
+    public static let probeUID: UInt32 = 0xFFFF_FFFF
 
     private struct InFlight: Sendable {
         var work: Work
@@ -67,14 +78,31 @@ public struct ANCSSession: Sendable {
     private var appRequested: Set<String> = []
     private var waitingForApp: [String: [UInt32]] = [:]
     private var inFlight: InFlight? {
-        didSet {  // no `oldValue`: changes through `inFlight?.…` stay in place
-            guard let sentAt = inFlight?.sentAt else {
-                nextDeadline = nil
-                return
-            }
+        didSet { updateDeadline() }  // no `oldValue`: changes through `inFlight?.…` stay in place
+    }
+    /// When the next alive check is due (nil: checks off, not subscribed yet, or one is due and
+    /// waits behind other work: `probeWanted`).
+    private var aliveCheckAt: Duration?
+    /// An alive check waits for the queue to empty.
+    private var probeWanted = false
+    /// When the next look at the Notification Source's silence is due (`resubscribeAfter`).
+    private var resubscribeAt: Duration?
+    /// The last Notification Source value (or the subscription), for `resubscribeAfter`.
+    private var lastNotificationSourceAt: Duration = .zero
+    /// Control Point writes refused with ATT 0x03 in a row.
+    private var consecutiveRefusals = 0
+
+    /// Keeps `nextDeadline` the earliest of the request in flight's, the next alive check's and
+    /// the next look at the Notification Source's silence.
+    private mutating func updateDeadline() {
+        var deadline: Duration?
+        if let sentAt = inFlight?.sentAt {
             let timeout = sentAt + configuration.requestTimeout
-            if let last = inFlight?.lastDataAt { nextDeadline = min(last + configuration.quietPeriod, timeout) } else { nextDeadline = timeout }
+            if let last = inFlight?.lastDataAt { deadline = min(last + configuration.quietPeriod, timeout) } else { deadline = timeout }
         }
+        if !probeWanted, let at = aliveCheckAt { deadline = deadline.map { min($0, at) } ?? at }
+        if let at = resubscribeAt { deadline = deadline.map { min($0, at) } ?? at }
+        nextDeadline = deadline
     }
     /// Control Point writes asked for so far: the number of the latest `.writeControlPoint`
     /// action (at most one is in flight, so an action list holds at most one). A notification
@@ -129,9 +157,73 @@ public struct ANCSSession: Sendable {
 
     // MARK: Inputs
 
+    /// Takes new alive-check and re-subscription periods (SIGHUP); a subscribed session
+    /// counts the new periods from now (the silence from the last Notification Source value).
+    public mutating func updateChecks(aliveCheckInterval: Duration?, resubscribeAfter: Duration?, now: Duration) -> [SessionAction] {
+        guard aliveCheckInterval != configuration.aliveCheckInterval || resubscribeAfter != configuration.resubscribeAfter else { return [] }
+        configuration.aliveCheckInterval = aliveCheckInterval
+        configuration.resubscribeAfter = resubscribeAfter
+        guard isSubscribed else { return [] }
+        resubscribeAt = resubscribeAfter.map { max(now, lastNotificationSourceAt + $0) }
+        if !probeWanted, inFlight?.work != .probe { aliveCheckAt = aliveCheckInterval.map { now + $0 } }
+        if aliveCheckInterval == nil {
+            aliveCheckAt = nil
+            probeWanted = false
+        }
+        updateDeadline()
+        return []
+    }
+
+    /// True once `subscribed(now:)` was called.
+    private var isSubscribed = false
+
+    /// The subscriptions are in place: the alive check and the watch on the Notification
+    /// Source's silence start (a session never subscribed keeps no timer).
+    public mutating func subscribed(now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        isSubscribed = true
+        lastNotificationSourceAt = now
+        resubscribeAt = configuration.resubscribeAfter.map { now + $0 }
+        if case .probe? = inFlight?.work {
+            aliveCheckAt = nil
+        } else {
+            scheduleProbe(now: now)  // at once if a refusal waits for its confirmation
+        }
+        pump(now: now, into: &actions)
+        updateDeadline()
+        return actions
+    }
+
+    /// The owner unsubscribed and subscribed again after `.resubscribe`: what the phone sends
+    /// from now on is a new ANCS session (it replays what it holds, marked pre-existing), so
+    /// everything known of notifications is forgotten, as at a reconnection; app names, the
+    /// filter and its counts, the sharing state and the write numbering stay. Actions waiting
+    /// for an answer end as failed. Call between unsubscribing and subscribing again.
+    public mutating func resubscribed(now: Duration) -> [SessionAction] {
+        var actions: [SessionAction] = []
+        let why = ActionOutcome.failed("the subscriptions to the phone were renewed")
+        if case .action(let uid, let action)? = inFlight?.work { actions.append(.actionCompleted(uid: uid, action: action, outcome: why)) }
+        while let (uid, action) = actionQueue.pop() { actions.append(.actionCompleted(uid: uid, action: action, outcome: why)) }
+        var fresh = ANCSSession(configuration: configuration)
+        fresh.filter = filter
+        fresh.filteredCount = filteredCount
+        fresh.ruleMatches = ruleMatches
+        fresh.appNames = appNames
+        fresh.writesIssued = writesIssued
+        fresh.notificationSharingAllowed = notificationSharingAllowed
+        fresh.sharingOff = sharingOff
+        fresh.consecutiveRefusals = consecutiveRefusals
+        fresh.deniedReported = deniedReported
+        fresh.resubscriptions = resubscriptions
+        self = fresh
+        actions += subscribed(now: now)
+        return actions
+    }
+
     /// A Notification Source value from the phone.
     public mutating func handleNotificationSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
+        lastNotificationSourceAt = now
         let event: NotificationSourceEvent
         do {
             event = try NotificationSourceEvent(decoding: value)
@@ -216,9 +308,12 @@ public struct ANCSSession: Sendable {
         inFlight = flight
         switch result {
         case .accepted:
-            notificationSharingAllowed = true
+            sharingAccepted(now: now, into: &actions)
             finishIfDone(now: now, into: &actions)
         case .attError(let code):
+            if code != .writeNotPermitted, code != .insufficientAuthentication, code != .insufficientEncryption {
+                sharingAccepted(now: now, into: &actions)  // the phone looked at the request
+            }
             failCurrent(reason: code, message: nil, now: now, into: &actions)
         case .failed(let message):
             failCurrent(reason: nil, message: message, now: now, into: &actions)
@@ -229,10 +324,43 @@ public struct ANCSSession: Sendable {
     /// The time passed; call at `nextDeadline` (calling early or late is harmless).
     public mutating func handleTimer(now: Duration) -> [SessionAction] {
         var actions: [SessionAction] = []
-        guard var flight = inFlight else { return actions }
+        if let at = resubscribeAt, now >= at, let period = configuration.resubscribeAfter {
+            let due = lastNotificationSourceAt + period
+            if now >= due {
+                resubscribeAt = now + period  // and again after another such period
+                requestResubscription("no Notification Source traffic for \(period)", into: &actions)
+            } else {
+                resubscribeAt = due
+            }
+        }
+        if !probeWanted, let at = aliveCheckAt, now >= at {
+            aliveCheckAt = nil
+            probeWanted = true
+        }
+        handleFlightTimer(now: now, into: &actions)
+        pump(now: now, into: &actions)
+        updateDeadline()
+        return actions
+    }
+
+    private mutating func handleFlightTimer(now: Duration, into actions: inout [SessionAction]) {
+        guard var flight = inFlight else { return }
         let timedOut = now >= flight.sentAt + configuration.requestTimeout
         let quiet = flight.lastDataAt.map { now >= $0 + configuration.quietPeriod } ?? false
-        guard timedOut || quiet else { return actions }
+        guard timedOut || quiet else { return }
+        if case .probe = flight.work {
+            // A live phone answers the check at once (ATT 0xA2); data without an answer is an answer too.
+            reassembler.reset()
+            inFlight = nil
+            if flight.writeDone || flight.lastDataAt != nil { return probeAnswered(now: now) }
+            actions.append(.log(.warning, """
+                the phone did not answer the alive check within \(configuration.requestTimeout): it has probably dropped \
+                ancsd's ANCS subscriptions without telling; subscribing again
+                """))
+            scheduleProbe(now: now)
+            requestResubscription("the alive check went unanswered", into: &actions)
+            return
+        }
         if flight.draining {
             reassembler.reset()
             retryOrGiveUp(flight.work, into: &actions)
@@ -255,8 +383,73 @@ public struct ANCSSession: Sendable {
             inFlight = nil
             giveUp(flight.work, into: &actions)
         }
-        pump(now: now, into: &actions)
-        return actions
+    }
+
+    // MARK: Alive check and sharing
+
+    private mutating func requestResubscription(_ reason: String, into actions: inout [SessionAction]) {
+        resubscriptions += 1
+        actions.append(.resubscribe(reason))
+    }
+
+    /// The next alive check, after the usual interval (sooner while sharing is off; at once
+    /// after a single refused write, to confirm it).
+    private mutating func scheduleProbe(now: Duration) {
+        defer { updateDeadline() }
+        guard var interval = configuration.aliveCheckInterval else { return }
+        if consecutiveRefusals == 1, !sharingOff {
+            probeWanted = true
+            aliveCheckAt = nil
+            return
+        }
+        if sharingOff { interval = min(interval, configuration.sharingOffCheckInterval) }
+        probeWanted = false
+        aliveCheckAt = now + interval
+    }
+
+    /// The phone answered the alive check (its answer says nothing about notifications).
+    private mutating func probeAnswered(now: Duration) {
+        scheduleProbe(now: now)
+    }
+
+    /// The phone looked at a Control Point write: sharing is on.
+    private mutating func sharingAccepted(now: Duration, into actions: inout [SessionAction]) {
+        consecutiveRefusals = 0
+        notificationSharingAllowed = true
+        guard sharingOff else { return }
+        sharingOff = false
+        deniedReported = false
+        actions.append(.log(.info, "the iPhone shares its notifications again"))
+        actions.append(.sharingChanged(allowed: true))
+        // A phone that stopped sharing may have stopped its Notification Source too.
+        requestResubscription("notification sharing is on again", into: &actions)
+    }
+
+    /// The phone refused a Control Point write with ATT 0x03: the second in a row starts an
+    /// episode of sharing turned off; the first asks for an alive check at once to confirm.
+    private mutating func sharingRefused(into actions: inout [SessionAction]) {
+        consecutiveRefusals += 1
+        if consecutiveRefusals == 1, !sharingOff, configuration.aliveCheckInterval != nil, aliveCheckAt != nil {
+            probeWanted = true  // confirm at once, behind the other work
+            aliveCheckAt = nil
+            updateDeadline()
+        }
+        guard consecutiveRefusals >= 2, !sharingOff else { return }
+        sharingOff = true
+        notificationSharingAllowed = false
+        actions.append(.sharingChanged(allowed: false))
+        reportDenied(code: .writeNotPermitted, into: &actions)
+    }
+
+    /// Says once per episode how to let this computer read notifications.
+    private mutating func reportDenied(code: ATTErrorCode, into actions: inout [SessionAction]) {
+        guard !deniedReported else { return }
+        deniedReported = true
+        actions.append(.log(.error, """
+            the iPhone does not let this computer read notifications (ATT \(code.description)). \
+            On the iPhone open Settings > Bluetooth, tap (i) next to this computer and turn on \
+            "Share System Notifications"; if it is not listed, forget the device on both sides and pair again
+            """))
     }
 
     /// Asks the phone to perform a notification's positive or negative action; the outcome comes
@@ -315,6 +508,8 @@ public struct ANCSSession: Sendable {
             let request: ControlPointRequest
             var appOnly = false
             switch work {
+            case .probe:
+                request = .getNotificationAttributes(uid: Self.probeUID, attributes: [.init(.appIdentifier)])
             case .action(let uid, let action):
                 request = .performNotificationAction(uid: uid, action: action)
             case .app(let identifier):
@@ -357,6 +552,11 @@ public struct ANCSSession: Sendable {
         while let uid = appKeptQueue.pop() ?? freshQueue.pop() ?? backlogQueue.pop() {
             if queued.remove(uid) != nil, records.index(forKey: uid) != nil { return .notification(uid) }
         }
+        // Behind everything else: the check never delays real work.
+        if probeWanted {
+            probeWanted = false
+            return .probe
+        }
         return nil
     }
 
@@ -384,8 +584,12 @@ public struct ANCSSession: Sendable {
         guard let flight = inFlight, flight.writeDone || flight.response != nil else { return }
         // Usually an event and the next request follow: room for both at once.
         actions.reserveCapacity(actions.count + 2)
-        if !flight.writeDone { notificationSharingAllowed = true }
+        if !flight.writeDone { sharingAccepted(now: now, into: &actions) }
         switch flight.work {
+        case .probe:
+            inFlight = nil
+            reassembler.reset()
+            probeAnswered(now: now)
         case .action(let uid, let action):
             inFlight = nil
             actions.append(.actionCompleted(uid: uid, action: action, outcome: .performed))
@@ -519,19 +723,17 @@ public struct ANCSSession: Sendable {
         inFlight = nil
         reassembler.reset()
         let denied = code == .writeNotPermitted || code == .insufficientAuthentication || code == .insufficientEncryption
-        if denied {
+        if code == .writeNotPermitted {
+            sharingRefused(into: &actions)
+        } else if let code, denied {
             notificationSharingAllowed = false
-            if !deniedReported {
-                deniedReported = true
-                actions.append(.log(.error, """
-                    the iPhone does not let this computer read notifications (ATT \(code.map(\.description) ?? "")). \
-                    On the iPhone open Settings > Bluetooth, tap (i) next to this computer and turn on \
-                    "Share System Notifications"; if it is not listed, forget the device on both sides and pair again
-                    """))
-            }
+            reportDenied(code: code, into: &actions)
         }
         let why = code.map { "ATT error \($0)" } ?? message ?? "unknown error"
         switch flight.work {
+        case .probe:
+            if code == nil { actions.append(.log(.debug, "the alive check failed: \(why)")) }
+            probeAnswered(now: now)
         case .action(let uid, let action):
             let outcome: ActionOutcome = switch code {
             case .invalidParameter?: .notificationGone
@@ -569,6 +771,8 @@ public struct ANCSSession: Sendable {
             learnAppName(identifier, nil, into: &actions)
         case .action(let uid, let action):
             actions.append(.actionCompleted(uid: uid, action: action, outcome: .failed("no answer from the phone")))
+        case .probe:
+            break  // the phone sent something: it is alive (the next check is scheduled by the caller)
         }
     }
 
@@ -577,6 +781,7 @@ public struct ANCSSession: Sendable {
         case .notification(let uid): "the attributes of notification \(uid)"
         case .app: "an app's display name"
         case .action(let uid, let action): "the \(action) action on notification \(uid)"
+        case .probe: "the alive check"
         }
     }
 }

@@ -87,4 +87,13 @@ public enum SessionAction: Hashable, Sendable {
     case actionCompleted(uid: UInt32, action: ActionID, outcome: ActionOutcome)
     /// Log a message. Notification content only ever appears at `.debug`.
     case log(LogLevel, String)
+    /// Unsubscribe from the Notification Source and Data Source and subscribe again (Data Source
+    /// first), so that the phone's CCCDs are written afresh; then call `resubscribed(now:)`. The
+    /// text says why (the alive check went unanswered, no Notification Source traffic for long,
+    /// notification sharing came back).
+    case resubscribe(String)
+    /// The phone stopped sharing notifications (`false`: two Control Point writes in a row were
+    /// refused with ATT 0x03, Write Not Permitted) or shares them again (`true`: a write was
+    /// accepted after such an episode). Once per change.
+    case sharingChanged(allowed: Bool)
 }

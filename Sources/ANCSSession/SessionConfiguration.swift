@@ -23,6 +23,18 @@ public struct SessionConfiguration: Hashable, Sendable {
     public var maxCachedApps = 512
     /// The limits of the Data Source reassembler.
     public var dataSourceLimits = DataSourceLimits()
+    /// How often a subscribed session checks that the phone still answers (`--alive-check`): a
+    /// GetNotificationAttributes for UID 0xFFFFFFFF, which no notification has, sent behind every
+    /// other request and answered ATT 0xA2 by a live phone. No answer within `requestTimeout`:
+    /// the session asks its owner to subscribe again (`.resubscribe`). Nil: no check.
+    public var aliveCheckInterval: Duration? = .seconds(900)
+    /// While the phone refuses Control Point writes (notification sharing off), the check runs
+    /// at least this often, so that sharing turned back on is noticed soon.
+    public var sharingOffCheckInterval: Duration = .seconds(60)
+    /// After this long without any Notification Source value, the session asks its owner to
+    /// subscribe again whatever the alive check says (`--resubscribe-after`); again after each
+    /// such period. Nil: never.
+    public var resubscribeAfter: Duration? = .seconds(21600)
     /// Which notifications are kept; the session's `updateFilter` changes it later.
     public var filter = NotificationFilter()
 

@@ -901,6 +901,7 @@ final class ConnectionCore {
     }
 
     func replyError(_ call: MethodCall, _ error: any Error) {
+        if error is WithheldReply { return }
         let (name, text) = DBusError.replyFields(for: error)
         replyError(call, name, text)
     }

@@ -16,6 +16,12 @@ public struct MethodCall: Sendable {
     public let serial: UInt32
 }
 
+/// Thrown by a method handler that sends no reply at all: the caller waits until its own
+/// timeout, as for a peer that never answers (the phone simulator's `silent_drop_all`).
+public struct WithheldReply: Error, Sendable {
+    public init() {}
+}
+
 /// A method of an exported interface.
 public struct ExportedMethod: Sendable {
     /// How the handler runs.

@@ -130,7 +130,7 @@ extension GattPhone {
         case .end:
             return
         case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
-             .releaseAdvertisements, .rogue:
+             .releaseAdvertisements, .rogue, .silentDrop, .silentDropAll, .sharingOff, .sharingOn:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

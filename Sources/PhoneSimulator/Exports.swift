@@ -383,6 +383,10 @@ extension PhoneSimulator {
     /// The phone sees notifications enabled: on the Notification Source it replays every
     /// notification it holds, as iOS does at the start of a session. Call under the lock.
     func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
+        // Called only when the first subscription comes after the last went: bluetoothd writes the CCCD.
+        if d.silence.cccdRewritten(characteristic, sharingDenied: d.model.sharingDenied) {
+            log("\(d.settings.name): the \(characteristic == .dataSource ? "Data Source" : "Notification Source") CCCD was rewritten; it sends again")
+        }
         guard characteristic == .notificationSource else { return }
         let outbox = outbox(device, .notificationSource)
         let replay = d.model.replay()
@@ -466,6 +470,11 @@ extension PhoneSimulator {
             d.disconnectOnWrite = false
             noteWrite(value, "disconnect", response: nil, d, device)
             return ([], true)
+        }
+        if d.silence.controlPointUnanswered {
+            noteWrite(value, "unanswered", response: nil, d, device)
+            log("\(d.settings.name): CP write \(hexString(value)) never answered (silent_drop_all)")
+            throw WithheldReply()
         }
         switch d.model.handleControlPoint(value) {
         case .rejected(let code):

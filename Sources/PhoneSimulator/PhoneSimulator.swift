@@ -248,6 +248,8 @@ public final class PhoneSimulator: Sendable {
         let sentAt = monotonicNanoseconds()
         let target = state.withLock { s -> Target in
             guard s.connection === c, s.devices[device].connected, s.devices[device].session == session else { return .none }
+            // The phone dropped the subscription without telling: it sends nothing.
+            if s.devices[device].silence.isSilent(characteristic) { return .none }
             // Stored properties only: a method of the phone's state would copy all of it.
             let sub = characteristic == .dataSource ? s.devices[device].dataSource : s.devices[device].notificationSource
             if let socket = sub.acquired { return .socket(socket) }

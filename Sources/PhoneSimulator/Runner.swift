@@ -101,6 +101,8 @@ extension PhoneSimulator {
             state.withLock { $0.devices[device].model.sharingDenied = true }
         case .allowSharing:
             state.withLock { $0.devices[device].model.sharingDenied = false }
+        case .silentDrop, .silentDropAll, .sharingOff, .sharingOn:
+            applySilence(action, device: device)
         case .slow(let delay):
             state.withLock { $0.devices[device].slowDelay = delay }
         case .omit(let id):
@@ -125,6 +127,7 @@ extension PhoneSimulator {
                 s.devices[device].midResponseDisconnect = false
                 s.devices[device].slowDelay = 0
                 s.devices[device].refusedSubscriptions = 0
+                s.devices[device].silence = Silence()
             }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)

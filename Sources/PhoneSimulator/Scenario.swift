@@ -131,6 +131,17 @@ public enum ScenarioAction: Hashable, Sendable {
     case cpError(code: UInt8, count: Int)
     case denySharing
     case allowSharing
+    /// The phone drops the subscriptions without telling (see `SilentDrop.swift`): the
+    /// Notification Source and Data Source stop; the Control Point is still answered.
+    case silentDrop
+    /// As `silentDrop`, and Control Point writes get no reply at all.
+    case silentDropAll
+    /// "Share System Notifications" turned off: Control Point writes are refused with ATT
+    /// 0x03, the Notification Source and Data Source stop.
+    case sharingOff
+    /// Sharing turned back on: writes are accepted; the Notification Source and Data Source
+    /// resume only once their CCCDs are rewritten.
+    case sharingOn
     /// Delay each Data Source response by this many seconds.
     case slow(delay: Double)
     /// Leave this attribute's tuple out of responses (nil: stop omitting).
@@ -479,6 +490,10 @@ private struct ObjectReader {
             step.action = .cpError(code: UInt8(code), count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "deny_sharing": step.action = .denySharing
         case "allow_sharing": step.action = .allowSharing
+        case "silent_drop": step.action = .silentDrop
+        case "silent_drop_all": step.action = .silentDropAll
+        case "sharing_off": step.action = .sharingOff
+        case "sharing_on": step.action = .sharingOn
         case "slow": step.action = .slow(delay: try number("delay", max: 600) ?? 0.5)
         case "omit":
             if let name = try string("attribute") {

@@ -118,6 +118,8 @@ struct DeviceState {
     var disconnectOnWrite = false
     /// How many more StartNotify/AcquireNotify calls fail with "Notify acquired".
     var refusedSubscriptions = 0
+    /// What the phone stopped doing without telling (`silent_drop`, `sharing_off`, …).
+    var silence = Silence()
 
     init(settings: DeviceSettings, apps: [String: String]) {
         self.settings = settings
@@ -161,6 +163,8 @@ struct DeviceState {
                 sub = Subscription()
             }
         }
+        // A new link is a new ANCS session: the phone sends again.
+        silence.linkLost()
         midResponseDisconnect = false
         return changes
     }

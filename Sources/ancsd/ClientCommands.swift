@@ -118,12 +118,19 @@ enum ClientCommands {
             let devices = reply["devices"]?.arrayValue ?? []
             if devices.isEmpty { print("no phone connected") }
             for device in devices {
-                let sharing = device["sharing_allowed"]?.boolValue.map { $0 ? "allowed" : "NOT allowed (turn on Share System Notifications on the phone)" } ?? "not known yet"
+                let sharing = device["sharing_allowed"]?.boolValue.map {
+                    $0 ? "allowed" : "OFF: the phone refuses requests (on the iPhone: Settings > Bluetooth > (i) > Share System Notifications)"
+                } ?? "not known yet"
+                let renewals = device["resubscriptions"]?.intValue ?? 0
+                let shared = device["shared_notify_session"]?.stringValue.map {
+                    "; another program holds notifications of the \($0): renewing cannot reach the phone"
+                } ?? ""
                 print("""
                     \(device["device"]?.stringValue ?? "?") \(device["name"]?.stringValue.map { "(\($0))" } ?? "")
                       connected: \(device["connected"]?.boolValue == true ? "yes" : "no"), subscribed: \(device["subscribed"]?.boolValue == true ? "yes" : "no") (\(device["delivery"]?.stringValue ?? "-"))
                       session: \(device["session_age_s"]?.intValue ?? 0) s, \(device["notifications"]?.intValue ?? 0) notification(s), \(device["events"]?.intValue ?? 0) event(s)
                       notification sharing: \(sharing)
+                      subscriptions renewed: \(renewals)\(shared)
                       filtered out: \(device["filtered"]?.intValue ?? 0), replays held back: \(device["held_back"]?.intValue ?? 0)\(filterMatches(device))
                       last error: \(device["last_error"]?.stringValue ?? "none")
                     """)

@@ -152,6 +152,7 @@ struct Replayer {
         case .event(_, .connected):
             connected = true
             print(EventFormatter.line(.connected(device: device, name: name), format: format))
+            perform(session.subscribed(now: now))  // as ancsd did when it printed "connected"
         case .event(_, .disconnected):
             for bytes in outstanding { disagree(line, "the session wrote \(encodeHex(bytes)) to the Control Point; the capture has no such write before the disconnect") }
             if connected {
@@ -192,8 +193,11 @@ struct Replayer {
 
     /// The end of the capture: what was due still happens (timeouts, a late answer).
     mutating func finish(line: Int) {
+        // What was due still happens, up to a request's timeout after the last record: a
+        // subscribed session's alive check and silence watch would run for ever.
+        let end = now + configuration.requestTimeout + .seconds(1)
         var rounds = 0
-        while rounds < 10_000, let next = nextEvent() {
+        while rounds < 10_000, let next = nextEvent(), next <= end {
             rounds += 1
             advance(to: next)
         }
@@ -240,6 +244,11 @@ struct Replayer {
                 print(EventFormatter.line(.notification(shown, device: device, seenBefore: seenBefore), format: format))
             case .actionCompleted:
                 break
+            case .sharingChanged(let allowed):
+                print(EventFormatter.line(.sharing(device: device, allowed: allowed), format: format))
+            case .resubscribe:
+                // ancsd started a new session of the phone at once (Daemon.renewSubscriptions).
+                perform(session.resubscribed(now: now))
             case .log(let level, let message):
                 if level >= .warning { writeStandardError("ancsd: replay: \(device): \(message)\n") }
             }

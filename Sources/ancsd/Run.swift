@@ -79,6 +79,14 @@ enum RunCommand {
       --state-dir DIR      remember what each phone showed in DIR across restarts (default:
                            systemd's $STATE_DIRECTORY; without either, until ancsd stops);
                            at most 4096 fingerprints (no content) per phone, 140 kB a file
+      --alive-check SECONDS
+                           every SECONDS (default 900; 0: never) ask each connected phone for
+                           a notification that cannot exist, behind all other requests; no
+                           answer within 5 s: unsubscribe and subscribe again (the phone
+                           dropped the subscriptions without telling)
+      --resubscribe-after SECONDS
+                           subscribe again after SECONDS without any Notification Source
+                           traffic, whatever the alive check says (default 21600; 0: never)
       --exec CMD           run CMD through /bin/sh -c for each event: the event's JSON object
                            (as --format json prints it) on its standard input, ANCSD_TYPE,
                            ANCSD_DEVICE, ANCSD_UID, ANCSD_APP_ID and ANCSD_CATEGORY in its

@@ -7,21 +7,22 @@ import TestSupport
 @Suite struct MQTTOutputTests {
     let discovery = HomeAssistantDiscovery(topics: MQTTTopics(prefix: "ancsd"), discoveryPrefix: "homeassistant", version: "1.0")
 
-    @Test("discovery: one device per phone with the four entities Home Assistant's schema accepts")
+    @Test("discovery: one device per phone with the five entities Home Assistant's schema accepts")
     func discoveryMatchesTheSchema() throws {
         let configs = discovery.configs(address: "AA:BB:CC:DD:EE:01", name: "Ada's iPhone")
         #expect(configs.map(\.topic) == [
             "homeassistant/binary_sensor/ancsd_aabbccddee01/connected/config",
+            "homeassistant/binary_sensor/ancsd_aabbccddee01/sharing/config",
             "homeassistant/sensor/ancsd_aabbccddee01/notifications/config",
             "homeassistant/sensor/ancsd_aabbccddee01/latest/config",
             "homeassistant/event/ancsd_aabbccddee01/notification/config",
         ])
         let published: Set<String> = [
             "ancsd/status", "ancsd/aabbccddee01/state", "ancsd/aabbccddee01/count", "ancsd/aabbccddee01/latest",
-            "ancsd/aabbccddee01/latest/attributes", "ancsd/aabbccddee01/notification",
+            "ancsd/aabbccddee01/latest/attributes", "ancsd/aabbccddee01/notification", "ancsd/aabbccddee01/sharing",
         ]
         #expect(HomeAssistantSchema.problems(configs, published: published) == [])
-        // One device for all four, named after the phone, with its Bluetooth address.
+        // One device for all five, named after the phone, with its Bluetooth address.
         let devices = Set(configs.compactMap { $0.payload["device"] })
         #expect(devices.count == 1)
         #expect(devices.first?["name"] == "Ada's iPhone")

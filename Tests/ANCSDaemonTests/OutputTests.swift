@@ -44,6 +44,16 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         #expect(EventFormatter.line(.connected(device: "AA", name: "x\u{1B}[2J"), format: .text) == "connected     AA (x [2J)")
     }
 
+    @Test func sharingEvents() {
+        let off = OutputEvent.sharing(device: "AA:BB:CC:DD:EE:01", allowed: false)
+        #expect(EventFormatter.line(off, format: .json) == #"{"v":1,"type":"sharing","device":"AA:BB:CC:DD:EE:01","state":"off"}"#)
+        #expect(EventFormatter.json(off).serialized == EventFormatter.line(off, format: .json))
+        #expect(EventFormatter.line(.sharing(device: "AA", allowed: true), format: .json) == #"{"v":1,"type":"sharing","device":"AA","state":"on"}"#)
+        #expect(EventFormatter.line(off, format: .text).contains("Share System Notifications"))
+        #expect(OutputRecord(off).device == "AA:BB:CC:DD:EE:01")
+        #expect(MQTTTopics(prefix: "ancsd").sharing("aabbccddee01") == "ancsd/aabbccddee01/sharing")
+    }
+
     @Test func textIsOneSafeLine() {
         let line = EventFormatter.line(.notification(sample(), device: "AA:BB"), format: .text)
         #expect(line == "added         Phone · Ada: Incoming Call  [incoming_call, #7, earlier, actions: Answer/Decline, AA:BB]")

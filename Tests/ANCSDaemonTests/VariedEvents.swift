@@ -63,6 +63,7 @@ enum VariedEvents {
         for text in texts {
             result.append(.connected(device: text ?? "AA", name: text))
             result.append(.disconnected(device: text ?? "AA", reason: text))
+            result.append(.sharing(device: text ?? "AA", allowed: text == nil))
         }
         return result
     }
