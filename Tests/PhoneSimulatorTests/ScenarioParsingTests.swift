@@ -50,7 +50,7 @@ struct ScenarioParsingTests {
         state.paired = true
         state.trusted = false
         #expect(scenario.steps.map(\.action) == [
-            .appear, .pair(passkey: 42, expect: .rejected), .pair(passkey: 123_456, expect: nil), .waitState(state, timeout: 5),
+            .appear, .pair(passkey: 42, expect: .rejected, timeout: 10), .pair(passkey: 123_456, expect: nil, timeout: 10), .waitState(state, timeout: 5),
             .releaseAdvertisements, .rogue(error: "org.freedesktop.DBus.Error.AccessDenied"), .end,
         ])
         for bad in [
