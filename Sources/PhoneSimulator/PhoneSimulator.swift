@@ -163,6 +163,7 @@ public final class PhoneSimulator: Sendable {
             }
             if strict {
                 for i in s.devices.indices {
+                    s.devices[i].hid.watched = []
                     if s.devices[i].bonded {
                         // The new bluetoothd loads the bond: the phone is dev_<identity>.
                         s.devices[i].paths = DevicePaths(address: s.devices[i].address)

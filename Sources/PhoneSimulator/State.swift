@@ -265,4 +265,7 @@ struct HIDObservation {
     var report: (sender: String, path: ObjectPath)?
     /// Input reports received: PropertiesChanged of the Report's Value.
     var inputReports = 0
+    /// "sender path" of the Report characteristics whose signals the simulator's current bus
+    /// connection listens to (cleared at a bluetoothd restart).
+    var watched: Set<String> = []
 }

@@ -92,6 +92,7 @@ extension PhoneSimulator {
             return "\(path) \(uuid) (\(characteristics) characteristic(s))"
         }.joined(separator: ", ")
         log("RegisterApplication \(root) from \(call.sender): \(shown)")
+        applicationRegistered()
         return []
     }
 
@@ -401,21 +402,25 @@ extension PhoneSimulator {
             return
         }
         do {
-            // Counted from before the subscription, so no report can slip by.
-            _ = try await conn.subscribe(to: .propertiesChanged(sender: sender, path: report.path, interface: BlueZ.gattCharacteristic1)) {
-                [weak self] signal in
-                guard let self, let change = try? PropertiesChanged(signal), change.changed["Value"] != nil else { return }
-                let count = self.state.withLock { s -> Int in
-                    guard s.devices[device].hid.report?.path == report.path else { return 0 }
-                    s.devices[device].hid.inputReports += 1
-                    return s.devices[device].hid.inputReports
+            // Counted from before the subscription, so no report can slip by; one match rule per
+            // application characteristic and bluetoothd connection.
+            let key = report.sender + " " + report.path.rawValue
+            if state.withLock({ $0.devices[device].hid.watched.insert(key).inserted }) {
+                _ = try await conn.subscribe(to: .propertiesChanged(sender: sender, path: report.path, interface: BlueZ.gattCharacteristic1)) {
+                    [weak self] signal in
+                    guard let self, let change = try? PropertiesChanged(signal), change.changed["Value"] != nil else { return }
+                    let count = self.state.withLock { s -> Int in
+                        guard s.devices[device].hid.watched.contains(key) else { return 0 }
+                        s.devices[device].hid.inputReports += 1
+                        return s.devices[device].hid.inputReports
+                    }
+                    if count > 0 { self.log("\(name): input report \(count) from \(report.path)") }
                 }
-                if count > 0 { self.log("\(name): input report \(count) from \(report.path)") }
             }
-            state.withLock { $0.devices[device].hid.report = (report.sender, report.path) }
             _ = try await conn.call(
                 destination: sender, path: report.path, interface: BlueZ.gattCharacteristic1, member: "StartNotify",
                 timeout: .seconds(5))
+            state.withLock { $0.devices[device].hid.report = (report.sender, report.path) }
             log("\(name): subscribed to the input Report \(report.path) of \(report.sender)")
         } catch {
             state.withLock { $0.devices[device].hid.report = nil }
@@ -479,5 +484,18 @@ extension PhoneSimulator {
         }
         log("\(name): reconnects to \(advert.path) of \(advert.sender)")
         await onBus { c in self.connect(device, c) }
+        // A bonded HID host subscribes to the input report again at every connection.
+        if encryptedHIDAttribute() != nil || !hidCharacteristics().isEmpty { try await readAccessory(device) }
+    }
+
+    /// A HID application appeared: every bonded, connected phone reads it and subscribes (as
+    /// a bonded iPhone does when the accessory's service shows up, after Service Changed).
+    func applicationRegistered() {
+        guard strict else { return }
+        let devices = state.withLock { s in s.devices.indices.filter { s.devices[$0].bonded && s.devices[$0].connected } }
+        guard !devices.isEmpty, !hidCharacteristics().isEmpty else { return }
+        Task(executorPreference: loop) {
+            for device in devices { try? await self.readAccessory(device) }
+        }
     }
 }

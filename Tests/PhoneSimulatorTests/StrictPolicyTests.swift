@@ -319,6 +319,24 @@ struct StrictPolicyTests {
         }
     }
 
+    @Test("a bonded phone subscribes to the input Report when the application appears and at every reconnection")
+    func bondedPhoneSubscribes() async throws {
+        try await Self.withAccessory(Self.settings(present: true)) { simulator, accessory in
+            try await accessory.registerApplication()
+            try await Self.state(simulator) { $0.reportSubscribed = true; $0.keyboard = false; $0.inputReports = 0 }
+            #expect(accessory.startNotifies.load(ordering: .relaxed) == 1)
+            try await simulator.execute(.disconnect)
+            try await accessory.advertise(serviceUUIDs: ["1812"], discoverable: false)
+            try await simulator.execute(.connect(timeout: 2, expectAway: false))
+            try await eventually("StartNotify again") { accessory.startNotifies.load(ordering: .relaxed) == 2 }
+            // One report, counted once (one match rule however often the phone subscribes).
+            try await accessory.client.setExportedProperty(path: Accessory.report, interface: Self.chr, name: "Value", value: .byteArray([1, 0]))
+            try await Self.state(simulator) { $0.inputReports = 1 }
+            try await Task.sleep(for: .milliseconds(200))
+            try await Self.state(simulator) { $0.inputReports = 1 }
+        }
+    }
+
     @Test("a Keyboard usage in the Report Map is detected")
     func keyboardDetected() async throws {
         #expect(PhoneSimulator.reportMapHasKeyboard(Self.keyboardMap))
