@@ -104,7 +104,7 @@ extension PhoneSimulator {
     /// default agent to confirm the passkey. Success bonds the phone and shows its ANCS service.
     /// Strict (`strictPair`): only a listed advertisement, and only when the accessory demands it.
     func pair(_ device: Int, passkey: UInt32, expect: PairingOutcome?, timeout: Double) async throws {
-        if strict { return try await strictPair(device, passkey: passkey, expect: expect, timeout: timeout) }
+        if strict(device) { return try await strictPair(device, passkey: passkey, expect: expect, timeout: timeout) }
         try await appear(device)
         let name = settings.devices[device].name
         await onBus { c in self.connect(device, c) }

@@ -64,7 +64,7 @@ public final class PhoneSimulator: Sendable {
         self.events = events
         self.log = log
         state = Mutex(SimState(devices: settings.devices.map { device in
-            var d = DeviceState(settings: device, apps: settings.apps, policy: settings.ios)
+            var d = DeviceState(settings: device, apps: settings.apps, policy: device.ios ?? settings.ios)
             if d.connected { _ = d.addOtherPrograms(settings.otherNotifyClients) }
             return d
         }))
@@ -161,8 +161,8 @@ public final class PhoneSimulator: Sendable {
             for i in s.devices.indices where s.devices[i].connected {
                 s.devices[i].newSession(renumber: settings.renumberOnConnect)
             }
-            if strict {
-                for i in s.devices.indices {
+            do {
+                for i in s.devices.indices where strict(i) {
                     s.devices[i].hid.watched = []
                     if s.devices[i].bonded {
                         // The new bluetoothd loads the bond: the phone is dev_<identity>.

@@ -92,7 +92,7 @@ extension PhoneSimulator {
         case .disconnect:
             await onBus { c in self.disconnect(device, c) }
         case .connect(let timeout, let expectAway):
-            if strict {
+            if strict(device) {
                 try await strictConnect(device, timeout: timeout, expectAway: expectAway)
             } else {
                 await onBus { c in self.connect(device, c) }

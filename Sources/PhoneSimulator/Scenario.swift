@@ -17,6 +17,8 @@ public struct DeviceSettings: Hashable, Sendable {
     /// False: bluetoothd does not know the phone yet; it appears at an `appear` or `pair` step,
     /// and its ANCS service only once it is bonded.
     public var present: Bool = true
+    /// This phone's own iOS policy (nil: the scenario's `ios`).
+    public var ios: IOSPolicy?
 
     public init(
         address: String, name: String, addressType: String = "random", connected: Bool = true,
@@ -464,6 +466,10 @@ private struct ObjectReader {
         if let v = try bool("bonded") { d.bonded = v }
         if let v = try bool("trusted") { d.trusted = v }
         if let m = try integer("mtu", min: 23, max: 517) { d.mtu = m }
+        if let policy = try string("ios") {
+            guard let p = IOSPolicy(rawValue: policy) else { throw fail("\"ios\" must be \"strict\" or \"lenient\"") }
+            d.ios = p
+        }
         if !d.present, d.connected || d.paired || d.bonded {
             throw fail("a phone that is not \"present\" cannot be connected, paired or bonded")
         }

@@ -15,7 +15,8 @@ extension PhoneSimulator {
     /// Flags of a characteristic bluetoothd serves only over an encrypted link.
     static let encryptedReadFlags: Set<String> = ["encrypt-read", "encrypt-authenticated-read", "secure-read"]
 
-    var strict: Bool { settings.ios == .strict }
+    /// The policy of phone `device`: its own `ios`, else the scenario's.
+    func strict(_ device: Int) -> Bool { (settings.devices[device].ios ?? settings.ios) == .strict }
 
     /// A UUID in the 128-bit lower-case form: 16- and 32-bit short forms ("1812") expand on the
     /// Bluetooth base UUID.
@@ -160,7 +161,7 @@ extension PhoneSimulator {
     /// Strict: a disconnected unbonded phone's temporary object goes away after
     /// `temporary_timeout`, as bluetoothd's TemporaryTimeout does.
     func scheduleTemporaryRemoval(_ device: Int) {
-        guard strict, let loop else { return }
+        guard strict(device), let loop else { return }
         let (path, session) = state.withLock { ($0.devices[device].paths.device, $0.devices[device].session) }
         loop.after(.milliseconds(Int(settings.temporaryTimeout * 1000))) { [weak self] in
             guard let self, let conn = self.connection() else { return }
@@ -279,7 +280,7 @@ extension PhoneSimulator {
             s.devices[device].pairingResult = (attempt, outcome)
         }
         if outcome == .paired {
-            if strict { try await readAccessory(device) }
+            if strict(device) { try await readAccessory(device) }
         } else {
             await onBus { c in self.disconnect(device, c) }
         }
@@ -302,7 +303,7 @@ extension PhoneSimulator {
                 return (!s.devices[device].ancsExported, s.devices[device].paths.device, old)
             }
             try c.assumeIsolated { c in
-                if self.strict, old != self.settings.devices[device].address {
+                if self.strict(device), old != self.settings.devices[device].address {
                     // bluetoothd resolves the RPA with the IRK it just got: the identity shows.
                     try? c.setExportedProperty(path: path, interface: BlueZ.device1, name: "Address", value: .string(self.settings.devices[device].address))
                     try? c.setExportedProperty(path: path, interface: BlueZ.device1, name: "AddressType", value: .string(self.settings.devices[device].addressType))
@@ -491,8 +492,7 @@ extension PhoneSimulator {
     /// A HID application appeared: every bonded, connected phone reads it and subscribes (as
     /// a bonded iPhone does when the accessory's service shows up, after Service Changed).
     func applicationRegistered() {
-        guard strict else { return }
-        let devices = state.withLock { s in s.devices.indices.filter { s.devices[$0].bonded && s.devices[$0].connected } }
+        let devices = state.withLock { s in s.devices.indices.filter { strict($0) && s.devices[$0].bonded && s.devices[$0].connected } }
         guard !devices.isEmpty, !hidCharacteristics().isEmpty else { return }
         Task(executorPreference: loop) {
             for device in devices { try? await self.readAccessory(device) }
