@@ -111,6 +111,34 @@ private let ada = "AA:BB:CC:DD:EE:01"
         #expect(run.phone.standardError.contains("reconnects to /org/ancsd/run/advertisement"), "\(run.phone.standardError)")
     }
 
+    /// Paired from a resolvable private address while `ancsd run` waits for a phone: the running
+    /// daemon serves the phone under its identity address (JSON `device`, the state file), never
+    /// under the private address of the temporary device object it was found at.
+    @Test func runKnowsThePairedPhoneByItsIdentity() throws {
+        let state = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("strict-state-\(getpid())")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: state) }
+        let run = try DaemonRun(text: """
+            {"scenario":"strict-identity","adapter_pairable":false,"devices":[{"address":"\(ada)","name":"Ada's iPhone","present":false}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"appear"}
+            {"do":"wait_state","discoverable_advertisements":1,"agents":1,"pairable":true,"timeout":30}
+            {"after":0.2,"do":"pair","passkey":482913,"expect":"paired"}
+            {"do":"wait_state","advertisements":1,"discoverable_advertisements":0,"agents":1,"address":"\(ada)","timeout":30}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Hello","message":"First"}
+            {"after":1,"do":"end"}
+            """, ancsdArguments: ["--state-dir", state.path])
+        try run.phone.waitForStandardError(containing: "appeared")
+        let pair = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", run.bus.address, "pair", "--yes"])
+        #expect(try pair.wait(timeout: .seconds(60)) == 0, "\(pair.standardError)")
+        let events = try run.finish()
+        #expect(events.titles("added") == ["Hello"])
+        #expect(events.of("added").allSatisfy { $0["device"]?.stringValue == ada }, "\(events.map(\.serialized))")
+        #expect(run.phone.standardError.contains("(resolvable private address)"))
+        let files = try FileManager.default.contentsOfDirectory(atPath: state.path)
+        #expect(files == ["AA_BB_CC_DD_EE_01.seen"], "\(files)")
+    }
+
     /// Without the HID advertisement (`--accessory none`, `--no-advertise`) the phone stays away.
     @Test(arguments: [["--accessory", "none"], ["--no-advertise"]])
     func staysAwayWithoutTheHIDAdvertisement(arguments: [String]) throws {
