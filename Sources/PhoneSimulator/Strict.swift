@@ -203,6 +203,10 @@ extension PhoneSimulator {
             return .notListed
         }
         log("\(name): lists \(advert.path) of \(advert.sender); the user taps it")
+        // Set before the link comes up: a Pair() that answers the connection finds the step
+        // waiting for it (and does not start a pairing of its own).
+        state.withLock { $0.devices[device].awaitingTrigger = true }
+        defer { state.withLock { $0.devices[device].awaitingTrigger = false } }
         try await onBusThrowing { c in
             try self.freshTemporaryObject(device, c)
             self.connect(device, c)
@@ -214,8 +218,6 @@ extension PhoneSimulator {
         }
         log("\(name): connected as \(address) (resolvable private address), \(path)")
         // What makes iOS pair: an encrypted attribute it reads, or a security request.
-        state.withLock { $0.devices[device].awaitingTrigger = true }
-        defer { state.withLock { $0.devices[device].awaitingTrigger = false } }
         let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
         var trigger: String?
         while trigger == nil {
@@ -236,7 +238,6 @@ extension PhoneSimulator {
             }
         }
         log("\(name): pairing starts: \(trigger ?? "")")
-        state.withLock { $0.devices[device].awaitingTrigger = false }
         return try await runPairing(device, passkey: passkey)
     }
 
