@@ -101,7 +101,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT"],
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),

@@ -20,6 +20,7 @@ _ancsd() {
         --mqtt-prefix) return ;;
         --record|--state-dir) _filedir -d; return ;;
         --replays) COMPREPLY=($(compgen -W "all unseen none" -- "$cur")); return ;;
+        --accessory) COMPREPLY=($(compgen -W "hid none" -- "$cur")); return ;;
         --ignore-category) COMPREPLY=($(compgen -W "other incoming_call missed_call voicemail social schedule email news health_and_fitness business_and_finance location entertainment reserved" -- "$cur")); return ;;
         --only-app|--ignore-app) return ;;
         --adapter|--index) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;
@@ -27,8 +28,8 @@ _ancsd() {
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --help" -- "$cur")) ;;
-        pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --yes --bus --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --accessory --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --help" -- "$cur")) ;;
+        pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --accessory --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
         replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --replays --state-dir --only-app --ignore-app --ignore-category --help" -- "$cur")) || _filedir ;;

@@ -317,10 +317,28 @@ public actor Daemon {
                 stopLink(at: path, reason: tree.device(at: path)?.connected == true ? "ANCS is gone" : "disconnected")
                 continue
             }
+            if device.address != link.device.address { follow(device, on: link) }
         }
         for device in tree.devices where device.connected && links[device.path] == nil {
             guard let characteristics = eligible(device) else { continue }
             startLink(device, characteristics)
+        }
+    }
+
+    /// The phone's `Address` changed under a running link: BlueZ resolved the resolvable
+    /// private address the phone connected with to its identity address (at bonding, the object
+    /// path unchanged). Everything from now on is keyed on the new address — outputs, the seen
+    /// store, `list`, `status`, MQTT topics — and a recording goes on in a file of its own named
+    /// after it (the old one ends with the reason), so no file carries a private address beyond
+    /// the moment BlueZ resolved it.
+    private func follow(_ device: BlueZDevice, on link: PhoneLink) {
+        let old = link.device.address
+        logger.info("\(old) is now \(device.address) (BlueZ resolved the phone's identity address)")
+        link.device = device
+        if link.recorder != nil {
+            link.recorder?.finish(at: link.now, reason: "the phone's address is now \(device.address)")
+            link.recorder = SessionRecorder.start(device: device, options: options.recording, logger: logger)
+            if link.state == .running { link.recorder?.connected(at: link.now) }
         }
     }
 

@@ -27,7 +27,10 @@ final class PhoneLink {
     }
 
     let id: UInt64
-    let device: BlueZDevice
+    /// The device as BlueZ last described it: its `Address` (the identity address once bonded:
+    /// BlueZ replaces the resolvable private address when the phone's IRK arrives, at the same
+    /// object path) is what every output, the seen store, `list` and the recorder use.
+    var device: BlueZDevice
     let characteristics: ANCSCharacteristics
     let start: ContinuousClock.Instant
     var session: ANCSSession

@@ -1,5 +1,6 @@
 import ANCSDaemon
 import ANCSSession
+import BlueZ
 import DBus
 import Foundation
 import Testing
@@ -40,6 +41,17 @@ import TestSupport
         do { try settings.apply(configuration: line, path: "c") } catch { #expect(error.description.contains(message), "\(error)") }
     }
 
+    /// `accessory =`: the HID accessory unless told otherwise.
+    @Test func accessory() throws {
+        #expect(RunSettings().options.accessory == .hid, "the default")
+        var settings = RunSettings()
+        try settings.apply(configuration: "accessory = none\n", path: "ancsd.conf")
+        #expect(settings.options.accessory == .disabled)
+        try settings.set("accessory", "HID")
+        #expect(settings.options.accessory == .hid)
+        #expect(RunSettings.keys.contains("accessory"), "--accessory is a run option too")
+    }
+
     @Test func readsAConfigurationFile() throws {
         var settings = RunSettings()
         try settings.apply(configuration: """
@@ -74,6 +86,7 @@ import TestSupport
         ("adapter = eth0", "ancsd.conf:2: adapter needs an adapter name"),
         ("acquire-notify = maybe", "ancsd.conf:2: acquire-notify must be yes or no"),
         ("log-level = loud", "ancsd.conf:2: log-level must be"),
+        ("accessory = keyboard", "ancsd.conf:2: accessory must be hid or none, not 'keyboard'"),
     ])
     func errorsNameTheLine(line: String, message: String) {
         var settings = RunSettings()
