@@ -182,8 +182,13 @@ extension PhoneSimulator {
                     ExportedProperty("SupportedIncludes", value: .stringArray(["tx-power", "appearance", "local-name"])),
                 ]),
             ExportedInterface(BlueZ.gattManager1, methods: [
-                method("RegisterApplication", input: "oa{sv}", conn) { _, _ in [] },
-                method("UnregisterApplication", input: "o", conn) { _, _ in [] },
+                ExportedMethod("RegisterApplication", input: "oa{sv}") { [weak self, weak conn] call in
+                    guard let self, let conn else { throw BlueZError.failed("Not available") }
+                    return try await self.registerApplication(call, conn)
+                },
+                method("UnregisterApplication", input: "o", conn) { call, _ in
+                    try self.unregisterApplication(call)
+                },
             ]))
     }
 
@@ -210,8 +215,9 @@ extension PhoneSimulator {
                     self.disconnect(device, c)
                     return []
                 },
-                method("Pair", conn) { _, _ in
-                    throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+                ExportedMethod("Pair") { [weak self] call in
+                    guard let self else { throw BlueZError.failed("Not available") }
+                    return try await self.pairCalled(device, call)
                 },
                 method("CancelPairing", conn) { _, _ in
                     throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
@@ -220,8 +226,8 @@ extension PhoneSimulator {
                 method("DisconnectProfile", input: "s", conn) { _, _ in throw BlueZError.notSupported },
             ],
             properties: [
-                ExportedProperty("Address", value: .string(d.address)),
-                ExportedProperty("AddressType", value: .string(d.addressType)),
+                ExportedProperty("Address", value: .string(state.address)),
+                ExportedProperty("AddressType", value: .string(state.addressType)),
                 ExportedProperty("Name", value: .string(d.name)),
                 ExportedProperty("Alias", value: .string(d.name)),
                 ExportedProperty("Appearance", value: .uint16(0x0040)),

@@ -60,15 +60,18 @@ extension PhoneSimulator {
 
     /// A client left the bus: bluetoothd forgets its agent and advertisements.
     func dropRegistrations(of client: String) {
-        let (agents, adverts) = state.withLock { s -> ([AgentRegistration], [AdvertisementRegistration]) in
+        let (agents, adverts, apps) = state.withLock { s -> ([AgentRegistration], [AdvertisementRegistration], [ApplicationRegistration]) in
             let agents = s.agents.filter { $0.sender == client }
             for agent in agents { s.removeAgent(agent) }
             let adverts = s.advertisements.filter { $0.sender == client }
             s.advertisements.removeAll { $0.sender == client }
-            return (agents, adverts)
+            let apps = s.applications.filter { $0.sender == client }
+            s.applications.removeAll { $0.sender == client }
+            return (agents, adverts, apps)
         }
         for agent in agents { log("client \(client) left: its agent \(agent.path) is gone") }
         for advert in adverts { log("client \(client) left: its advertisement \(advert.path) is gone") }
+        for app in apps { log("client \(client) left: its application \(app.root) is gone") }
     }
 
     /// A new bluetoothd knows no agents and no advertisements.
@@ -77,6 +80,7 @@ extension PhoneSimulator {
             s.agents = []
             s.defaultAgents = []
             s.advertisements = []
+            s.applications = []
         }
     }
 
@@ -98,51 +102,13 @@ extension PhoneSimulator {
 
     /// `pair`: the phone connects to our advertisement and asks to pair; bluetoothd asks the
     /// default agent to confirm the passkey. Success bonds the phone and shows its ANCS service.
-    func pair(_ device: Int, passkey: UInt32, expect: PairingOutcome?) async throws {
+    /// Strict (`strictPair`): only a listed advertisement, and only when the accessory demands it.
+    func pair(_ device: Int, passkey: UInt32, expect: PairingOutcome?, timeout: Double) async throws {
+        if strict(device) { return try await strictPair(device, passkey: passkey, expect: expect, timeout: timeout) }
         try await appear(device)
         let name = settings.devices[device].name
-        guard let conn = connection() else { throw SimulatorError.bus("bluetoothd is not running") }
-        let pairable = await conn.simPerform { c in
-            c.exportedProperty(path: BlueZ.adapterPath, interface: BlueZ.adapter1, name: "Pairable")?.unwrapped.boolValue ?? false
-        }
-        let (agent, path) = state.withLock { ($0.pairingAgent, $0.devices[device].paths.device) }
         await onBus { c in self.connect(device, c) }
-        var outcome = PairingOutcome.rejected
-        if !pairable {
-            log("\(name): pairing refused: the adapter is not pairable")
-        } else if let agent, let destination = BusName(validating: agent.sender) {
-            log("\(name): asks to pair; RequestConfirmation(\(path), \(passkey)) to \(agent.path) of \(agent.sender)")
-            do {
-                _ = try await conn.call(
-                    destination: destination, path: agent.path, interface: Self.agentInterface, member: "RequestConfirmation",
-                    arguments: [.objectPath(path), .uint32(passkey)], expecting: .empty, timeout: .seconds(60))
-                outcome = .paired
-            } catch {
-                log("\(name): pairing refused by the agent: \(error)")
-            }
-        } else {
-            log("\(name): pairing refused: no agent")
-        }
-        if outcome == .paired {
-            try await onBusThrowing { c in
-                guard let c else { return }
-                let exportANCS = self.state.withLock { s -> Bool in
-                    s.devices[device].paired = true
-                    s.devices[device].bonded = true
-                    defer { s.devices[device].ancsExported = true }
-                    return !s.devices[device].ancsExported
-                }
-                try c.assumeIsolated { c in
-                    try? c.setExportedProperty(path: path, interface: BlueZ.device1, name: "Paired", value: .bool(true))
-                    try? c.setExportedProperty(path: path, interface: BlueZ.device1, name: "Bonded", value: .bool(true))
-                    // iOS shows ANCS only to a bonded accessory (Service Changed after bonding).
-                    if exportANCS { try self.exportANCS(device, c) }
-                }
-            }
-            log("\(name): paired and bonded; ANCS exposed")
-        } else {
-            await onBus { c in self.disconnect(device, c) }
-        }
+        let outcome = try await runPairing(device, passkey: passkey)
         if let expect, expect != outcome {
             throw SimulatorError.timeout("\(name): expected the pairing to be \(expect.rawValue), it was \(outcome.rawValue)")
         }
@@ -173,8 +139,8 @@ extension PhoneSimulator {
                 return out
             }
         }
-        let s = state.withLock { ($0.agents, $0.defaultAgents.last, $0.advertisements, $0.devices[device]) }
-        let (agents, defaultAgent, adverts, d) = s
+        let s = state.withLock { ($0.agents, $0.defaultAgents.last, $0.advertisements, $0.devices[device], $0.applications.count) }
+        let (agents, defaultAgent, adverts, d, applications) = s
         var ok = !adapter.isEmpty
         func check<T: Equatable>(_ wanted: T?, _ actual: T?) { if let wanted, wanted != actual { ok = false } }
         check(e.pairable, adapter["Pairable"]?.unwrapped.boolValue)
@@ -187,12 +153,22 @@ extension PhoneSimulator {
         check(e.discoverableAdvertisements, adverts.filter(\.discoverable).count)
         check(e.paired, d.paired)
         check(e.trusted, d.trusted)
+        check(e.connected, d.connected)
+        check(e.bonded, d.bonded)
+        check(e.address, d.present ? d.address : nil)
+        check(e.applications, applications)
+        check(e.inputReports, d.hid.inputReports)
+        check(e.keyboard, d.hid.reportMap == nil ? nil : d.hid.keyboard)
+        check(e.reportSubscribed, d.hid.report != nil)
         let text = adapter.isEmpty ? "bluetoothd is down" : """
             Pairable=\(adapter["Pairable"]?.description ?? "?") Discoverable=\(adapter["Discoverable"]?.description ?? "?") \
             PairableTimeout=\(adapter["PairableTimeout"]?.description ?? "?") DiscoverableTimeout=\(adapter["DiscoverableTimeout"]?.description ?? "?"); \
             agents [\(agents.map { "\($0.path) of \($0.sender)" }.joined(separator: ", "))], \
             default \(defaultAgent.map { "\($0.path)" } ?? "none"); advertisements [\(adverts.map { "\($0.path) of \($0.sender)\($0.discoverable ? " (discoverable)" : "")" }.joined(separator: ", "))]; \
-            \(d.settings.name): paired=\(d.paired) trusted=\(d.trusted)
+            applications \(applications); \
+            \(d.settings.name): \(d.present ? d.address : "not present") connected=\(d.connected) paired=\(d.paired) \
+            bonded=\(d.bonded) trusted=\(d.trusted) report_map=\(d.hid.reportMap.map { "\($0.count) bytes" } ?? "unread") \
+            keyboard=\(d.hid.keyboard) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports)
             """
         return (ok, text)
     }

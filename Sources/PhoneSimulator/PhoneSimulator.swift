@@ -64,7 +64,7 @@ public final class PhoneSimulator: Sendable {
         self.events = events
         self.log = log
         state = Mutex(SimState(devices: settings.devices.map { device in
-            var d = DeviceState(settings: device, apps: settings.apps)
+            var d = DeviceState(settings: device, apps: settings.apps, policy: device.ios ?? settings.ios)
             if d.connected { _ = d.addOtherPrograms(settings.otherNotifyClients) }
             return d
         }))
@@ -160,6 +160,19 @@ public final class PhoneSimulator: Sendable {
         let sessions = state.withLock { s in
             for i in s.devices.indices where s.devices[i].connected {
                 s.devices[i].newSession(renumber: settings.renumberOnConnect)
+            }
+            do {
+                for i in s.devices.indices where strict(i) {
+                    s.devices[i].hid.watched = []
+                    if s.devices[i].bonded {
+                        // The new bluetoothd loads the bond: the phone is dev_<identity>.
+                        s.devices[i].paths = DevicePaths(address: s.devices[i].address)
+                    } else if !s.devices[i].connected {
+                        // Temporary devices are not stored.
+                        s.devices[i].present = false
+                        s.devices[i].addressUsed = false
+                    }
+                }
             }
             return s.devices.map { $0.connected ? $0.session : nil }
         }
@@ -336,6 +349,7 @@ public final class PhoneSimulator: Sendable {
         }
         if !changes.isEmpty { log("\(settings.devices[device].name): disconnected") }
         apply(changes, c)
+        if !changes.isEmpty, !state.withLock({ $0.devices[device].bonded }) { scheduleTemporaryRemoval(device) }
     }
 
     /// Brings the link back: a new ANCS session, UIDs renumbered if the settings say so.

@@ -91,8 +91,12 @@ extension PhoneSimulator {
             try await burst(device, count: count, start: start, rate: rate, category: category, app: app)
         case .disconnect:
             await onBus { c in self.disconnect(device, c) }
-        case .connect:
-            await onBus { c in self.connect(device, c) }
+        case .connect(let timeout, let expectAway):
+            if strict(device) {
+                try await strictConnect(device, timeout: timeout, expectAway: expectAway)
+            } else {
+                await onBus { c in self.connect(device, c) }
+            }
         case .restartBlueZ(let downtime):
             try await restartBlueZ(downtime: downtime)
         case .cpError(let code, let count):
@@ -133,8 +137,8 @@ extension PhoneSimulator {
             try await waitSubscribed(device, timeout: timeout)
         case .appear:
             try await appear(device)
-        case .pair(let passkey, let expect):
-            try await pair(device, passkey: passkey, expect: expect)
+        case .pair(let passkey, let expect, let timeout):
+            try await pair(device, passkey: passkey, expect: expect, timeout: timeout)
         case .waitState(let expectation, let timeout):
             try await waitState(expectation, device: device, timeout: timeout)
         case .releaseAdvertisements:

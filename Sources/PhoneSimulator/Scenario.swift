@@ -17,6 +17,8 @@ public struct DeviceSettings: Hashable, Sendable {
     /// False: bluetoothd does not know the phone yet; it appears at an `appear` or `pair` step,
     /// and its ANCS service only once it is bonded.
     public var present: Bool = true
+    /// This phone's own iOS policy (nil: the scenario's `ios`).
+    public var ios: IOSPolicy?
 
     public init(
         address: String, name: String, addressType: String = "random", connected: Bool = true,
@@ -36,9 +38,26 @@ public struct DeviceSettings: Hashable, Sendable {
     public var pathElement: String { "dev_" + address.replacingAll(":", with: "_") }
 }
 
+/// How far the simulated bluetoothd + iPhone behave like a real iPhone (docs/simulator.md,
+/// "The iOS policy").
+public enum IOSPolicy: String, Hashable, Sendable {
+    /// As iOS does: lists only a HID advertisement with the ANCS solicitation, pairs only when
+    /// the accessory demands it, shows up under a fresh resolvable private address before
+    /// bonding, reconnects only to a HID advertisement. The default.
+    case strict
+    /// The phone of earlier versions: pairs when told, keeps its identity address, comes back
+    /// at every `connect`. Only for tests that need it (each says why).
+    case lenient
+}
+
 /// The first line of a scenario.
 public struct ScenarioSettings: Hashable, Sendable {
     public var name: String
+    /// The phones' iOS policy (`"ios"`: `strict`, the default, or `lenient`).
+    public var ios: IOSPolicy = .strict
+    /// Seconds an unbonded phone's temporary device object stays after it disconnects
+    /// (bluetoothd's TemporaryTimeout, 30 s in main.conf; 1 s here so scenarios stay short).
+    public var temporaryTimeout: Double = 1
     /// The default ATT MTU for devices that do not give their own.
     public var mtu: Int
     /// Whether AcquireNotify is offered; when false it answers `org.bluez.Error.NotSupported`,
@@ -124,7 +143,10 @@ public enum ScenarioAction: Hashable, Sendable {
     /// `count` notifications from `startUID`, `rate` per second (0: as fast as possible).
     case burst(count: Int, startUID: UInt32, rate: Double, category: CategoryID, app: String)
     case disconnect
-    case connect
+    /// The phone comes back. Strict: only a bonded phone, and only once a connectable
+    /// advertisement with the HID service UUID is registered (waiting up to `timeout`);
+    /// `expect` `away` asserts that it does not come back within `timeout`.
+    case connect(timeout: Double, expectAway: Bool)
     /// Drop the bus name and every object, wait `downtime` seconds, come back.
     case restartBlueZ(downtime: Double)
     /// Answer the next `count` Control Point writes with ATT error `code`.
@@ -164,7 +186,10 @@ public enum ScenarioAction: Hashable, Sendable {
     case appear
     /// The phone connects and asks to pair: RequestConfirmation(device, passkey) on the
     /// default agent. `expect` ("paired" or "rejected") makes another outcome fail the run.
-    case pair(passkey: UInt32, expect: PairingOutcome?)
+    /// Strict: the phone first waits up to `timeout` for an advertisement it lists, connects
+    /// under a fresh resolvable private address, then waits up to `timeout` for the accessory
+    /// to demand pairing (an encrypted HID attribute to read, or Device1.Pair()).
+    case pair(passkey: UInt32, expect: PairingOutcome?, timeout: Double)
     /// Wait until bluetoothd's state matches (fails after `timeout`).
     case waitState(StateExpectation, timeout: Double)
     /// bluetoothd calls Release on every registered advertisement and forgets them.
@@ -177,9 +202,15 @@ public enum ScenarioAction: Hashable, Sendable {
 }
 
 /// How a pairing attempt ended.
-public enum PairingOutcome: String, Hashable, Sendable {
+public enum PairingOutcome: String, Hashable, Sendable, CaseIterable {
     case paired
     case rejected
+    /// Strict: no registered advertisement the phone lists (HID UUID in ServiceUUIDs, ANCS in
+    /// SolicitUUIDs, Discoverable): the user never sees the accessory, nothing connects.
+    case notListed = "not_listed"
+    /// Strict: the phone connected, but the accessory never demanded pairing (no encrypted
+    /// HID attribute, no Device1.Pair()): it stays connected, unpaired.
+    case notPaired = "not_paired"
 }
 
 /// What a `wait_state` step waits for; nil fields are not checked.
@@ -199,6 +230,19 @@ public struct StateExpectation: Hashable, Sendable {
     /// The step's phone: Paired and Trusted.
     public var paired: Bool?
     public var trusted: Bool?
+    /// The step's phone: Connected and Bonded.
+    public var connected: Bool?
+    public var bonded: Bool?
+    /// The step's phone's Device1 Address as bluetoothd shows it now (upper case).
+    public var address: String?
+    /// Registered GATT applications (GattManager1).
+    public var applications: Int?
+    /// The step's phone: input reports (PropertiesChanged of the Report's Value) counted since bonding.
+    public var inputReports: Int?
+    /// The step's phone: the Report Map it read has a Generic Desktop Keyboard or Keypad usage.
+    public var keyboard: Bool?
+    /// The step's phone: it subscribed to the accessory's input Report (StartNotify).
+    public var reportSubscribed: Bool?
 
     public init() {}
 }
@@ -370,6 +414,11 @@ private struct ObjectReader {
             throw fail("the first line must hold the settings, starting with \"scenario\": NAME")
         }
         s.name = name
+        if let policy = try string("ios") {
+            guard let p = IOSPolicy(rawValue: policy) else { throw fail("\"ios\" must be \"strict\" or \"lenient\"") }
+            s.ios = p
+        }
+        if let t = try number("temporary_timeout", max: 600) { s.temporaryTimeout = t }
         if let mtu = try integer("mtu", min: 23, max: 517) { s.mtu = mtu }
         if let a = try bool("acquire_notify") { s.acquireNotify = a }
         if let r = try bool("renumber_on_connect") { s.renumberOnConnect = r }
@@ -428,6 +477,10 @@ private struct ObjectReader {
         if let v = try bool("bonded") { d.bonded = v }
         if let v = try bool("trusted") { d.trusted = v }
         if let m = try integer("mtu", min: 23, max: 517) { d.mtu = m }
+        if let policy = try string("ios") {
+            guard let p = IOSPolicy(rawValue: policy) else { throw fail("\"ios\" must be \"strict\" or \"lenient\"") }
+            d.ios = p
+        }
         if !d.present, d.connected || d.paired || d.bonded {
             throw fail("a phone that is not \"present\" cannot be connected, paired or bonded")
         }
@@ -483,7 +536,13 @@ private struct ObjectReader {
                 count: count, startUID: UInt32(start), rate: try number("rate", max: 1_000_000) ?? 0,
                 category: try category() ?? .social, app: try string("app") ?? "com.apple.MobileSMS")
         case "disconnect": step.action = .disconnect
-        case "connect": step.action = .connect
+        case "connect":
+            var away = false
+            if let e = try string("expect") {
+                guard e == "connected" || e == "away" else { throw fail("\"expect\" must be \"connected\" or \"away\"") }
+                away = e == "away"
+            }
+            step.action = .connect(timeout: try number("timeout", max: 86_400) ?? 10, expectAway: away)
         case "restart_bluez": step.action = .restartBlueZ(downtime: try number("downtime", max: 600) ?? 1)
         case "cp_error":
             guard let code = try integer("code", min: 1, max: 255) else { throw fail("\"code\" (the ATT error) is required") }
@@ -515,10 +574,12 @@ private struct ObjectReader {
             let passkey = try integer("passkey", min: 0, max: 999_999) ?? 123_456
             var outcome: PairingOutcome?
             if let e = try string("expect") {
-                guard let o = PairingOutcome(rawValue: e) else { throw fail("\"expect\" must be \"paired\" or \"rejected\"") }
+                guard let o = PairingOutcome(rawValue: e) else {
+                    throw fail("\"expect\" must be one of " + PairingOutcome.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+                }
                 outcome = o
             }
-            step.action = .pair(passkey: UInt32(passkey), expect: outcome)
+            step.action = .pair(passkey: UInt32(passkey), expect: outcome, timeout: try number("timeout", max: 86_400) ?? 10)
         case "wait_state":
             var e = StateExpectation()
             e.pairable = try bool("pairable")
@@ -531,6 +592,13 @@ private struct ObjectReader {
             e.discoverableAdvertisements = try integer("discoverable_advertisements", min: 0, max: 1000)
             e.paired = try bool("paired")
             e.trusted = try bool("trusted")
+            e.connected = try bool("connected")
+            e.bonded = try bool("bonded")
+            if let a = try string("address") { e.address = try address(a, key: "address") }
+            e.applications = try integer("applications", min: 0, max: 1000)
+            e.inputReports = try integer("input_reports", min: 0, max: Int(Int32.max))
+            e.keyboard = try bool("keyboard")
+            e.reportSubscribed = try bool("report_subscribed")
             step.action = .waitState(e, timeout: try number("timeout", max: 86_400) ?? 30)
         case "release_advertisement": step.action = .releaseAdvertisements
         case "rogue": step.action = .rogue(error: try string("error"))

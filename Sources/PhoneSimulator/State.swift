@@ -14,6 +14,8 @@ struct SimState {
     var defaultAgents: [AgentRegistration] = []
     /// Advertisements registered by clients, with the properties read from them.
     var advertisements: [AdvertisementRegistration] = []
+    /// GATT applications registered by clients (GattManager1), with the objects read from them.
+    var applications: [ApplicationRegistration] = []
 
     /// The agent bluetoothd asks about an incoming pairing: the default, else the first registered.
     var pairingAgent: AgentRegistration? { defaultAgents.last ?? agents.first }
@@ -45,6 +47,14 @@ struct AdvertisementRegistration: Sendable {
     var discoverable: Bool { properties["Discoverable"]?.unwrapped.boolValue ?? false }
 }
 
+/// An `org.bluez.GattManager1` application a client registered: what its GetManagedObjects
+/// answered at registration (path → interface → property).
+struct ApplicationRegistration: Sendable {
+    let sender: String
+    let root: ObjectPath
+    let objects: [ObjectPath: [String: [String: DBusValue]]]
+}
+
 /// Who is subscribed to one notify characteristic.
 struct Subscription {
     /// Clients that called StartNotify (by unique name).
@@ -70,8 +80,11 @@ struct DevicePaths {
     let controlPoint: ObjectPath
     let dataSource: ObjectPath
 
-    init(_ settings: DeviceSettings) {
-        let device = BlueZ.adapterPath.rawValue + "/" + settings.pathElement
+    init(_ settings: DeviceSettings) { self.init(address: settings.address) }
+
+    /// The paths of a device object for `address` (`dev_AA_BB_…`).
+    init(address: String) {
+        let device = BlueZ.adapterPath.rawValue + "/dev_" + address.replacingAll(":", with: "_")
         self.device = ObjectPath(validating: device) ?? "/org/bluez/hci0/dev_invalid"
         service = ObjectPath(validating: device + "/service0010") ?? "/org/bluez/hci0/dev_invalid/service0010"
         func path(_ c: ANCSCharacteristic) -> ObjectPath {
@@ -94,7 +107,27 @@ struct DevicePaths {
 /// One phone: its ANCS model, its link, and the misbehaviour switched on.
 struct DeviceState {
     let settings: DeviceSettings
-    let paths: DevicePaths
+    /// Where bluetoothd shows the phone now: under its identity address (`settings.address`)
+    /// once bonded, under a resolvable private address before (strict).
+    var paths: DevicePaths
+    /// The Device1 Address and AddressType bluetoothd shows now.
+    var address: String
+    var addressType: String
+    /// Strict: the temporary (RPA) device object has carried a connection already; the next
+    /// connection comes under a fresh address.
+    var addressUsed = false
+    /// A `pair` step has the phone connected and waits for the accessory to demand pairing.
+    var awaitingTrigger = false
+    /// A pairing (RequestConfirmation) is under way.
+    var pairing = false
+    /// The accessory sent a security request (Device1.Pair()) that the phone has not acted on.
+    var securityRequested = false
+    /// How the last pairing the phone went through ended (Pair() callers wait for it).
+    var pairingResult: (attempt: UInt64, outcome: PairingOutcome)?
+    /// Counts pairings, so a Pair() caller knows which result is its own.
+    var pairingAttempt: UInt64 = 0
+    /// What the phone saw of the accessory's HID service after bonding.
+    var hid = HIDObservation()
     var model: PhoneModel
     var connected: Bool
     /// bluetoothd knows the phone (its Device1 is exported).
@@ -121,16 +154,33 @@ struct DeviceState {
     /// What the phone stopped doing without telling (`silent_drop`, `sharing_off`, …).
     var silence = Silence()
 
-    init(settings: DeviceSettings, apps: [String: String]) {
+    init(settings: DeviceSettings, apps: [String: String], policy: IOSPolicy = .lenient) {
         self.settings = settings
-        paths = DevicePaths(settings)
+        if policy == .strict, !settings.bonded {
+            // Before bonding iOS shows only a resolvable private address.
+            address = DeviceState.resolvablePrivateAddress()
+            addressType = "random"
+        } else {
+            address = settings.address
+            addressType = settings.addressType
+        }
+        paths = DevicePaths(address: address)
         model = PhoneModel(apps: apps)
         connected = settings.connected
         present = settings.present
         paired = settings.paired
         bonded = settings.bonded
         trusted = settings.trusted
-        ancsExported = settings.present
+        // iOS shows ANCS only to a bonded accessory.
+        ancsExported = settings.present && (policy == .lenient || settings.bonded)
+    }
+
+    /// A fresh resolvable private address: the two top bits 01 (first byte 0x40…0x7F).
+    static func resolvablePrivateAddress() -> String {
+        var generator = SystemRandomNumberGenerator()
+        var bytes = (0..<6).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        bytes[0] = 0x40 | (bytes[0] & 0x3F)
+        return bytes.map { b in String(BlueZError.hex(b).dropFirst(2)).uppercasedASCII }.joined(separator: ":")
     }
 
     func subscription(_ c: ANCSCharacteristic) -> Subscription {
@@ -207,4 +257,19 @@ struct DeviceState {
         }
         return changes
     }
+}
+
+/// What a strict phone saw of the accessory's HID service once bonded.
+struct HIDObservation {
+    /// The Report Map it read (nil: not read, or no Report Map).
+    var reportMap: [UInt8]?
+    /// The Report Map has a Generic Desktop Keyboard (0x06) or Keypad (0x07) usage.
+    var keyboard = false
+    /// The Report characteristic the phone subscribed to (StartNotify on the application).
+    var report: (sender: String, path: ObjectPath)?
+    /// Input reports received: PropertiesChanged of the Report's Value.
+    var inputReports = 0
+    /// "sender path" of the Report characteristics whose signals the simulator's current bus
+    /// connection listens to (cleared at a bluetoothd restart).
+    var watched: Set<String> = []
 }

@@ -264,6 +264,8 @@ final class PseudoTerminal {
         #expect(try pair.wait(timeout: .seconds(60)) == 0, "\(pair.standardError)")
         let events = try run.finish()
         #expect(events.titles("added") == ["Hello"])
+        // Paired from a resolvable private address (a dev_4x… object), known by its identity.
+        #expect(events.of("added").allSatisfy { $0["device"]?.stringValue == ada }, "\(events.map(\.serialized))")
         #expect(run.ancsd.standardError.contains("registered pairing agent /org/ancsd/run/agent"))
         _ = try notify.receive(until: "STATUS=1 phone connected, 1 notification", timeout: .seconds(5))
     }

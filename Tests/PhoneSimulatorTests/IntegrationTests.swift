@@ -369,7 +369,9 @@ struct IntegrationTests {
             try await simulator.execute(.disconnect)
             #expect(try await readDatagram(fd) == nil)
             #expect(!simulator.isSubscribed())
-            try await simulator.execute(.connect)
+            // A strict phone comes back only to a connectable HID advertisement (as `ancsd run` registers).
+            try await advertiseHID(client)
+            try await simulator.execute(.connect(timeout: 5, expectAway: false))
             let again = try await Self.call(client, Self.ns, "AcquireNotify", [.variantDictionary([:])], expecting: "hq")
             let fd2 = try #require(again[0].unixFDValue?.take())
             defer { close(fd2) }

@@ -50,7 +50,7 @@ struct ScenarioParsingTests {
         state.paired = true
         state.trusted = false
         #expect(scenario.steps.map(\.action) == [
-            .appear, .pair(passkey: 42, expect: .rejected), .pair(passkey: 123_456, expect: nil), .waitState(state, timeout: 5),
+            .appear, .pair(passkey: 42, expect: .rejected, timeout: 10), .pair(passkey: 123_456, expect: nil, timeout: 10), .waitState(state, timeout: 5),
             .releaseAdvertisements, .rogue(error: "org.freedesktop.DBus.Error.AccessDenied"), .end,
         ])
         for bad in [
@@ -123,10 +123,39 @@ struct ScenarioParsingTests {
         #expect(scenario.settings.devices.count == 1 && scenario.settings.mtu == 185 && scenario.settings.acquireNotify)
         guard case .add(let spec) = scenario.steps[0].action else { Issue.record("not an add"); return }
         #expect(spec.category == .other && spec.attributes[.date] == "20261130T101500")
+        #expect(scenario.settings.ios == .strict, "every test phone is strict unless it says otherwise")
+    }
+
+    @Test("the iOS policy and its steps")
+    func iosPolicy() throws {
+        let scenario = try Scenario(parsing: """
+            {"scenario":"x","ios":"lenient","temporary_timeout":0.5}
+            {"do":"connect"}
+            {"do":"connect","timeout":2,"expect":"away"}
+            {"do":"pair","expect":"not_listed","timeout":3}
+            {"do":"pair","expect":"not_paired"}
+            {"do":"wait_state","connected":true,"bonded":false,"address":"aa:bb:cc:dd:ee:01","applications":1,"input_reports":0,"keyboard":false,"report_subscribed":true}
+            """)
+        #expect(scenario.settings.ios == .lenient && scenario.settings.temporaryTimeout == 0.5)
+        var e = StateExpectation()
+        e.connected = true
+        e.bonded = false
+        e.address = "AA:BB:CC:DD:EE:01"
+        e.applications = 1
+        e.inputReports = 0
+        e.keyboard = false
+        e.reportSubscribed = true
+        #expect(scenario.steps.map(\.action) == [
+            .connect(timeout: 10, expectAway: false), .connect(timeout: 2, expectAway: true),
+            .pair(passkey: 123_456, expect: .notListed, timeout: 3), .pair(passkey: 123_456, expect: .notPaired, timeout: 10),
+            .waitState(e, timeout: 30),
+        ])
     }
 
     static let badLines: [(String, Int, String)] = [
         ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":1}\n{\"do\":\"dance\"}", 3, "unknown step \"dance\""),
+        ("{\"scenario\":\"x\",\"ios\":\"android\"}", 1, "\"ios\" must be \"strict\" or \"lenient\""),
+        ("{\"scenario\":\"x\"}\n{\"do\":\"connect\",\"expect\":\"maybe\"}", 2, "\"expect\" must be \"connected\" or \"away\""),
         ("{\"scenario\":\"x\"}\n{\"do\":\"add\"", 2, "not valid JSON"),
         ("{\"scenario\":\"x\"}\n[1,2]", 2, "expected a JSON object"),
         ("{\"scenario\":\"x\"}\n{\"do\":\"add\"}", 2, "\"uid\" is required"),

@@ -72,3 +72,19 @@ func readDatagram(_ fd: Int32, within seconds: Double = 5) async throws -> [UInt
 /// The repository's root.
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
+
+/// Registers, on `client`, a connectable advertisement with the HID service UUID and the ANCS
+/// solicitation (what `ancsd run` keeps registered), so a strict phone reconnects.
+func advertiseHID(_ client: DBusConnection, path: ObjectPath = "/test/run_advertisement") async throws {
+    try await client.export(ExportedObject(ExportedInterface(
+        "org.bluez.LEAdvertisement1", methods: [.immediate("Release") { _ in [] }],
+        properties: [
+            ExportedProperty("Type", value: .string("peripheral")),
+            ExportedProperty("ServiceUUIDs", value: .stringArray(["00001812-0000-1000-8000-00805f9b34fb"])),
+            ExportedProperty("SolicitUUIDs", value: .stringArray(["7905f431-b5ce-4e99-a40f-4b1e122d00d0"])),
+            ExportedProperty("Discoverable", value: .bool(false)),
+        ])), at: path)
+    _ = try await client.call(
+        destination: "org.bluez", path: "/org/bluez/hci0", interface: "org.bluez.LEAdvertisingManager1",
+        member: "RegisterAdvertisement", arguments: [.objectPath(path), .variantDictionary([:])], timeout: .seconds(5))
+}
