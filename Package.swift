@@ -111,7 +111,7 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "CaptureTests", dependencies: ["ancsd", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),

@@ -2,32 +2,60 @@ import ANCS
 public import DBus
 
 /// An `org.bluez.LEAdvertisement1` to export (BlueZ doc/advertising-api.txt): a peripheral that
-/// solicits ANCS, so iOS offers to pair with it and reconnects to it once bonded.
+/// solicits ANCS and, with the HID accessory (`AccessoryKind.hid`), lists the HID service, so
+/// iOS offers to pair with it and reconnects to it once bonded.
 ///
-/// How bluetoothd 5.66 lays it out (src/advertising.c, src/shared/ad.c; checked on the real stack
-/// by `make system-test`, docs/system-test.md): the primary (legacy ADV_IND) PDU carries the flags
-/// (3 bytes, only when `discoverable`), the 128-bit ANCS solicitation (18) and the appearance (4):
-/// 25 of 31 bytes. `LocalName` always goes to the scan response: bluetoothd puts a name into the
-/// advertising data only for a secondary PHY (extended advertising, which phones without
-/// extended scanning never see), and its `Data` property refuses the name AD types (0x08, 0x09)
-/// and the flags (0x01). With `discoverable` the flags are LE General Discoverable, plus
-/// "BR/EDR not supported" whenever the adapter itself is not discoverable or has no BR/EDR, so
-/// a pairing window that leaves the adapter's Discoverable off advertises 0x06 on LE-only and
-/// dual-mode controllers alike.
+/// The properties: `Type` "peripheral", `ServiceUUIDs` [HID 0x1812] (with the accessory only),
+/// `SolicitUUIDs` [ANCS], `LocalName`, `Appearance` and `Discoverable`. The appearance is 0x0180
+/// Generic Remote Control with the accessory: its report map declares a Consumer Control device,
+/// a media remote, and the appearance says the same thing (0x03C0 Generic HID would be vaguer,
+/// and 0x03C1 Keyboard would be false); without it, 0x0080 Generic Computer, as before.
+///
+/// How bluetoothd 5.66 lays it out (`legacyLayout`; src/shared/ad.c `bt_ad_generate`,
+/// src/advertising.c): the legacy ADV_IND carries, in this order, the 16-bit service UUIDs,
+/// the 128-bit solicitation, the appearance and last the flags (bluetoothd keeps the flags among
+/// its "data" entries, which come after everything else). `LocalName` always goes to the scan
+/// response: bluetoothd puts a name into the advertising data only for a secondary PHY
+/// (extended advertising, which phones without extended scanning never see), and its `Data`
+/// property refuses the name AD types (0x08, 0x09) and the flags (0x01). The pairing window
+/// ("iPhone" stands for any name), 29 of 31 bytes:
+/// ```
+/// ADV_IND   03 03 12 18                                    16-bit service UUIDs: HID 0x1812
+///           11 15 d0 00 2d 12 1e 4b 0f a4 99 4e ce b5 31 f4 05 79   128-bit solicitation: ANCS
+///           03 19 80 01                                    appearance 0x0180 Generic Remote Control
+///           02 01 06                                       flags: LE General Discoverable, no BR/EDR
+/// SCAN_RSP  07 09 69 50 68 6f 6e 65                        complete local name "iPhone"
+/// ```
+/// `ancsd run` (connectable, not discoverable): the same without the flags, 26 bytes. With
+/// `Discoverable` the flags are LE General Discoverable, plus "BR/EDR not supported" whenever
+/// the adapter itself is not discoverable or has no BR/EDR, so a pairing window that leaves
+/// the adapter's Discoverable off advertises 0x06 on LE-only and dual-mode controllers alike.
+/// (Where the adapter itself is discoverable, the kernel adds flags of its own to a
+/// non-discoverable advertisement: 3 bytes more, still within 31.) Staying within 31 bytes
+/// matters beyond fitting: from BlueZ 5.7x on, advertising data longer than a legacy PDU makes
+/// bluetoothd switch to extended advertising, which older phones never see.
 public struct Advertisement: Sendable {
     /// The interface name.
     public static let interface: InterfaceName = "org.bluez.LEAdvertisement1"
     /// GAP appearance 0x0080, Generic Computer.
     public static let computerAppearance: UInt16 = 0x0080
+    /// GAP appearance 0x0180, Generic Remote Control: what the HID accessory's report map is.
+    public static let remoteControlAppearance: UInt16 = 0x0180
+    /// The name used when nothing better is known.
+    public static let fallbackName = "ancsd"
 
     public var localName: String
-    public var appearance: UInt16 = Advertisement.computerAppearance
+    public var appearance: UInt16
     /// True while new phones may find us (the pairing window); false to be merely connectable.
     public var discoverable: Bool
+    /// What the phone is shown besides the solicitation.
+    public var accessory: AccessoryKind
 
-    public init(localName: String, discoverable: Bool) {
+    public init(localName: String, discoverable: Bool, accessory: AccessoryKind = .hid) {
         self.localName = Self.fitted(localName)
         self.discoverable = discoverable
+        self.accessory = accessory
+        appearance = accessory == .hid ? Self.remoteControlAppearance : Self.computerAppearance
     }
 
     /// The most bytes of a name that fit in a legacy PDU beside nothing else (31 − 2 for the
@@ -46,28 +74,80 @@ public struct Advertisement: Sendable {
             bytes += size
         }
         fitted = fitted.trimmingSpaces()
-        return fitted.isEmpty ? "ancsd" : fitted
+        return fitted.isEmpty ? fallbackName : fitted
     }
 
-    /// The name to advertise when none is given: the adapter's alias, unless it is empty or
-    /// bluetoothd's default ("BlueZ 5.66", what an adapter is called where no host name reached
-    /// bluetoothd), then the host name. The user must recognise it in the phone's list.
+    /// The name to advertise when none is given: the adapter's alias, unless it says nothing
+    /// (`isMeaningless`: empty, bluetoothd's default "BlueZ 5.66", what an adapter is called
+    /// where no host name reached bluetoothd), then the host name unless it says nothing
+    /// ("(none)", "localhost"), then "ancsd". The user must recognise it in the phone's list.
     public static func recognisableName(alias: String, hostName: String) -> String {
-        let alias = alias.trimmingSpaces()
-        let isDefault = alias.hasPrefix("BlueZ ") && alias.dropFirst(6).allSatisfy { $0.isNumber || $0 == "." }
-        if !alias.isEmpty && !isDefault { return fitted(alias) }
-        return fitted(hostName.isEmpty ? alias : hostName)
+        for candidate in [alias, hostName] where !isMeaningless(candidate) {
+            return fitted(candidate)
+        }
+        return fallbackName
+    }
+
+    /// True for a name that tells the user nothing: empty, "(none)" (the kernel's host name
+    /// before anything set one), "localhost", "localhost.localdomain", or bluetoothd's default
+    /// alias "BlueZ X.Y".
+    public static func isMeaningless(_ name: String) -> Bool {
+        let name = name.trimmingSpaces()
+        let lower = name.lowercased()
+        if name.isEmpty || lower == "(none)" || lower == "localhost" || lower == "localhost.localdomain" { return true }
+        let version = name.dropFirst(6)
+        return name.hasPrefix("BlueZ ") && !version.isEmpty && version.allSatisfy { $0.isNumber || $0 == "." }
+    }
+
+    /// The service UUIDs advertised: the HID service with the accessory, none without.
+    public var serviceUUIDs: [String] {
+        accessory == .hid ? [Accessory.hidServiceUUID] : []
     }
 
     /// The properties bluetoothd reads with GetAll.
     public var properties: [String: DBusValue] {
-        [
+        var properties: [String: DBusValue] = [
             "Type": .string("peripheral"),
             "SolicitUUIDs": .stringArray([ANCSUUID.service.description.lowercased()]),
             "LocalName": .string(localName),
             "Appearance": .uint16(appearance),
             "Discoverable": .bool(discoverable),
         ]
+        if !serviceUUIDs.isEmpty { properties["ServiceUUIDs"] = .stringArray(serviceUUIDs) }
+        return properties
+    }
+
+    /// The bytes bluetoothd 5.66 hands the kernel for this advertisement on a legacy PDU: the
+    /// advertising data and the scan response, laid out as `bt_ad_generate` does (service
+    /// UUIDs 16/32/128-bit, solicit UUIDs 16/32/128-bit, manufacturer data, service data, name,
+    /// appearance, then the data entries — which hold the flags), with the name moved to the
+    /// scan response. `adapterDiscoverable` and `adapterHasBREDR` decide the flags byte as
+    /// src/advertising.c `set_flags` does.
+    public func legacyLayout(adapterDiscoverable: Bool = false, adapterHasBREDR: Bool = true) -> (advertising: [UInt8], scanResponse: [UInt8]) {
+        var data: [UInt8] = []
+        let short = serviceUUIDs.compactMap(Self.shortUUID)
+        if !short.isEmpty {  // 0x03 Complete List of 16-bit Service UUIDs
+            data += [UInt8(1 + 2 * short.count), 0x03] + short.flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
+        }
+        let solicit = ANCSUUID.service.littleEndianBytes  // 0x15 List of 128-bit Solicitation UUIDs
+        data += [UInt8(1 + solicit.count), 0x15] + solicit
+        data += [3, 0x19, UInt8(appearance & 0xFF), UInt8(appearance >> 8)]  // 0x19 Appearance
+        if discoverable {
+            var flags: UInt8 = 0x02  // LE General Discoverable
+            if !adapterHasBREDR || !adapterDiscoverable { flags |= 0x04 }  // BR/EDR Not Supported
+            data += [2, 0x01, flags]
+        }
+        let name = Array(localName.utf8.prefix(Self.maxNameBytes))
+        let type: UInt8 = localName.utf8.count > Self.maxNameBytes ? 0x08 : 0x09  // shortened : complete
+        return (data, [UInt8(1 + name.count), type] + name)
+    }
+
+    /// 0x1812 for `00001812-0000-1000-8000-00805f9b34fb` (the Bluetooth base UUID, which
+    /// bluetoothd advertises in 16-bit form); nil for any other UUID.
+    static func shortUUID(_ text: String) -> UInt16? {
+        let lower = text.lowercased()
+        guard lower.count == 36, lower.hasPrefix("0000"), lower.hasSuffix("-0000-1000-8000-00805f9b34fb") else { return nil }
+        return UInt16(lower.dropFirst(4).prefix(4), radix: 16)
     }
 
     /// The object to export; `Release` from bluetoothd calls `onRelease`, from anyone else it is refused.

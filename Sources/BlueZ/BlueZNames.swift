@@ -8,6 +8,8 @@ public enum BlueZ {
     public static let deviceInterface = "org.bluez.Device1"
     public static let gattServiceInterface = "org.bluez.GattService1"
     public static let gattCharacteristicInterface = "org.bluez.GattCharacteristic1"
+    public static let gattDescriptorInterface = "org.bluez.GattDescriptor1"
+    public static let gattManagerInterface = "org.bluez.GattManager1"
     public static let agentManagerInterface = "org.bluez.AgentManager1"
     public static let advertisingManagerInterface = "org.bluez.LEAdvertisingManager1"
 }

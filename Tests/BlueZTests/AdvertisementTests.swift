@@ -28,7 +28,18 @@ import Testing
         #expect(Advertisement.recognisableName(alias: "BlueZ 5.66", hostName: "kitchen") == "kitchen")
         #expect(Advertisement.recognisableName(alias: "", hostName: "kitchen") == "kitchen")
         #expect(Advertisement.recognisableName(alias: "Ada's desk", hostName: "kitchen") == "Ada's desk")
-        #expect(Advertisement.recognisableName(alias: "BlueZ 5.66", hostName: "") == "BlueZ 5.66")
         #expect(Advertisement.recognisableName(alias: "BlueZ fan club", hostName: "kitchen") == "BlueZ fan club")
+    }
+
+    /// What the phone lists must say something: never "(none)", "localhost", "BlueZ 5.66" or
+    /// nothing, whatever the adapter and the host are called.
+    @Test func fallsBackToAFixedReadableName() {
+        for alias in ["", "  ", "BlueZ 5.66", "BlueZ 5.82", "(none)", "localhost"] {
+            for host in ["", "(none)", "localhost", "localhost.localdomain", "LOCALHOST", "BlueZ 5.66"] {
+                #expect(Advertisement.recognisableName(alias: alias, hostName: host) == "ancsd", "alias '\(alias)', host '\(host)'")
+            }
+        }
+        #expect(Advertisement.recognisableName(alias: "(none)", hostName: "desk") == "desk")
+        #expect(Advertisement.recognisableName(alias: "BlueZ ", hostName: "") == "BlueZ")
     }
 }
