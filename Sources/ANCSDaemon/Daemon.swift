@@ -124,9 +124,15 @@ public actor Daemon {
     public func update(options newOptions: DaemonOptions, output newOutput: OutputRouter?) {
         if newOptions.bus != options.bus { logger.warning("a new bus address takes effect only after a restart") }
         if newOptions.stateDirectory != options.stateDirectory { logger.warning("a new state directory takes effect only after a restart") }
+        if newOptions.advertise != options.advertise { logger.warning("a new advertise setting takes effect only after a restart") }
         var kept = newOptions
         kept.bus = options.bus
         kept.stateDirectory = options.stateDirectory
+        kept.advertise = options.advertise
+        if kept.accessory != options.accessory, let presence {
+            let accessory = kept.accessory
+            Task(executorPreference: executor) { await presence.setAccessory(accessory) }
+        }
         options = kept
         for link in links.values {
             link.session.updateFilter(kept.session.filter)
@@ -205,7 +211,7 @@ public actor Daemon {
             group.addTask { for await signal in ownerChanges { await self.handleOwnerChange(signal) } }
             group.addTask { await connection.waitUntilDisconnected() }
             if options.advertise {  // pairing support: see Presence.swift
-                let presence = Presence(connection: connection, adapter: options.adapter, logger: logger)
+                let presence = Presence(connection: connection, adapter: options.adapter, accessory: options.accessory, logger: logger)
                 self.presence = presence
                 tellPresence()
                 group.addTask { await presence.run() }

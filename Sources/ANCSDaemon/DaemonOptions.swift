@@ -1,4 +1,5 @@
 public import ANCSSession
+public import BlueZ
 public import DBus
 
 /// What `ancsd run` is told to do.
@@ -14,6 +15,9 @@ public struct DaemonOptions: Sendable {
     /// Keep a connectable LE advertisement and a pairing agent that refuses every request
     /// registered with bluetoothd (see `Presence`); off where another agent owns pairing.
     public var advertise = true
+    /// What the advertisement and the GATT application show the phone (`--accessory`): the
+    /// HID accessory by default. SIGHUP applies a change.
+    public var accessory = AccessoryKind.hid
     /// How each phone's session fetches attributes.
     public var session = SessionConfiguration()
     /// Where sessions are recorded (`--record`), if anywhere.

@@ -6,14 +6,17 @@ import BlueZ
 public import DBus
 
 /// What `ancsd run` keeps registered with bluetoothd so bonded phones come back by themselves:
-/// a connectable (not discoverable) LE advertisement that solicits ANCS, and a pairing agent
-/// that refuses every request — `ancsd run` never pairs; `ancsd pair` opens a window for that.
+/// a connectable (not discoverable) LE advertisement that solicits ANCS, the HID accessory
+/// (`Accessory`, unless `--accessory none`) on the adapter it advertises on, with the HID UUID
+/// in the advertisement — iOS reconnects by itself to a bonded HID accessory that advertises
+/// connectable — and a pairing agent that refuses every request: `ancsd run` never pairs;
+/// `ancsd pair` opens a window for that.
 ///
-/// Both are registered only while a paired iPhone is known (a bonded device on which BlueZ has
+/// All are registered only while a paired iPhone is known (a bonded device on which BlueZ has
 /// seen ANCS, `setPhoneAdapters`): on a machine with no phone yet, ancsd changes nothing (the desktop's
-/// own pairing agent stays the default one, nothing is advertised). Both are registered again
-/// when bluetoothd calls `Release` and when bluetoothd restarts. Both objects answer only the
-/// current owner of `org.bluez`.
+/// own pairing agent stays the default one, nothing is advertised or served). They are registered
+/// again when bluetoothd calls `Release` and when bluetoothd restarts. Every object answers only
+/// the current owner of `org.bluez`.
 actor Presence {
     static let agentPath: ObjectPath = "/org/ancsd/run/agent"
     static let advertisementPath: ObjectPath = "/org/ancsd/run/advertisement0"
@@ -21,6 +24,12 @@ actor Presence {
     private let connection: DBusConnection
     private let adapterName: String?
     private let logger: Logger
+    /// What the advertisement and the GATT application show the phone (`--accessory`).
+    private var accessory: AccessoryKind
+    /// True while the accessory's objects are exported on the connection.
+    private var accessoryExported = false
+    /// Where the accessory's application is registered, nil while it is not.
+    private var applicationOn: ObjectPath?
     private var owner: BlueZOwner?
     /// Where the advertisement is registered, nil while it is not.
     private var advertisedOn: ObjectPath?
@@ -37,9 +46,10 @@ actor Presence {
     private var wanted: Bool { !phoneAdapters.isEmpty }
     private var saidNotWanted = false
 
-    init(connection: DBusConnection, adapter: String?, logger: Logger) {
+    init(connection: DBusConnection, adapter: String?, accessory: AccessoryKind = .hid, logger: Logger) {
         self.connection = connection
         self.adapterName = adapter
+        self.accessory = accessory
         self.logger = logger
     }
 
@@ -85,6 +95,7 @@ actor Presence {
         guard let change = try? NameOwnerChanged(signal), change.name == BlueZ.service.rawValue else { return }
         // A new bluetoothd knows nothing of what we registered with the old one.
         advertisedOn = nil
+        applicationOn = nil
         agentRegistered = false
         failures = 0
         if change.newOwner != nil {
@@ -107,6 +118,20 @@ actor Presence {
         }
         if !wasWanted { saidNotWanted = false }
         if let advertisedOn, !adapters.contains(advertisedOn) { await withdrawAdvertisement() }
+        await register()
+    }
+
+    /// Shows the phone `kind` from now on (SIGHUP): the advertisement and the application are
+    /// withdrawn and registered again as `kind` asks.
+    func setAccessory(_ kind: AccessoryKind) async {
+        guard kind != accessory else { return }
+        accessory = kind
+        logger.info("accessory is now \(kind.rawValue): registering the advertisement again")
+        await withdrawAdvertisement()
+        if kind == .disabled, accessoryExported {
+            accessoryExported = false
+            await Accessory.unexport(on: connection)
+        }
         await register()
     }
 
@@ -155,13 +180,15 @@ actor Presence {
                     return
                 }
                 saidNoAdapter = false
-                let advert = Advertisement(localName: name, discoverable: false)
+                await registerApplication(on: adapter, owner: owner)
+                let advert = Advertisement(localName: name, discoverable: false, accessory: accessory)
                 await connection.unexport(Self.advertisementPath)
                 try await connection.export(
                     advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
                 try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
                 advertisedOn = adapter
-                logger.info("registered LE advertisement \(Self.advertisementPath) on \(adapter.rawValue.split(separator: "/").last ?? ""): connectable, not discoverable, solicits ANCS, name \"\(name)\"")
+                let what = accessory == .hid ? "HID service, solicits ANCS" : "solicits ANCS"
+                logger.info("registered LE advertisement \(Self.advertisementPath) on \(adapter.rawValue.split(separator: "/").last ?? ""): connectable, not discoverable, \(what), name \"\(name)\"")
             }
             failures = 0
         } catch {
@@ -169,6 +196,30 @@ actor Presence {
             let delay = min(60, 1 << min(failures - 1, 6))
             logger.warning("cannot register with bluetoothd (\(error)); trying again in \(delay) s")
             scheduleRetry(after: .seconds(delay))
+        }
+    }
+
+    /// Exports the accessory if it is not, and registers it on `adapter` (the adapter the
+    /// advertisement goes on). bluetoothd tells nobody when it forgets an application (its
+    /// adapter went away, it restarted), so this runs before every advertisement registration:
+    /// `AlreadyExists` means it is still there. A failure is logged and the advertisement goes
+    /// on without it (the bonded phone still reconnects to it).
+    private func registerApplication(on adapter: ObjectPath, owner: BlueZOwner) async {
+        guard accessory == .hid else { return }
+        do {
+            if !accessoryExported {
+                try await Accessory.export(on: connection, owner: owner)
+                accessoryExported = true
+            }
+            do {
+                try await GattManager(connection: connection, adapter: adapter).register(Accessory.root)
+                logger.info("registered the HID accessory \(Accessory.root) on \(adapter.rawValue.split(separator: "/").last ?? ""): a media remote that never sends a report")
+            } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
+                logger.debug("the HID accessory is still registered on \(adapter)")
+            }
+            applicationOn = adapter
+        } catch {
+            logger.warning("cannot register the HID accessory on \(adapter): \(error); advertising without it")
         }
     }
 
@@ -221,8 +272,17 @@ actor Presence {
         }
     }
 
-    /// Unregisters the advertisement from bluetoothd.
+    /// Unregisters the advertisement and the accessory from bluetoothd.
     private func withdrawAdvertisement() async {
+        if let adapter = applicationOn {
+            applicationOn = nil
+            do {
+                try await GattManager(connection: connection, adapter: adapter).unregister(Accessory.root)
+                logger.info("unregistered the HID accessory")
+            } catch {
+                logger.debug("UnregisterApplication: \(error)")
+            }
+        }
         if let adapter = advertisedOn {
             advertisedOn = nil
             do {
@@ -238,6 +298,10 @@ actor Presence {
         await withdraw()
         await connection.unexport(Self.advertisementPath)
         await connection.unexport(Self.agentPath)
+        if accessoryExported {
+            accessoryExported = false
+            await Accessory.unexport(on: connection)
+        }
         await owner?.stop()
     }
 

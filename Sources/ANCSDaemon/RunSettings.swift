@@ -46,7 +46,7 @@ public struct RunSettings: Sendable {
 
     /// The keys a configuration file may use (the long options without `--`).
     public static let keys = [
-        "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "record", "record-redact",
+        "format", "fifo", "fifo-mode", "device", "adapter", "bus", "log-level", "acquire-notify", "advertise", "accessory", "record", "record-redact",
         "control", "control-group", "only-app", "ignore-app", "ignore-category", "replays", "state-dir", "exec", "exec-timeout",
         "alive-check", "resubscribe-after",
         "mqtt", "mqtt-password-file", "mqtt-ca", "mqtt-prefix", "mqtt-discovery-prefix", "mqtt-actions",
@@ -114,6 +114,11 @@ public struct RunSettings: Sendable {
             case "no", "false", "off", "0": options.advertise = false
             default: throw SettingError("advertise must be yes or no, not '\(value)'")
             }
+        case "accessory":
+            guard let kind = AccessoryKind(rawValue: value.lowercased()) else {
+                throw SettingError("accessory must be hid or none, not '\(value)'")
+            }
+            options.accessory = kind
         case "record":
             guard !value.isEmpty else { throw SettingError("record needs a directory") }
             options.recording.directory = value

@@ -15,10 +15,12 @@ enum PairCommand {
 
     Pairs an iPhone with this computer so that 'ancsd run' can show its notifications. For
     the pairing window only, ancsd advertises this computer as a discoverable LE peripheral
-    (soliciting ANCS, so iOS offers it), makes the adapter pairable and registers as the default
-    pairing agent; the adapter's other settings (Discoverable, Connectable, alias) are not touched.
-    On the iPhone, open Settings > Bluetooth and tap this computer's name; when both show the
-    same six-digit passkey, confirm on the phone and here. Once the phone is bonded and shares
+    (a HID media remote soliciting ANCS, so iOS lists it), serves the HID accessory, makes the
+    adapter pairable and registers as the default pairing agent; the adapter's other settings
+    (Discoverable, Connectable, alias) are not touched. On the iPhone, open Settings >
+    Bluetooth and tap this computer's name (listed as a remote; the phone's keyboard is
+    unaffected); ancsd asks a phone that connects to pair. When both show the same six-digit
+    passkey, confirm on the phone and here. Once the phone is bonded and shares
     ANCS, ancsd marks it trusted, tells you what to allow on the phone, puts the adapter's
     Pairable setting and its timeout back as they were and unregisters everything. Ctrl-C, SIGTERM
     or the timeout put everything back as well.
@@ -28,6 +30,13 @@ enum PairCommand {
                         or the host name when the alias is empty or bluetoothd's "BlueZ X.Y")
       --timeout S       how long the window stays open, in seconds (default 120, at most 3600)
       --adapter hciN    the adapter to use (default: the first one that can advertise)
+      --accessory hid|none
+                        hid (default): serve a HID-over-GATT media remote whose attributes
+                        need encryption and advertise the HID service, so iOS lists this
+                        computer in Settings > Bluetooth, bonds when it reads them and later
+                        reconnects by itself; it never sends a key. none: advertise only the
+                        ANCS solicitation, as before, for desktops whose own Bluetooth stack
+                        already makes the phone list it (iOS may never list it otherwise)
       --yes             accept the passkey without asking, for a first setup without a
                         keyboard (logged as a warning: any phone in range could pair)
       --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus, or
@@ -50,6 +59,7 @@ enum PairCommand {
         var name: String?
         var timeout = 120
         var adapter: String?
+        var accessory = AccessoryKind.hid
         var yes = false
         var bus: BusAddress = .system
     }
@@ -80,6 +90,12 @@ enum PairCommand {
                     throw UsageError("--adapter needs an adapter name such as hci0, not '\(name)'")
                 }
                 options.adapter = name
+            case .option("--accessory", let inline):
+                let value = try scanner.value(of: "--accessory", inline: inline)
+                guard let kind = AccessoryKind(rawValue: value.lowercased()) else {
+                    throw UsageError("--accessory must be hid or none, not '\(value)'")
+                }
+                options.accessory = kind
             case .option("--yes", nil), .option("-y", nil):
                 options.yes = true
             case .option("--bus", let inline):
@@ -156,6 +172,11 @@ actor PairingWindow {
     private var saved: AdapterVisibility?
     private var agentRegistered = false
     private var advertised = false
+    private var accessoryExported = false
+    /// True while the HID accessory is registered with bluetoothd on `adapter`.
+    private var applicationRegistered = false
+    /// The device objects `Pair()` was asked of, once each.
+    private var pairRequested: Set<ObjectPath> = []
     /// Devices whose passkey was confirmed here, and those already bonded when the window opened.
     private var confirmed: Set<ObjectPath> = []
     private var bondedBefore: Set<ObjectPath> = []
@@ -230,7 +251,7 @@ actor PairingWindow {
                 return try await self.answer(request)
             }
             try await connection.export(agent.object, at: Self.agentPath)
-            let advert = Advertisement(localName: name, discoverable: true)
+            let advert = Advertisement(localName: name, discoverable: true, accessory: options.accessory)
             try await connection.export(advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
 
             let manager = AgentManager(connection: connection)
@@ -246,6 +267,17 @@ actor PairingWindow {
             let margin = UInt32(options.timeout + 30)
             try await AdapterVisibility(pairable: true, pairableTimeout: margin).apply(adapter, on: connection)
             guard outcome == nil else { return }
+
+            // The accessory goes first, on the same adapter: a phone that connects to the
+            // advertisement must find the HID service there.
+            if options.accessory == .hid {
+                try await Accessory.export(on: connection, owner: owner)
+                accessoryExported = true
+                try await GattManager(connection: connection, adapter: adapter).register(Accessory.root)
+                applicationRegistered = true
+                logger.info("registered the HID accessory \(Accessory.root) on \(adapterName)")
+                guard outcome == nil else { return }
+            }
 
             try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
             advertised = true
@@ -319,6 +351,7 @@ actor PairingWindow {
         // Everything registered went with it; the adapter settings cannot be put back.
         agentRegistered = false
         advertised = false
+        applicationRegistered = false
         saved = nil
         finish(.failed("bluetoothd stopped during the pairing window; check the adapter's Pairable setting"))
     }
@@ -333,6 +366,7 @@ actor PairingWindow {
     /// Bonded) and exposing ANCS. It is then trusted, which ends the window.
     private func check() {
         guard outcome == nil, advertised, let adapter else { return }
+        askToPair(on: adapter)
         for device in tree.devices where device.adapter == adapter && device.isBonded {
             guard confirmed.contains(device.path) || !bondedBefore.contains(device.path) else { continue }
             guard tree.ancsCharacteristics(of: device.path) != nil else {
@@ -345,6 +379,46 @@ actor PairingWindow {
             trusting = true
             Task { await self.trust(device) }
             return
+        }
+    }
+
+    /// Asks every device connected to the window's adapter and not paired to pair, once per
+    /// device object: `Device1.Pair()`, which on a link where we are the peripheral makes
+    /// bluetoothd send an SMP Security Request, as accessories do on connection (the phone
+    /// then starts pairing, and the agent's passkey question follows). Its answer only
+    /// matters to the log: the phone may already be pairing because it read an encrypted
+    /// attribute (`InProgress`), it may have bonded meanwhile (`AlreadyExists`), the user may
+    /// have refused; the window goes on either way, and ends as before on the bond.
+    private func askToPair(on adapter: ObjectPath) {
+        guard let connection else { return }
+        for device in tree.devices where device.adapter == adapter && device.connected && !device.paired {
+            guard pairRequested.insert(device.path).inserted else { continue }
+            let label = label(device), path = device.path
+            let timeout = Duration.seconds(options.timeout + 30)
+            logger.info("\(label) connected unpaired: asking it to pair (security request)")
+            tasks.append(Task {
+                do {
+                    try await DeviceCalls(connection: connection).pair(path, timeout: timeout)
+                    self.logger.info("\(label): Pair() succeeded")
+                } catch let error as DBusError {
+                    self.pairFailed(label, error)
+                } catch {
+                    self.logger.debug("\(label): Pair(): \(error)")
+                }
+            })
+        }
+    }
+
+    private func pairFailed(_ label: String, _ error: DBusError) {
+        switch error.name {
+        case "org.bluez.Error.AlreadyExists":
+            logger.debug("\(label): Pair(): already paired")
+        case "org.bluez.Error.InProgress":
+            logger.debug("\(label): Pair(): the phone is pairing already")
+        case "org.bluez.Error.AuthenticationCanceled", "org.bluez.Error.AuthenticationRejected":
+            logger.info("\(label): pairing was refused or cancelled (\(error.name))")
+        default:
+            logger.info("\(label): Pair() failed: \(error)")
         }
     }
 
@@ -448,6 +522,14 @@ actor PairingWindow {
                 logger.warning("UnregisterAdvertisement: \(describe(error))")
             }
         }
+        if applicationRegistered, let adapter {
+            applicationRegistered = false
+            do {
+                try await GattManager(connection: connection, adapter: adapter).unregister(Accessory.root)
+            } catch {
+                logger.warning("UnregisterApplication: \(describe(error))")
+            }
+        }
         if agentRegistered {
             agentRegistered = false
             do {
@@ -467,6 +549,10 @@ actor PairingWindow {
         }
         await connection.unexport(Self.advertisementPath)
         await connection.unexport(Self.agentPath)
+        if accessoryExported {
+            accessoryExported = false
+            await Accessory.unexport(on: connection)
+        }
         await owner?.stop()
         await connection.close()
     }

@@ -47,6 +47,13 @@ enum RunCommand {
                            discoverable: bonded phones reconnect to it) and a pairing agent
                            that refuses every pairing request; for desktops where another
                            agent owns pairing (config: advertise = no)
+      --accessory hid|none what the phone is shown while a paired phone is known: hid
+                           (default) registers a HID-over-GATT media remote that never
+                           sends a key and advertises the HID service, so the bonded phone
+                           reconnects by itself and lists this computer in Settings >
+                           Bluetooth; its keyboard is unaffected. none: only the ANCS
+                           solicitation, for desktops whose own stack already makes the
+                           phone reconnect (config: accessory = none; SIGHUP applies it)
       --record DIR         write each phone's session to DIR as an ancs-capture/1 file
                            (ADDRESS_YYYYMMDDTHHMMSSZ.jsonl; see docs/capture-format.md) that
                            "ancsd decode" and "ancsd replay" read
