@@ -131,8 +131,13 @@ class Lines:
 
 
 class Phone(Lines):
-    def __init__(self, peer):
-        super().__init__("phone", [f"{BIN}/ancs-gatt-phone", "--adapter", "hci1", "--peer", peer], stdin=subprocess.PIPE)
+    """ancs-gatt-phone on hci1, strict (as iOS) unless `lenient`: it connects only to a HID
+    advertisement, never calls Pair(), registers ANCS once bonded, reconnects only through its
+    bluetoothd's HID host, and reports the Report Map and input reports that host got."""
+
+    def __init__(self, peer, lenient=False):
+        super().__init__("phone", [f"{BIN}/ancs-gatt-phone", "--adapter", "hci1", "--peer", peer]
+                         + (["--lenient"] if lenient else []), stdin=subprocess.PIPE)
         self.line = 0
         self.do({"scenario": "system-test", "renumber_on_connect": False, "apps": APPS})
 
@@ -310,6 +315,39 @@ def advertising(path):
     return found
 
 
+def acl_payloads(path):
+    """(controller index, "sent" or "received", L2CAP CID, payload) of each first ACL fragment."""
+    for index, kind, packet in monitor_records(path):
+        if kind in (4, 5) and len(packet) >= 8 and (packet[1] >> 4) & 0x3 in (0, 2):
+            yield index, "sent" if kind == 4 else "received", int.from_bytes(packet[6:8], "little"), packet[8:]
+
+
+SMP_NAMES = {0x01: "Pairing Request", 0x02: "Pairing Response", 0x0B: "Security Request", 0x05: "Pairing Failed"}
+
+
+def smp_pdus(path):
+    """Every SMP PDU (CID 0x0006) a host sent: (controller index, code), in order."""
+    return [(index, payload[0]) for index, direction, cid, payload in acl_payloads(path)
+            if cid == 0x0006 and direction == "sent" and payload]
+
+
+def describe_smp(pdus):
+    return ", ".join(f"hci{index} {SMP_NAMES.get(code, hex(code))}" for index, code in pdus) or "none"
+
+
+def notifications_sent(path, index):
+    """ATT Handle Value Notifications (0x1B) and Multiple Handle Value Notifications (0x23) the
+    host of controller `index` sent, on the fixed ATT channel and on EATT channels (after the
+    K-frame's 2-byte SDU length)."""
+    count = 0
+    for i, direction, cid, payload in acl_payloads(path):
+        if i != index or direction != "sent":
+            continue
+        opcode = payload[0] if cid == 0x0004 and payload else payload[2] if 0x40 <= cid <= 0x7F and len(payload) > 2 else None
+        count += opcode in (0x1B, 0x23)
+    return count
+
+
 def check_pair_advertisement(found, advertiser, scanner, name, label):
     """The pair window's PDUs as sent by `advertiser` and received by `scanner`; returns their descriptions."""
     sent = found.get(advertiser, {"adv": [], "scan_rsp": []})
@@ -374,11 +412,38 @@ def advertising_dual(stack, ctx):
     say(f"   hci2 (dual-mode) before and after: {after}")
 
 
-@step("pair: ancsd pair --yes on hci0, the phone connects, pairs (LE Secure Connections) and bonds")
+def confirmations(phone, pair_log):
+    """Who confirmed the passkey: the phone's agent and/or ancsd pair's (in the VM both adapters
+    share one bluetoothd, whose default agent answers both sides)."""
+    phone_side = [e for e in phone.all(lambda e: e.get("event") == "agent") if "requestConfirmation" in e["request"]]
+    with open(f"{LOGS}/{pair_log}.stdout") as out, open(f"{LOGS}/{pair_log}.stderr") as err:
+        text = out.read() + err.read()
+    return len(phone_side), text.count("Pairing request from")
+
+
+def check_strict_pairing(phone, pair_log, btsnoop):
+    """The strict phone paired without asking: no Pair() of its own, the passkey compared,
+    ANCS registered only after the bond; returns what the HCI capture shows of SMP."""
+    check(not phone.all(lambda e: e.get("event") == "pairing"), "the strict phone called Pair() itself")
+    listed = phone.all(lambda e: e.get("event") == "advertisement")
+    check(listed and listed[-1]["listed"], f"the phone never listed the accessory: {listed}")
+    on_phone, on_ancsd = confirmations(phone, pair_log)
+    check(on_phone + on_ancsd >= 1, "no passkey comparison: neither the phone's agent nor ancsd pair confirmed a passkey")
+    events = [e.get("event") for e in phone.lines]
+    check("application_registered" in events and events.index("application_registered") > events.index("paired"),
+          f"the phone registered ANCS before bonding: {events}")
+    pdus = smp_pdus(btsnoop)
+    check(any(code == 0x01 for _, code in pdus), f"no SMP Pairing Request in the capture: {describe_smp(pdus)}")
+    return {"listing": listed[-1], "confirmed_by_phone": on_phone, "confirmed_by_ancsd": on_ancsd, "smp": describe_smp(pdus)}
+
+
+@step("pair (strict phone): ancsd pair --yes on hci0; the phone lists the HID advertisement, connects, never calls Pair(); "
+      "pairing (LE Secure Connections) starts from the accessory's side; ANCS appears after the bond")
 def pair(stack, ctx):
     ctx["phone"] = phone = Phone(ctx["hci0"])
     phone.event("registered")
     before = settled_settings("hci0")
+    began = time.monotonic()
     pairing = ancsd("ancsd-pair", "pair", "--yes", "--adapter", "hci0", "--timeout", "120", "--name", "ancsd-system-test")
     phone.event("paired", timeout=120)
     try:
@@ -386,12 +451,26 @@ def pair(stack, ctx):
     except subprocess.TimeoutExpired:
         raise Failure("ancsd pair did not end within 60 s of the phone pairing")
     check(status == 0, f"ancsd pair exited {status}")
-    requests = phone.all(lambda e: e.get("event") == "agent")
-    check(any("requestConfirmation" in e["request"] for e in requests), f"no passkey comparison on the phone: {requests}")
+    say(f"   paired in {time.monotonic() - began:.1f} s")
     info = run("bluetoothctl", "info", ctx["hci1"])
     check("Paired: yes" in info and "Trusted: yes" in info, f"hci0 does not hold a trusted bond:\n{info}")
     after = check_settings_kept("hci0", before)
     say(f"   hci0 (LE-only) before and after: {after}")
+    seen = ctx["pairing"] = check_strict_pairing(phone, "ancsd-pair", f"{LOGS}/ancs.btsnoop")
+    with open(f"{LOGS}/ancsd-pair.stderr") as log:
+        asked = [line.strip() for line in log if "Pair()" in line]
+    ctx["pairing"]["ancsd_pair_calls"] = asked
+    say(f"   advertisement as the phone's bluetoothd shows it: {seen['listing']}")
+    say(f"   passkey confirmed by the phone's agent {seen['confirmed_by_phone']}x, by ancsd pair's {seen['confirmed_by_ancsd']}x")
+    say(f"   SMP sent: {seen['smp']}; ancsd pair's Device1.Pair(): {asked or 'not called'}")
+
+
+@step("the phone's HID host: the Report Map it read has no Keyboard usage")
+def hid_host(stack, ctx):
+    report_map = ctx["phone"].event("report_map", timeout=60)
+    check(report_map.get("keyboard") is False, f"the Report Map the phone read declares a keyboard: {report_map}")
+    ctx["report_map"] = report_map
+    say(f"   Report Map ({report_map['bytes']} bytes, applications {report_map.get('applications')}): {report_map['hex']}")
 
 
 @step("run (AcquireNotify) at ExchangeMTU 48: notifications arrive once, with every field, a long message in 36 fragments")
@@ -428,6 +507,23 @@ def modify_remove(stack, ctx):
     phone.do({"do": "remove", "uid": 1})
     event = daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 1, '"removed" for uid 1')
     check(event["title"] == "Grace Hopper", f"removed: {event}")
+
+
+@step("link loss caused from the accessory's side: the phone's bluetoothd reconnects by itself")
+def link_loss(stack, ctx):
+    phone, daemon = ctx["phone"], ctx["daemon"]
+    device = "/org/bluez/hci0/dev_" + ctx["hci1"].replace(":", "_")
+    began = time.monotonic()
+    run("busctl", "--system", "call", "org.bluez", device, "org.bluez.Device1", "Disconnect")
+    daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected" after the link loss')
+    phone.event("link_down")
+    mark = len(phone.lines)
+    daemon.wait(lambda e: e.get("type") == "connected", '"connected" again without the phone asking', timeout=60)
+    phone.event("link_up")
+    asked = [e for e in phone.lines[mark:] if e.get("event") == "connecting"]
+    check(not asked, f"the phone called Connect() itself: {asked}")
+    expect_added(daemon, 2, "Ada Lovelace", LONG_MESSAGE, pre_existing=True, seen_before=True)
+    say(f"   back in {time.monotonic() - began:.1f} s, reconnected by the phone's bluetoothd")
 
 
 @step("ancsd list, status and doctor describe the real stack")
@@ -490,8 +586,8 @@ def power_cycle(stack, ctx):
     for uid, title, message, seen in [(2, "Ada Lovelace", LONG_MESSAGE, True), (3, "Calendar", "Standup in 5 minutes", True),
                                       (4, "Alan Turing", "Can machines think?", False)]:
         expect_added(daemon, uid, title, message, pre_existing=True, seen_before=seen)
-    pairings = phone.all(lambda e: e.get("event") == "pairing")
-    check(len(pairings) == 1, f"the phone paired {len(pairings)} times: the bond was not used")
+    pairings = [code for _, code in smp_pdus(f"{LOGS}/ancs.btsnoop") if code == 0x01]
+    check(len(pairings) == 1, f"{len(pairings)} SMP Pairing Requests: the bond was not used")
 
 
 def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
@@ -551,6 +647,29 @@ def start_notify(stack, ctx):
     long_message_at(ctx, 6, 185)
     ctx["phone"].do({"do": "remove", "uid": 6})
     daemon.wait(lambda e: e.get("type") == "removed" and e.get("uid") == 6, '"removed" for uid 6')
+
+
+@step("silent drop: the phone stops NS and DS and leaves the Control Point unanswered; ancsd's alive check (5 s) "
+      "re-subscribes and the notification comes")
+def silent_drop(stack, ctx):
+    phone = ctx["phone"]
+    ctx["daemon"].stop()
+    ctx["daemon"] = daemon = ancsd("ancsd-run-alive", "run", "--format", "json", "--adapter", "hci0", "--alive-check", "5",
+                                   "--log-level", "debug")
+    daemon.wait(lambda e: e.get("type") == "connected", '"connected"', timeout=60)
+    phone.event("consumer_subscribed")
+    began = time.monotonic()
+    phone.do({"do": "silent_drop_all"})
+    phone.event("silent_drop")
+    phone.do(notification(10, "Dropped", "Sent while the phone had dropped the subscriptions"))
+    phone.event("notification", uid=10, dropped_silently=True)
+    phone.event("control_point_unanswered", timeout=30)
+    phone.event("silent_drop_ended", timeout=60, characteristic="notification_source")
+    expect_added(daemon, 10, "Dropped", "Sent while the phone had dropped the subscriptions", pre_existing=True, timeout=30)
+    with open(f"{LOGS}/ancsd-run-alive.stderr") as log:
+        text = log.read()
+    check("did not answer the alive check" in text, "ancsd's log does not say the alive check went unanswered")
+    say(f"   recovered {time.monotonic() - began:.1f} s after the drop")
 
 
 def consumer_characteristics(ctx):
@@ -675,6 +794,15 @@ def ancsd_lines(name):
     return [json.loads(line) for line in decoded.splitlines()]
 
 
+@step("zero input reports: none reached the phone's HID host, none left hci0")
+def input_reports(stack, ctx):
+    reports = ctx["phone"].all(lambda e: e.get("event") == "input_report")
+    check(not reports, f"the phone's HID host got input reports: {reports[:3]}")
+    sent = notifications_sent(f"{LOGS}/ancs.btsnoop", 0)
+    check(sent == 0, f"hci0's host sent {sent} ATT notifications: the accessory has no other notifying attribute")
+    say("   input reports on the phone: 0; ATT notifications sent by hci0: 0")
+
+
 @step("every notification was shown exactly once per connection")
 def exactly_once(stack, ctx):
     for name in ["ancsd-run", "ancsd-run-startnotify", "ancsd-run-fallback"]:
@@ -709,8 +837,9 @@ def main():
         stack.start(48)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [advertising_dual, pair, first_session, modify_remove, clients, actions, power_cycle, restart_185,
-                     start_notify, fallback, eatt, capture, advertising_pdus, exactly_once]:
+        for body in [advertising_dual, pair, hid_host, first_session, modify_remove, link_loss, clients, actions, power_cycle,
+                     restart_185, start_notify, silent_drop, fallback, eatt, capture, advertising_pdus, input_reports,
+                     exactly_once]:
             body(stack, ctx)
     except Failure as failure:
         failed = str(failure)
@@ -731,6 +860,10 @@ def main():
             summary.write(f"FAIL {failed}\n")
         for line in ctx.get("advertising", []):
             summary.write(f"advertising: {line}\n")
+        if "pairing" in ctx:
+            summary.write(f"pairing: {json.dumps(ctx['pairing'])}\n")
+        if "report_map" in ctx:
+            summary.write(f"report map as the phone read it: {ctx['report_map']['hex']}\n")
         if "fragments" in ctx:
             summary.write("fragments of the long message by MTU: "
                           + ", ".join(f"{m}: {f}" for m, f in sorted(ctx["fragments"].items())) + "\n")
