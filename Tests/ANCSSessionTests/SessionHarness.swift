@@ -9,6 +9,10 @@ struct Harness {
     var events: [NotificationEvent] = []
     var logs: [(LogLevel, String)] = []
     var actionOutcomes: [(UInt32, ActionID, ActionOutcome)] = []
+    /// The reasons of the `.resubscribe` actions, in order.
+    var resubscriptions: [String] = []
+    /// The `.sharingChanged` actions, in order.
+    var sharingChanges: [Bool] = []
 
     init(_ configure: (inout SessionConfiguration) -> Void = { _ in }) {
         var configuration = SessionConfiguration()
@@ -23,6 +27,8 @@ struct Harness {
             case .emit(let event): events.append(event)
             case .log(let level, let message): logs.append((level, message))
             case .actionCompleted(let uid, let action, let outcome): actionOutcomes.append((uid, action, outcome))
+            case .resubscribe(let reason): resubscriptions.append(reason)
+            case .sharingChanged(let allowed): sharingChanges.append(allowed)
             }
         }
     }
