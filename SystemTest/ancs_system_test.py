@@ -381,6 +381,55 @@ def step(name):
     return wrap
 
 
+def pair_from_peripheral(btsnoop, name, program=f"{BIN}/ancsd"):
+    """What ancsd pair's Device1.Pair() puts on the air from the peripheral role, alone: ancsd
+    pair on hci2 with --accessory none (nothing there makes the other side pair by itself),
+    bluetoothctl on hci3 connects and never asks to pair. Returns the SMP PDUs hci2 and hci3
+    sent, in order, and ancsd pair's account of its Pair() call. The bond it makes is removed."""
+    hci2, hci3 = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci2", "org.bluez.Adapter1",
+                     "Address").split('"')[1], \
+        run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci3", "org.bluez.Adapter1", "Address").split('"')[1]
+    before = len(smp_pdus(btsnoop))
+    scanner = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl-connect.log", "w"),
+                               stderr=subprocess.STDOUT, text=True)
+    scanner.stdin.write(f"select {hci3}\nscan le\n")
+    scanner.stdin.flush()
+    pairing = Lines("ancsd-pair-peripheral", [program, "pair", "--adapter", "hci2", "--accessory", "none", "--yes",
+                                              "--timeout", "20", "--name", name])
+    device = "/org/bluez/hci3/dev_" + hci2.replace(":", "_")
+    poll_until(lambda: device in run("busctl", "--system", "tree", "org.bluez", check_status=False), 30,
+               "hci3 did not see hci2's pair window")
+    scanner.stdin.write(f"scan off\nconnect {hci2}\n")
+    scanner.stdin.flush()
+    try:
+        status = pairing.process.wait(60)
+    except subprocess.TimeoutExpired:
+        raise Failure("ancsd pair on hci2 did not end within 60 s")
+    scanner.stdin.write("quit\n")
+    scanner.stdin.close()
+    scanner.wait(10)
+    pdus = [(index, code) for index, code in smp_pdus(btsnoop)[before:] if index in (2, 3)]
+    with open(f"{LOGS}/ancsd-pair-peripheral.stderr") as log:
+        said = [line.strip() for line in log if "Pair()" in line or "asking it to pair" in line]
+    for adapter, other in (("hci2", hci3), ("hci3", hci2)):
+        run("busctl", "--system", "call", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "RemoveDevice", "o",
+            f"/org/bluez/{adapter}/dev_" + other.replace(":", "_"), check_status=False)
+    check(status == 3, f"ancsd pair on hci2 exited {status}, not 3 (a bond without ANCS ends nothing)")
+    check(said, "ancsd pair did not ask the connected, unpaired device to pair")
+    check(pdus and pdus[0] == (2, 0x0B), f"ancsd's Device1.Pair() as peripheral sent no SMP Security Request first: "
+                                         f"{describe_smp(pdus)}; ancsd pair said {said}")
+    check((3, 0x01) in pdus, f"hci3 never answered the Security Request with a Pairing Request: {describe_smp(pdus)}")
+    return {"smp": describe_smp(pdus), "ancsd_pair": said}
+
+
+@step("Device1.Pair() from the peripheral role: ancsd pair --accessory none on hci2, bluetoothctl on hci3 connects "
+      "without pairing; the HCI capture shows what Pair() sent")
+def pair_from_peripheral_step(stack, ctx):
+    seen = ctx["pair_from_peripheral"] = pair_from_peripheral(f"{LOGS}/ancs.btsnoop", "ancsd asks to pair")
+    say(f"   SMP sent: {seen['smp']}")
+    say(f"   ancsd pair: {seen['ancsd_pair']}")
+
+
 @step("advertising on a dual-mode controller: ancsd pair on hci2 while hci3 scans; hci2's settings untouched")
 def advertising_dual(stack, ctx):
     poll_until(lambda: "hci3" in run("busctl", "--system", "tree", "org.bluez", check_status=False), 20,
@@ -837,7 +886,7 @@ def main():
         stack.start(48)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [advertising_dual, pair, hid_host, first_session, modify_remove, link_loss, clients, actions, power_cycle,
+        for body in [advertising_dual, pair_from_peripheral_step, pair, first_session, hid_host, modify_remove, link_loss, clients, actions, power_cycle,
                      restart_185, start_notify, silent_drop, fallback, eatt, capture, advertising_pdus, input_reports,
                      exactly_once]:
             body(stack, ctx)
@@ -860,6 +909,8 @@ def main():
             summary.write(f"FAIL {failed}\n")
         for line in ctx.get("advertising", []):
             summary.write(f"advertising: {line}\n")
+        if "pair_from_peripheral" in ctx:
+            summary.write(f"Device1.Pair() from the peripheral role: {json.dumps(ctx['pair_from_peripheral'])}\n")
         if "pairing" in ctx:
             summary.write(f"pairing: {json.dumps(ctx['pairing'])}\n")
         if "report_map" in ctx:

@@ -125,6 +125,13 @@ def bluetooth_up(ctx):
                            "Address").split('"')[1]
 
 
+@step("Device1.Pair() from the peripheral role (hci2, --accessory none; bluetoothctl on hci3 connects without pairing)")
+def pair_from_peripheral(ctx):
+    seen = ctx["pair_from_peripheral"] = base.pair_from_peripheral(HCI, "ancsd asks to pair", program="ancsd")
+    say(f"   SMP sent: {seen['smp']}")
+    say(f"   ancsd pair: {seen['ancsd_pair']}")
+
+
 @step("README: ancsd pair (the strict phone pairs as iOS does), then systemctl enable --now ancsd: ready with the phone connected")
 def pair_and_enable(ctx):
     phone = ctx["phone"] = base.Phone(ctx["hci0"])
@@ -336,7 +343,7 @@ def main():
     ctx = {}
     failed = None
     try:
-        for body in [boot, bluetooth_up, pair_and_enable, hid_host, notifications, link_loss, clients, reload, idle_and_sandbox,
+        for body in [boot, bluetooth_up, pair_from_peripheral, pair_and_enable, hid_host, notifications, link_loss, clients, reload, idle_and_sandbox,
                      watchdog, restart_bluetooth, silent_drop, input_reports, stop]:
             body(ctx)
     except Failure as failure:
@@ -353,6 +360,8 @@ def main():
             summary.write(f"ok   {seconds:5.1f} s  {name}\n")
         if "ready_after_boot" in ctx:
             summary.write(f"ancsd READY {ctx['ready_after_boot']:.1f} s after the kernel started\n")
+        if "pair_from_peripheral" in ctx:
+            summary.write(f"Device1.Pair() from the peripheral role: {json.dumps(ctx['pair_from_peripheral'])}\n")
         if "pairing" in ctx:
             summary.write(f"pairing: {json.dumps(ctx['pairing'])}\n")
         if "report_map" in ctx:
