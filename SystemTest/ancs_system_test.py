@@ -383,46 +383,46 @@ def step(name):
 
 def pair_from_peripheral(btsnoop, name, program=f"{BIN}/ancsd"):
     """What ancsd pair's Device1.Pair() puts on the air from the peripheral role, alone: ancsd
-    pair on hci2 with --accessory none (nothing there makes the other side pair by itself),
-    bluetoothctl on hci3 connects and never asks to pair. Returns the SMP PDUs hci2 and hci3
-    sent, in order, and ancsd pair's account of its Pair() call. The bond it makes is removed."""
-    hci2, hci3 = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci2", "org.bluez.Adapter1",
-                     "Address").split('"')[1], \
-        run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci3", "org.bluez.Adapter1", "Address").split('"')[1]
+    pair on hci0 with --accessory none (nothing there makes the other side pair by itself),
+    bluetoothctl on hci1 (LE-only, so the link is LE) connects and never asks to pair. Returns
+    the SMP PDUs hci0 and hci1 sent, in order, and ancsd pair's account of its Pair() call. The
+    bond it makes is removed on both sides before the phone comes."""
+    address = {adapter: run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
+                            "Address").split('"')[1] for adapter in ("hci0", "hci1")}
     before = len(smp_pdus(btsnoop))
     scanner = subprocess.Popen(["bluetoothctl"], stdin=subprocess.PIPE, stdout=open(f"{LOGS}/bluetoothctl-connect.log", "w"),
                                stderr=subprocess.STDOUT, text=True)
-    scanner.stdin.write(f"select {hci3}\nscan le\n")
+    scanner.stdin.write(f"select {address['hci1']}\nscan le\n")
     scanner.stdin.flush()
-    pairing = Lines("ancsd-pair-peripheral", [program, "pair", "--adapter", "hci2", "--accessory", "none", "--yes",
+    pairing = Lines("ancsd-pair-peripheral", [program, "pair", "--adapter", "hci0", "--accessory", "none", "--yes",
                                               "--timeout", "20", "--name", name])
-    device = "/org/bluez/hci3/dev_" + hci2.replace(":", "_")
+    device = "/org/bluez/hci1/dev_" + address["hci0"].replace(":", "_")
     poll_until(lambda: device in run("busctl", "--system", "tree", "org.bluez", check_status=False), 30,
-               "hci3 did not see hci2's pair window")
-    scanner.stdin.write(f"scan off\nconnect {hci2}\n")
+               "hci1 did not see hci0's pair window")
+    scanner.stdin.write(f"scan off\nconnect {address['hci0']}\n")
     scanner.stdin.flush()
     try:
         status = pairing.process.wait(60)
     except subprocess.TimeoutExpired:
-        raise Failure("ancsd pair on hci2 did not end within 60 s")
+        raise Failure("ancsd pair --accessory none did not end within 60 s")
     scanner.stdin.write("quit\n")
     scanner.stdin.close()
     scanner.wait(10)
-    pdus = [(index, code) for index, code in smp_pdus(btsnoop)[before:] if index in (2, 3)]
+    pdus = [(index, code) for index, code in smp_pdus(btsnoop)[before:] if index in (0, 1)]
     with open(f"{LOGS}/ancsd-pair-peripheral.stderr") as log:
         said = [line.strip() for line in log if "Pair()" in line or "asking it to pair" in line]
-    for adapter, other in (("hci2", hci3), ("hci3", hci2)):
+    for adapter, other in (("hci0", "hci1"), ("hci1", "hci0")):
         run("busctl", "--system", "call", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "RemoveDevice", "o",
-            f"/org/bluez/{adapter}/dev_" + other.replace(":", "_"), check_status=False)
-    check(status == 3, f"ancsd pair on hci2 exited {status}, not 3 (a bond without ANCS ends nothing)")
+            f"/org/bluez/{adapter}/dev_" + address[other].replace(":", "_"), check_status=False)
+    check(status == 3, f"ancsd pair --accessory none exited {status}, not 3 (a bond without ANCS ends nothing)")
     check(said, "ancsd pair did not ask the connected, unpaired device to pair")
-    check(pdus and pdus[0] == (2, 0x0B), f"ancsd's Device1.Pair() as peripheral sent no SMP Security Request first: "
+    check(pdus and pdus[0] == (0, 0x0B), f"ancsd's Device1.Pair() as peripheral sent no SMP Security Request first: "
                                          f"{describe_smp(pdus)}; ancsd pair said {said}")
-    check((3, 0x01) in pdus, f"hci3 never answered the Security Request with a Pairing Request: {describe_smp(pdus)}")
+    check((1, 0x01) in pdus, f"hci1 never answered the Security Request with a Pairing Request: {describe_smp(pdus)}")
     return {"smp": describe_smp(pdus), "ancsd_pair": said}
 
 
-@step("Device1.Pair() from the peripheral role: ancsd pair --accessory none on hci2, bluetoothctl on hci3 connects "
+@step("Device1.Pair() from the peripheral role: ancsd pair --accessory none on hci0, bluetoothctl on hci1 connects "
       "without pairing; the HCI capture shows what Pair() sent")
 def pair_from_peripheral_step(stack, ctx):
     seen = ctx["pair_from_peripheral"] = pair_from_peripheral(f"{LOGS}/ancs.btsnoop", "ancsd asks to pair")

@@ -125,7 +125,7 @@ def bluetooth_up(ctx):
                            "Address").split('"')[1]
 
 
-@step("Device1.Pair() from the peripheral role (hci2, --accessory none; bluetoothctl on hci3 connects without pairing)")
+@step("Device1.Pair() from the peripheral role (hci0, --accessory none; bluetoothctl on hci1 connects without pairing)")
 def pair_from_peripheral(ctx):
     seen = ctx["pair_from_peripheral"] = base.pair_from_peripheral(HCI, "ancsd asks to pair", program="ancsd")
     say(f"   SMP sent: {seen['smp']}")
