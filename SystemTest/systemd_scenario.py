@@ -137,16 +137,18 @@ def pair_and_enable(ctx):
     phone = ctx["phone"] = base.Phone(ctx["hci0"])
     phone.event("registered", timeout=60)
     began = time.monotonic()
+    smp_before = len(base.smp_pdus(HCI))
     pairing = Lines("ancsd-pair", ["ancsd", "pair", "--yes", "--adapter", "hci0", "--timeout", "120"])
     phone.event("paired", timeout=120)
     status = pairing.process.wait(60)
     check(status == 0, f"ancsd pair exited {status}")
-    seen = ctx["pairing"] = base.check_strict_pairing(phone, "ancsd-pair", HCI)
+    seen = ctx["pairing"] = base.check_strict_pairing(phone, "ancsd-pair", HCI, since=smp_before)
     with open(f"{LOGS}/ancsd-pair.stderr") as log:
         seen["ancsd_pair_calls"] = [line.strip() for line in log if "Pair()" in line]
     say(f"   paired in {time.monotonic() - began:.1f} s; advertisement as the phone's bluetoothd shows it: {seen['listing']}")
     say(f"   passkey confirmed by the phone's agent {seen['confirmed_by_phone']}x, by ancsd pair's {seen['confirmed_by_ancsd']}x")
-    say(f"   SMP sent: {seen['smp']}; ancsd pair's Device1.Pair(): {seen['ancsd_pair_calls'] or 'not called'}")
+    say(f"   SMP sent: {seen['smp']}; started by the {seen['started_by']}; "
+        f"ancsd pair's Device1.Pair(): {seen['ancsd_pair_calls'] or 'not called'}")
     # The alive check shortened for the silent-drop step, as an admin sets it.
     with open("/etc/ancsd/ancsd.conf", "a") as conf:
         conf.write("alive-check = 5\n")

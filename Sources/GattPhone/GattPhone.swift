@@ -119,6 +119,17 @@ public final class GattPhone: Sendable {
         try await ANCSApplication.export(on: connection, owner: owner, handlers: ANCSApplicationHandlers(
             write: { [self] value, options in try await controlPointWrite(value, options: options) },
             notify: { [self] role, enabled in notifyChanged(role, enabled) }))
+        // The link's ups and downs as bluetoothd signals them: a bonded phone's bluetoothd
+        // reconnects within milliseconds, between two looks of `maintain`, and each new link
+        // is a new ANCS session.
+        let peerPath = adapterPath.rawValue + "/dev_" + configuration.peer.split(separator: ":").joined(separator: "_")
+        _ = try await connection.subscribe(to: .propertiesChanged(pathNamespace: adapterPath, interface: "org.bluez.Device1")) {
+            [self] signal in
+            guard signal.path.rawValue == peerPath, signal.arguments.count > 1 else { return }
+            for entry in signal.arguments[1].dictionaryValue ?? [] where entry.key.stringValue == "Connected" {
+                if let connected = entry.value.unwrapped.boolValue { linkChanged(connected: connected) }
+            }
+        }
         event("ready", ["adapter": .string(configuration.adapter), "peer": .string(configuration.peer)])
         await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.deliver(on: connection) }
