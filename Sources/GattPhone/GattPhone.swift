@@ -71,6 +71,9 @@ public final class GattPhone: Sendable {
         var silentDrop = SilentDropState()
         /// hidraw nodes whose input reports are being counted.
         var hidrawWatched: Set<String> = []
+        /// The accessory's services were resolved on the current link: seeing them unresolved
+        /// while connected means the link went down and up between two looks.
+        var resolvedOnLink = false
         var inputReports = 0
     }
 
@@ -121,7 +124,8 @@ public final class GattPhone: Sendable {
             notify: { [self] role, enabled in notifyChanged(role, enabled) }))
         // The link's ups and downs as bluetoothd signals them: a bonded phone's bluetoothd
         // reconnects within milliseconds, between two looks of `maintain`, and each new link
-        // is a new ANCS session.
+        // is a new ANCS session. (bluetoothd may send only the last value of a quick bounce;
+        // `strictTick` and the HID host watch catch those.)
         let peerPath = adapterPath.rawValue + "/dev_" + configuration.peer.split(separator: ":").joined(separator: "_")
         _ = try await connection.subscribe(to: .propertiesChanged(pathNamespace: adapterPath, interface: "org.bluez.Device1")) {
             [self] signal in

@@ -154,6 +154,7 @@ extension GattPhone {
         let changed = state.withLock { s -> Bool in
             guard s.connected != connected else { return false }
             s.connected = connected
+            s.resolvedOnLink = false
             // A new link starts with no CCC write seen: BlueZ restores a bond's CCC values
             // without telling the application.
             s.unsubscribedByCCC = false

@@ -51,7 +51,15 @@ extension GattPhone {
             return status(state.withLock({ $0.reconnect }) ? "waiting_for_accessory" : "staying_away", [:])
         }
         state.withLock { $0.userConnect = false }
-        guard peer.servicesResolved else { return status("resolving", [:]) }
+        guard peer.servicesResolved else {
+            if state.withLock({ $0.resolvedOnLink }) {
+                // Resolved before, unresolved now, connected throughout: a new link.
+                linkChanged(connected: false)
+                linkChanged(connected: true)
+            }
+            return status("resolving", [:])
+        }
+        state.withLock { $0.resolvedOnLink = true }
         status("connected_bonded", [:])
         watchHIDHost()
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
@@ -138,6 +146,9 @@ extension GattPhone {
                 close(fd)
                 state.withLock { _ = $0.hidrawWatched.remove(node) }
                 event("hid_device_gone", ["node": .string(node)])
+                // The HID host lets the device go with the link: if it is back already, the
+                // next look sees it up again, a new session.
+                linkChanged(connected: false)
             }
         }
     }
