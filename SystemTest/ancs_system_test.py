@@ -662,7 +662,8 @@ def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
     that is the same bluetoothd as the accessory's: started again, it puts the bonded accessory on
     hci1's auto-connect list before it has set hci0 up, the kernel connects to hci0's advertising
     left over from before the restart, and that link never gets its services resolved. Two
-    machines' stacks do not restart together."""
+    machines' stacks do not restart together: the phone's radio comes back once ancsd advertises
+    again."""
     phone, daemon = ctx["phone"], ctx["daemon"]
     if phone_away:
         stack.power("hci1", False)
@@ -681,6 +682,14 @@ def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
     stack.start(mtu, eatt=eatt)
     phone.event("registered")
     if phone_away:
+        # The phone comes back once the accessory is set up again (its advertisement registered):
+        # a link made to hci0's leftover advertising before bluetoothd has set hci0 up never
+        # resolves its services.
+        def advertising():
+            out = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci0", "org.bluez.LEAdvertisingManager1",
+                      "ActiveInstances", check_status=False)
+            return out.strip().endswith(("1", "2", "3"))
+        poll_until(advertising, 60, "ancsd did not advertise again on hci0 within 60 s of bluetoothd's restart")
         stack.power("hci1", True)
     daemon.wait(lambda e: e.get("type") == "connected", f'"connected" after bluetoothd restarted (MTU {mtu})', timeout=90)
     phone.event("consumer_subscribed")
