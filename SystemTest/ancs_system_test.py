@@ -659,19 +659,18 @@ def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
     (hci1 powered off meanwhile) or connected.
 
     The strict phone leaves reconnecting to its bluetoothd's HID host, and in the VM that is the
-    same bluetoothd as the accessory's: started again, it puts the bonded accessory on hci1's
-    auto-connect list before it has set hci0 up, and the kernel connects to hci0's advertising
-    left over from before the restart (bluetoothd 5.66 leaves it on when it stops), a link that
-    never gets its services resolved. Two machines' stacks do not restart together: hci0 is
-    powered off while bluetoothd is down (as an accessory's stack going away stops advertising),
-    and bluetoothd powers it on again (AutoEnable)."""
+    same bluetoothd as the accessory's: started again, it sets hci1 up before hci0 and puts the
+    bonded accessory on hci1's auto-connect list, and btvirt completes that LE connection on
+    hci1's side at once although hci0 is not even set up (no connection on hci0's side): a
+    half-open link whose services never resolve. Two machines' stacks do not restart together:
+    once ancsd advertises again, the phone's radio goes off and on (out of range and back), and
+    its bluetoothd reconnects by itself to the real advertisement."""
     phone, daemon = ctx["phone"], ctx["daemon"]
     if phone_away:
         stack.power("hci1", False)
         phone.event("link_down")
         daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when the phone goes away')
     stack.stop()
-    run("btmgmt", "--index", "0", "power", "off", timeout=30)
     if not phone_away:
         daemon.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when bluetoothd stops')
     if eatt:
@@ -683,18 +682,27 @@ def restart_bluetoothd(stack, ctx, mtu, phone_away, eatt=False):
                 os.remove(f"{cache}/{name}")
     stack.start(mtu, eatt=eatt)
     phone.event("registered")
+    if not phone_away:
+        # See above: the phone's radio goes off and on once ancsd advertises again.
+        wait_advertising_again()
+        stack.power("hci1", False)
+        phone_away = True
     if phone_away:
         # The phone comes back once the accessory is set up again (its advertisement registered):
         # a link made to hci0's leftover advertising before bluetoothd has set hci0 up never
         # resolves its services.
-        def advertising():
-            out = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci0", "org.bluez.LEAdvertisingManager1",
-                      "ActiveInstances", check_status=False)
-            return out.strip().endswith(("1", "2", "3"))
-        poll_until(advertising, 60, "ancsd did not advertise again on hci0 within 60 s of bluetoothd's restart")
+        wait_advertising_again()
         stack.power("hci1", True)
     daemon.wait(lambda e: e.get("type") == "connected", f'"connected" after bluetoothd restarted (MTU {mtu})', timeout=90)
     phone.event("consumer_subscribed")
+
+
+def wait_advertising_again():
+    def advertising():
+        out = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci0", "org.bluez.LEAdvertisingManager1",
+                  "ActiveInstances", check_status=False)
+        return out.strip().endswith(("1", "2", "3"))
+    poll_until(advertising, 60, "ancsd did not advertise again on hci0 within 60 s of bluetoothd's restart")
 
 
 def long_message_at(ctx, uid, mtu):
