@@ -184,8 +184,14 @@ class Stack:
         self.process.wait(10)
 
     def power(self, adapter, on):
-        run("busctl", "--system", "set-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
-            "Powered", "b", "true" if on else "false")
+        """Powers `adapter` on or off; retried while bluetoothd is busy with it (right after its start)."""
+        def done():
+            run("busctl", "--system", "set-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
+                "Powered", "b", "true" if on else "false", check_status=False)
+            out = run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1",
+                      "Powered", check_status=False)
+            return out.strip() == ("b true" if on else "b false")
+        poll_until(done, 20, f"{adapter} was not powered {'on' if on else 'off'} within 20 s")
 
     def address(self, adapter):
         out = run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "Address")

@@ -295,9 +295,8 @@ def restart_bluetooth(ctx):
         except Failure:  # hci0 not set up yet
             return False
     poll_until(advertising, 60, "ancsd did not advertise again after bluetoothd's restart")
-    power = ("busctl", "--system", "set-property", "org.bluez", "/org/bluez/hci1", "org.bluez.Adapter1", "Powered", "b")
-    run(*power, "false")
-    run(*power, "true")
+    base.Stack.power(None, "hci1", False)
+    base.Stack.power(None, "hci1", True)
     fifo.wait(lambda e: e.get("type") == "connected", '"connected" after bluetoothd restarted', timeout=120)
     phone.do(notification(3, TITLES[2], MESSAGES[2]))
     event = fifo.wait(lambda e: e.get("type") == "added" and e.get("uid") == 3, '"added" uid 3 after the restart')
