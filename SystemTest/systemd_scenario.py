@@ -280,22 +280,30 @@ def watchdog(ctx):
     check(all(e.get("seen_before") for e in printed), f"a replay seen before was printed as new: {printed}")
 
 
-@step("systemctl restart bluetooth is survived (the phone out of range and back once ancsd advertises); the advertisement keeps the machine's name")
+@step("systemctl restart bluetooth (the phone away meanwhile) is survived; the advertisement keeps the machine's name")
 def restart_bluetooth(ctx):
     phone, fifo = ctx["phone"], ctx["fifo"]
+    # One bluetoothd plays both machines here: restarted, it would set hci1 up before hci0, and
+    # btvirt completes hci1's kernel auto-connection at once, half-open, before hci0 is set up
+    # (docs/system-test.md). So, as in the VM scenario: the phone's radio off first, bluetoothd
+    # restarted with AutoEnable off, hci0 powered on, the phone's radio on once ancsd advertises.
+    base.Stack.power(None, "hci1", False)
+    fifo.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when the phone goes away')
+    with open("/etc/bluetooth/main.conf") as conf:
+        text = conf.read()
+    with open("/etc/bluetooth/main.conf", "w") as conf:
+        conf.write(text.replace("#AutoEnable=true", "AutoEnable=false").replace("AutoEnable=true", "AutoEnable=false"))
     run("systemctl", "restart", "bluetooth", timeout=60)
-    fifo.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when bluetoothd stops')
     phone.event("registered", timeout=60)
-    # One bluetoothd plays both machines here: started again, it sets hci1 up first and btvirt
-    # completes hci1's auto-connection at once, half-open, before hci0 is set up
-    # (docs/system-test.md). Once ancsd advertises again the phone goes out of range and back.
+    poll_until(lambda: "hci1" in run("busctl", "--system", "tree", "org.bluez", check_status=False), 30, "no hci1 after the restart")
+    base.Stack.power(None, "hci0", True)
+
     def advertising():
         try:
             return advertising_instances() >= 1
         except Failure:  # hci0 not set up yet
             return False
     poll_until(advertising, 60, "ancsd did not advertise again after bluetoothd's restart")
-    base.Stack.power(None, "hci1", False)
     base.Stack.power(None, "hci1", True)
     fifo.wait(lambda e: e.get("type") == "connected", '"connected" after bluetoothd restarted', timeout=120)
     phone.do(notification(3, TITLES[2], MESSAGES[2]))
