@@ -29,6 +29,8 @@ start_bus() {
 # and hci3 (a scanner), for the advertising check on a dual-mode controller.
 start_controllers() {
     modprobe -a bluetooth hci_vhci algif_hash algif_skcipher cmac ecb ecdh_generic
+    # The phone's HID host (bluetoothd's hog plugin) makes its input device through /dev/uhid.
+    modprobe -a uhid hid_generic 2>/dev/null || true
     # Under TCG an on-demand module load during controller setup times the HCI reset out.
     local helper
     helper=$(cat /proc/sys/kernel/modprobe)

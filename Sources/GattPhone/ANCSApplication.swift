@@ -37,7 +37,7 @@ enum ANCSCharacteristicRole: String, CaseIterable, Sendable {
 /// What bluetoothd asks of the application; each handler runs on the connection's loop.
 struct ANCSApplicationHandlers: Sendable {
     /// A Control Point write: the value and the options bluetoothd passed (`mtu`, `device`, ...).
-    var write: @Sendable (_ value: [UInt8], _ options: [String: DBusValue]) throws -> Void
+    var write: @Sendable (_ value: [UInt8], _ options: [String: DBusValue]) async throws -> Void
     /// A client enabled (true) or disabled (false) notifications of a characteristic.
     var notify: @Sendable (_ role: ANCSCharacteristicRole, _ enabled: Bool) -> Void
 }
@@ -81,12 +81,13 @@ enum ANCSApplication {
             },
         ]
         if role == .controlPoint {
-            methods.append(.immediate("WriteValue", input: "aya{sv}") { call in
+            // Answered in a task of its own: a silently dropped phone holds the reply.
+            methods.append(ExportedMethod("WriteValue", input: "aya{sv}") { call in
                 try fromBlueZ(call)
                 guard let value = call.arguments.first?.bytes else {
                     throw DBusError.remote(name: "org.bluez.Error.InvalidArguments", message: "Invalid Arguments")
                 }
-                try handlers.write(value, call.arguments.last?.stringKeyedDictionary ?? [:])
+                try await handlers.write(value, call.arguments.last?.stringKeyedDictionary ?? [:])
                 return []
             })
         } else {

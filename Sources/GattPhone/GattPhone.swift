@@ -6,11 +6,14 @@ public import PhoneSimulator
 import Synchronization
 
 /// An iPhone on a real BlueZ stack: the ANCS Notification Provider as a GATT application on one
-/// adapter, acting as an iPhone does towards an accessory. It connects to the accessory (the
-/// central role, as iOS takes), pairs once services are resolved, reconnects whenever the link
-/// is lost and the adapter is powered, re-registers after bluetoothd restarts, replays its
-/// notifications when the Notification Source is subscribed, and answers Control Point writes
-/// through `PhoneModel` with Data Source responses cut to the link's MTU.
+/// adapter, acting as an iPhone does towards an accessory (`PhonePolicy`). Strict, the default:
+/// it connects (the central role, as iOS takes) only to an accessory whose advertisement iOS
+/// would list, lets its own bluetoothd's HID host pair and reconnect, registers ANCS once
+/// bonded, and reports what its HID host made of the accessory (report map, input reports).
+/// Lenient: it pairs once services are resolved and reconnects itself. Either way it
+/// re-registers after bluetoothd restarts, replays its notifications when the Notification
+/// Source is subscribed, and answers Control Point writes through `PhoneModel` with Data
+/// Source responses cut to the link's MTU.
 ///
 /// Everything it sees and does is reported as JSON Lines through `report` (`{"event": ...}`),
 /// so a test can follow it. Scenario steps (docs/simulator.md) drive its notifications.
@@ -23,12 +26,14 @@ public final class GattPhone: Sendable {
         public var peer: String
         public var bus: BusAddress
         public var settings: ScenarioSettings
+        public var policy: PhonePolicy
 
-        public init(adapter: String, peer: String, bus: BusAddress, settings: ScenarioSettings) {
+        public init(adapter: String, peer: String, bus: BusAddress, settings: ScenarioSettings, policy: PhonePolicy = .strict) {
             self.adapter = adapter
             self.peer = peer
             self.bus = bus
             self.settings = settings
+            self.policy = policy
         }
     }
 
@@ -52,6 +57,24 @@ public final class GattPhone: Sendable {
         /// the time to load its bonds.
         var connectNotBefore = ContinuousClock.now
         var discovering = false
+        /// Strict: the ANCS application is registered with `registeredWith` (only once bonded).
+        var applicationRegistered = false
+        /// Strict: the accessory was listed and the user tapped it (one Connect()).
+        var tapped = false
+        /// Strict: the bond was reported (`paired`).
+        var bondReported = false
+        /// Strict: a `connect` step after a `disconnect`: the user taps the accessory once.
+        var userConnect = false
+        /// Strict: the last listing reported, so each change is reported once.
+        var listing: AdvertisementListing?
+        /// A `silent_drop` in force.
+        var silentDrop = SilentDropState()
+        /// hidraw nodes whose input reports are being counted.
+        var hidrawWatched: Set<String> = []
+        /// The accessory's services were resolved on the current link: seeing them unresolved
+        /// while connected means the link went down and up between two looks.
+        var resolvedOnLink = false
+        var inputReports = 0
     }
 
     let configuration: Configuration
@@ -97,8 +120,20 @@ public final class GattPhone: Sendable {
             }
         }.object, at: Self.agentPath)
         try await ANCSApplication.export(on: connection, owner: owner, handlers: ANCSApplicationHandlers(
-            write: { [self] value, options in try controlPointWritten(value, options: options) },
+            write: { [self] value, options in try await controlPointWrite(value, options: options) },
             notify: { [self] role, enabled in notifyChanged(role, enabled) }))
+        // The link's ups and downs as bluetoothd signals them: a bonded phone's bluetoothd
+        // reconnects within milliseconds, between two looks of `maintain`, and each new link
+        // is a new ANCS session. (bluetoothd may send only the last value of a quick bounce;
+        // `strictTick` and the HID host watch catch those.)
+        let peerPath = adapterPath.rawValue + "/dev_" + configuration.peer.split(separator: ":").joined(separator: "_")
+        _ = try await connection.subscribe(to: .propertiesChanged(pathNamespace: adapterPath, interface: "org.bluez.Device1")) {
+            [self] signal in
+            guard signal.path.rawValue == peerPath, signal.arguments.count > 1 else { return }
+            for entry in signal.arguments[1].dictionaryValue ?? [] where entry.key.stringValue == "Connected" {
+                if let connected = entry.value.unwrapped.boolValue { linkChanged(connected: connected) }
+            }
+        }
         event("ready", ["adapter": .string(configuration.adapter), "peer": .string(configuration.peer)])
         await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.deliver(on: connection) }
@@ -124,6 +159,8 @@ public final class GattPhone: Sendable {
     /// each one leaves in a PDU of its own.
     private func deliver(on connection: DBusConnection) async {
         for await (role, value) in outbox {
+            // A silent drop: subscribed, yet nothing is sent.
+            guard !state.withLock({ $0.silentDrop.dropped.contains(role) }) else { continue }
             do {
                 try await connection.setExportedProperty(
                     path: role.path, interface: ANCSApplication.characteristicInterface, name: "Value", value: .byteArray(value))

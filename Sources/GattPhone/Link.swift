@@ -34,7 +34,13 @@ extension GattPhone {
         }
         if state.withLock({ $0.registeredWith }) != bluez {
             try await register(connection)
-            state.withLock { $0.registeredWith = bluez; $0.discovering = false; $0.connectNotBefore = .now + Self.settle }
+            state.withLock {
+                $0.registeredWith = bluez
+                $0.discovering = false
+                $0.connectNotBefore = .now + Self.settle
+                $0.applicationRegistered = configuration.policy == .lenient
+                $0.tapped = false
+            }
             event("registered", ["bluetoothd": .string(bluez)])
         }
         let tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
@@ -43,6 +49,9 @@ extension GattPhone {
             state.withLock { $0.connectNotBefore = .now + Self.settle }
             status("adapter_off", [:])
             return
+        }
+        if configuration.policy == .strict {
+            return try await strictTick(connection, tree: tree, status: status)
         }
         guard let peer = accessory(in: tree) else {
             // A first meeting: the accessory is found by scanning for its advertisement.
@@ -102,7 +111,7 @@ extension GattPhone {
     /// notifications then. To act like iOS, the phone looks at the other end of the link on the
     /// same bus: its Notification Source characteristic shows Notifying or NotifyAcquired once
     /// the CCC write has succeeded.
-    private func consumerSubscribed(_ tree: BlueZObjectTree) -> Bool {
+    func consumerSubscribed(_ tree: BlueZObjectTree) -> Bool {
         guard let ownAddress = tree.property(adapterPath, BlueZ.adapterInterface, "Address")?.stringValue,
               let accessoryAdapter = tree.adapters.first(where: {
                   tree.property($0, BlueZ.adapterInterface, "Address")?.stringValue == configuration.peer
@@ -119,12 +128,23 @@ extension GattPhone {
     /// The pause before connecting after bluetoothd or the radio came up, or an attempt failed.
     static let settle: Duration = .seconds(2)
 
-    /// RegisterAgent (the phone's own, used for the pairings it starts) and RegisterApplication.
+    /// RegisterAgent (the phone's own: the pairings it starts, and incoming ones while it is
+    /// the default agent) and, lenient, RegisterApplication.
     private func register(_ connection: DBusConnection) async throws {
         do {
             try await call(connection, "/org/bluez", BlueZ.agentManagerInterface, "RegisterAgent",
                            [.objectPath(Self.agentPath), .string("DisplayYesNo")])
         } catch DBusError.remote(let name, _) where name == "org.bluez.Error.AlreadyExists" {}
+        if configuration.policy == .strict {
+            // The pairing its HID host starts asks the default agent: the phone's user answers.
+            try? await call(connection, "/org/bluez", BlueZ.agentManagerInterface, "RequestDefaultAgent",
+                            [.objectPath(Self.agentPath)])
+        } else {
+            try await registerApplication(connection)
+        }
+    }
+
+    func registerApplication(_ connection: DBusConnection) async throws {
         try await call(connection, adapterPath, "org.bluez.GattManager1", "RegisterApplication",
                        [.objectPath(ANCSApplication.root), .variantDictionary([:])], timeout: .seconds(10))
     }
@@ -134,6 +154,7 @@ extension GattPhone {
         let changed = state.withLock { s -> Bool in
             guard s.connected != connected else { return false }
             s.connected = connected
+            s.resolvedOnLink = false
             // A new link starts with no CCC write seen: BlueZ restores a bond's CCC values
             // without telling the application.
             s.unsubscribedByCCC = false

@@ -8,7 +8,32 @@ import PhoneSimulator
 extension GattPhone {
     /// A Control Point write, on the connection's loop: the answer goes back as the write's
     /// reply, and a Data Source response follows it through the outbox.
-    func controlPointWritten(_ value: [UInt8], options: [String: DBusValue]) throws {
+    ///
+    /// While a `silent_drop_all` is in force the write gets no answer: the reply is held for
+    /// `unansweredHold` (past ancsd's 5 s request timeout), then the write fails. A held write
+    /// blocks the ATT bearer, so the accessory's CCCD rewrites queue behind it; holding it
+    /// longer would only wait for bluetoothd's own 25 s D-Bus timeout, which answers the write
+    /// with an error in the phone's place.
+    func controlPointWrite(_ value: [UInt8], options: [String: DBusValue]) async throws {
+        if state.withLock({ $0.silentDrop.controlPointSilent }) {
+            event("control_point_unanswered", ["request": .string(hex(value))])
+            try await Task.sleep(for: Self.unansweredHold)
+            throw DBusError.remote(name: "org.bluez.Error.Failed", message: "no answer")
+        }
+        let fragments = try controlPointWritten(value, options: options)
+        guard !fragments.isEmpty else { return }
+        // The handler runs in a task of its own and its reply leaves after it returns: the
+        // response follows the write's reply, as the synchronous handler's did.
+        Task {
+            try? await Task.sleep(for: .milliseconds(15))
+            for fragment in fragments { outboxInput.yield((.dataSource, fragment)) }
+        }
+    }
+
+    static let unansweredHold: Duration = .seconds(8)
+
+    /// The answer to a Control Point write; returns the Data Source values to send after it.
+    func controlPointWritten(_ value: [UInt8], options: [String: DBusValue]) throws -> [[UInt8]] {
         let (outcome, mtu) = state.withLock { s in
             if let mtu = options["mtu"]?.unwrapped.uint16Value { s.mtu = Int(mtu) }
             return (s.model.handleControlPoint(value), s.mtu)
@@ -16,12 +41,15 @@ extension GattPhone {
         var fields: JSONObject = ["request": .string(hex(value)), "mtu": .int(mtu)]
         switch outcome {
         case .accepted(let response):
-            guard let response else { return event("control_point", fields) }
+            guard let response else {
+                event("control_point", fields)
+                return []
+            }
             let fragments = DataSourceEncoder.fragments(of: response, valueSize: Self.valueSize(mtu: mtu))
-            for fragment in fragments { outboxInput.yield((.dataSource, fragment)) }
             fields.append("response_bytes", .int(response.count))
             fields.append("fragments", .int(fragments.count))
             event("control_point", fields)
+            return fragments
         case .rejected(let code):
             let (name, sent) = Self.dbusError(for: code)
             fields.append("rejected", .string(code.description))
@@ -52,6 +80,9 @@ extension GattPhone {
     /// consumer restarted by its watchdog: bluetoothd writes the CCC off, then on again).
     func notifyChanged(_ role: ANCSCharacteristicRole, _ enabled: Bool) {
         event(enabled ? "subscribed" : "unsubscribed", ["characteristic": .string(role.rawValue)])
+        if state.withLock({ $0.silentDrop.notify(role, enabled: enabled) }) {
+            event("silent_drop_ended", ["characteristic": .string(role.rawValue)])
+        }
         guard role == .notificationSource else { return }
         if enabled {
             state.withLock { $0.unsubscribedByCCC = false }
@@ -82,10 +113,13 @@ extension GattPhone {
     /// the notification and replays it at the next subscription.
     private func send(_ ns: NotificationSourceEvent?) {
         guard let ns else { return }
-        let live = state.withLock { $0.connected && $0.subscribed }
-        if live { outboxInput.yield((.notificationSource, ns.encoded)) }
+        let (live, dropped) = state.withLock {
+            ($0.connected && $0.subscribed, $0.silentDrop.dropped.contains(.notificationSource))
+        }
+        if live && !dropped { outboxInput.yield((.notificationSource, ns.encoded)) }
         event("notification", [
-            "kind": .string(ns.eventID.description), "uid": .int(Int(ns.notificationUID)), "sent": .bool(live),
+            "kind": .string(ns.eventID.description), "uid": .int(Int(ns.notificationUID)), "sent": .bool(live && !dropped),
+            "dropped_silently": .bool(live && dropped),
         ])
     }
 
@@ -118,7 +152,13 @@ extension GattPhone {
             state.withLock { $0.reconnect = false }
             await disconnect(connection)
         case .connect:
-            state.withLock { $0.reconnect = true }
+            // Strict: the user taps the accessory once (a Disconnect() on the phone's side
+            // turned its bluetoothd's auto-connect off); lenient: the phone reconnects itself.
+            state.withLock { $0.reconnect = true; $0.userConnect = configuration.policy == .strict }
+        case .silentDrop, .silentDropAll:
+            let all = step.action == .silentDropAll
+            state.withLock { $0.silentDrop.drop(all: all) }
+            event("silent_drop", ["control_point": .string(all ? "unanswered" : "answered")])
         case .waitSubscribed(let timeout):
             let deadline = ContinuousClock.now + .seconds(timeout)
             while !state.withLock({ $0.connected && $0.subscribed }) {
@@ -130,7 +170,7 @@ extension GattPhone {
         case .end:
             return
         case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
-             .releaseAdvertisements, .rogue, .silentDrop, .silentDropAll, .sharingOff, .sharingOn:
+             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

@@ -8,17 +8,24 @@ import PhoneSimulator
 import Synchronization
 
 let usage = """
-    usage: ancs-gatt-phone --adapter hciN --peer ADDRESS [--bus ADDRESS]
+    usage: ancs-gatt-phone --adapter hciN --peer ADDRESS [--lenient] [--bus ADDRESS]
 
-    Plays an iPhone on a real bluetoothd: registers the ANCS service as a GATT application on
-    the adapter, connects to the accessory at ADDRESS (where ancsd runs), pairs with it and
-    keeps the link up, answering Control Point writes like iOS. Standard input is a scenario
-    (docs/simulator.md), read as it arrives: the settings line, then steps. What the phone
-    sees and does is written to standard output as JSON Lines ({"event": ...}).
-    See docs/system-test.md.
+    Plays an iPhone on a real bluetoothd, answering Control Point writes like iOS. As iOS
+    does (the default): it scans, connects once to the accessory at ADDRESS (where ancsd
+    runs) only if its advertisement carries the HID service UUID 0x1812 (and the ANCS
+    solicitation, where bluetoothd shows it), never asks to pair (its bluetoothd's HID host
+    pairs when it meets the accessory's encrypted attributes, or the accessory asks for
+    security; the default agent confirms), registers the ANCS service as a GATT application
+    only once bonded, leaves reconnecting to its bluetoothd, and reports the Report Map and
+    input reports its HID host got. Standard input is a scenario (docs/simulator.md), read as
+    it arrives: the settings line, then steps (silent_drop and silent_drop_all among them).
+    What the phone sees and does is written to standard output as JSON Lines
+    ({"event": ...}). See docs/system-test.md.
 
       --adapter hciN    the adapter that plays the phone
       --peer ADDRESS    the accessory's Bluetooth address
+      --lenient         the phone of earlier versions: ANCS registered at once, connects to
+                        ADDRESS whatever it advertises, pairs itself, reconnects itself
       --bus ADDRESS     the bus (default: $DBUS_SYSTEM_BUS_ADDRESS, else the system bus)
       --help            show this help
 
@@ -36,6 +43,7 @@ func fail(_ status: Int32, _ message: String) -> Never {
 var adapter: String?
 var peer: String?
 var busAddress: BusAddress = .system
+var policy = PhonePolicy.strict
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
     func value() -> String {
@@ -49,6 +57,7 @@ while let argument = arguments.popFirst() {
     case "--adapter": adapter = value()
     case "--peer": peer = value().uppercased()
     case "--bus": busAddress = .address(value())
+    case "--lenient": policy = .lenient
     default: fail(2, "unknown argument \(argument)\n\n" + usage)
     }
 }
@@ -121,7 +130,7 @@ let steps = AsyncStream<ScenarioStep> { continuation in
 }
 
 do {
-    let phone = try GattPhone(.init(adapter: adapter, peer: peer, bus: busAddress, settings: settings), report: report)
+    let phone = try GattPhone(.init(adapter: adapter, peer: peer, bus: busAddress, settings: settings, policy: policy), report: report)
     try await phone.run(steps: steps)
     exit(0)
 } catch {

@@ -1,0 +1,183 @@
+import ANCS
+import BlueZ
+import DBus
+import Dispatch
+import Glibc
+import JSON
+
+/// The strict phone's side of the link (`PhonePolicy.strict`): what iOS does towards an
+/// accessory, on a real bluetoothd.
+extension GattPhone {
+    /// One step of the strict phone: scan and list, connect once when the user taps a listed
+    /// accessory, wait for the accessory or the phone's HID host to pair, register ANCS once
+    /// bonded, then leave reconnecting to bluetoothd (its HID host auto-connects to a bonded
+    /// accessory that advertises connectable) and watch what the HID host made of it.
+    func strictTick(_ connection: DBusConnection, tree: BlueZObjectTree, status: (String, JSONObject) -> Void) async throws {
+        let peer = accessory(in: tree)
+        guard let peer, peer.isBonded else {
+            linkChanged(connected: peer?.connected ?? false)
+            try await strictFirstMeeting(connection, tree: tree, peer: peer, status: status)
+            return
+        }
+        if state.withLock({ $0.discovering }) {
+            state.withLock { $0.discovering = false }
+            try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
+        }
+        if !state.withLock({ $0.bondReported }) {
+            state.withLock { $0.bondReported = true }
+            event("paired", ["address": .string(peer.address),
+                             "address_type": .string(tree.property(peer.path, BlueZ.deviceInterface, "AddressType")?.stringValue ?? "?")])
+        }
+        if !state.withLock({ $0.applicationRegistered }) {
+            // Registered now, bluetoothd adds ANCS to the phone's database and indicates
+            // Service Changed to the connected accessory, whose bluetoothd then discovers it.
+            try await registerApplication(connection)
+            state.withLock { $0.applicationRegistered = true }
+            event("application_registered")
+        }
+        linkChanged(connected: peer.connected)
+        guard peer.connected else {
+            if state.withLock({ $0.userConnect }) {
+                state.withLock { $0.userConnect = false }
+                status("connecting", [:])
+                do {
+                    try await call(connection, peer.path, BlueZ.deviceInterface, "Connect", timeout: .seconds(20))
+                } catch {
+                    status("connect_failed", ["message": .string("\(error)")])
+                }
+                return
+            }
+            // No Connect(): the phone's bluetoothd reconnects by itself, or not at all.
+            return status(state.withLock({ $0.reconnect }) ? "waiting_for_accessory" : "staying_away", [:])
+        }
+        state.withLock { $0.userConnect = false }
+        guard peer.servicesResolved else {
+            if state.withLock({ $0.resolvedOnLink }) {
+                // Resolved before, unresolved now, connected throughout: a new link.
+                linkChanged(connected: false)
+                linkChanged(connected: true)
+            }
+            return status("resolving", [:])
+        }
+        state.withLock { $0.resolvedOnLink = true }
+        status("connected_bonded", [:])
+        watchHIDHost()
+        if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
+    }
+
+    private func strictFirstMeeting(
+        _ connection: DBusConnection, tree: BlueZObjectTree, peer: BlueZDevice?, status: (String, JSONObject) -> Void
+    ) async throws {
+        if let peer, peer.connected {
+            // Tapped and connected: iOS waits for the accessory to demand pairing (an encrypted
+            // attribute its HID host reads, or a security request); it never asks itself.
+            return status(peer.servicesResolved ? "connected_unbonded" : "resolving", [:])
+        }
+        if !state.withLock({ $0.discovering }) {
+            try await call(connection, adapterPath, BlueZ.adapterInterface, "SetDiscoveryFilter",
+                           [.variantDictionary(["Transport": .string("le")])])
+            try await call(connection, adapterPath, BlueZ.adapterInterface, "StartDiscovery")
+            state.withLock { $0.discovering = true; $0.tapped = false }
+        }
+        guard let peer else { return status("scanning", [:]) }
+        // bluetoothd makes a device object from discovery only for a discoverable advertisement.
+        let listing = AdvertisementListing(
+            uuids: tree.property(peer.path, BlueZ.deviceInterface, "UUIDs")?.unwrapped.stringArray ?? [],
+            advertisingData: tree.property(peer.path, BlueZ.deviceInterface, "AdvertisingData"))
+        if state.withLock({ s in defer { s.listing = listing }; return s.listing != listing }) {
+            let types = (tree.property(peer.path, BlueZ.deviceInterface, "AdvertisingData")?.unwrapped.dictionaryValue ?? [])
+                .compactMap { entry -> JSONValue? in
+                    guard case .byte(let type) = entry.key.unwrapped else { return nil }
+                    return .int(Int(type))
+                }
+            event("advertisement", [
+                "listed": .bool(listing.listed), "hid": .bool(listing.hid), "solicitation": .string(listing.solicitation.rawValue),
+                "uuids": .array((tree.property(peer.path, BlueZ.deviceInterface, "UUIDs")?.unwrapped.stringArray ?? []).map { .string($0) }),
+                "advertising_data_types": .array(types),
+            ])
+        }
+        guard listing.listed else { return status("not_listed", [:]) }
+        guard !state.withLock({ $0.tapped }), ContinuousClock.now >= state.withLock({ $0.connectNotBefore }) else { return }
+        // The user taps the accessory in Settings > Bluetooth: one connection.
+        state.withLock { $0.tapped = true; $0.discovering = false }
+        try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
+        status("connecting", [:])
+        do {
+            try await call(connection, peer.path, BlueZ.deviceInterface, "Connect", timeout: .seconds(20))
+        } catch {
+            state.withLock { $0.tapped = false; $0.connectNotBefore = .now + Self.settle }
+            status("connect_failed", ["message": .string("\(error)")])
+        }
+    }
+
+    // MARK: The phone's HID host
+
+    /// Finds the input device the phone's bluetoothd made for the accessory (its HID host
+    /// creates it through /dev/uhid after reading the Report Map; the hidraw node's `uevent`
+    /// names the accessory in `HID_UNIQ`), reports the Report Map it read, and counts the
+    /// input reports the accessory sends from then on (each read of /dev/hidrawN is one).
+    func watchHIDHost() {
+        for node in Self.directory("/sys/class/hidraw") where node.hasPrefix("hidraw") {
+            guard !state.withLock({ $0.hidrawWatched.contains(node) }) else { continue }
+            let uevent = String(decoding: Self.contents(of: "/sys/class/hidraw/\(node)/device/uevent") ?? [], as: UTF8.self)
+            let unique = uevent.split(separator: "\n").first { $0.hasPrefix("HID_UNIQ=") }.map { String($0.dropFirst(9)) }
+            guard unique?.uppercased() == configuration.peer else { continue }
+            guard let map = Self.contents(of: "/sys/class/hidraw/\(node)/device/report_descriptor") else { continue }
+            let fd = open("/dev/\(node)", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            state.withLock { _ = $0.hidrawWatched.insert(node) }
+            var fields: JSONObject = ["node": .string(node), "bytes": .int(map.count), "hex": .string(hex(map))]
+            if let descriptor = try? HIDReportDescriptor(map) {
+                fields.append("keyboard", .bool(descriptor.declaresKeyboard))
+                fields.append("applications", .array(descriptor.applicationCollections.map { .string($0.description) }))
+            } else {
+                fields.append("unreadable", .bool(true))
+            }
+            event("report_map", fields)
+            DispatchQueue(label: "ancs-gatt-phone.\(node)").async { [self] in
+                var buffer = [UInt8](repeating: 0, count: 512)
+                while true {
+                    let n = read(fd, &buffer, buffer.count)
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0 else { break }
+                    let count = state.withLock { s -> Int in s.inputReports += 1; return s.inputReports }
+                    event("input_report", ["node": .string(node), "hex": .string(hex(Array(buffer[0..<n]))), "count": .int(count)])
+                }
+                close(fd)
+                state.withLock { _ = $0.hidrawWatched.remove(node) }
+                event("hid_device_gone", ["node": .string(node)])
+                // The HID host lets the device go with the link: if it is back already, the
+                // next look sees it up again, a new session.
+                linkChanged(connected: false)
+            }
+        }
+    }
+
+    static func directory(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    static func contents(of path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            out += buffer[0..<n]
+        }
+        return out
+    }
+}
