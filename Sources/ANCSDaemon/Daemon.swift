@@ -42,6 +42,10 @@ public actor Daemon {
     /// The adapters holding a paired iPhone's bond (BlueZ has seen ANCS on it, allowed by the
     /// options): only while there is one does `presence` register anything, and on one of them.
     private var phoneAdapters: Set<ObjectPath> = []
+    /// Bonded devices on which ANCS was seen: they stay paired iPhones while their ANCS service
+    /// is away (iOS withdraws it with Service Changed, e.g. while the phone re-registers it),
+    /// so the advertisement they reconnect to is not withdrawn under them.
+    private var ancsSeen: Set<ObjectPath> = []
     private var pairedPhoneKnown: Bool { !phoneAdapters.isEmpty }
     private var onReady: (@Sendable () -> Void)?
     private let executor: DaemonExecutor
@@ -289,9 +293,12 @@ public actor Daemon {
     /// Works out on which adapters a paired iPhone is known and tells `presence` when that changed.
     private func updatePresence() {
         let adapters = Set(tree.devices.compactMap { device -> ObjectPath? in
-            guard device.isBonded, device.offersANCS || tree.ancsCharacteristics(of: device.path) != nil,
-                  options.allows(address: device.address, adapterName: device.adapterName)
-            else { return nil }
+            guard device.isBonded, options.allows(address: device.address, adapterName: device.adapterName) else { return nil }
+            if device.offersANCS || tree.ancsCharacteristics(of: device.path) != nil {
+                ancsSeen.insert(device.path)
+            } else if !ancsSeen.contains(device.path) {
+                return nil
+            }
             return device.adapter
         })
         guard adapters != phoneAdapters else { return }

@@ -57,6 +57,8 @@ public final class MQTTSink: OutputSink {
     private struct Phone {
         var name: String?
         var announced = false
+        /// What the retained `sharing` topic says, nil before anything was published there.
+        var sharing: Bool?
     }
     private struct State {
         var context: OutputContext?
@@ -107,6 +109,16 @@ public final class MQTTSink: OutputSink {
         client.start()
     }
 
+    /// Publishes the retained `sharing` state when it differs from what was published last.
+    private func publishSharing(_ allowed: Bool, device: String) {
+        let changed = state.withLock { state -> Bool in
+            guard state.phones[device, default: Phone()].sharing != allowed else { return false }
+            state.phones[device, default: Phone()].sharing = allowed
+            return true
+        }
+        if changed { client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true)) }
+    }
+
     public func send(_ record: OutputRecord) {
         let device = MQTTTopics.device(record.device)
         switch record.event {
@@ -121,10 +133,13 @@ public final class MQTTSink: OutputSink {
             client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
         case .sharing(let address, let allowed):
             announce(address: address, name: nil, force: false)
-            client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true))
+            publishSharing(allowed, device: device)
             client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
         case .notification(let event, let address, _):
             announce(address: address, name: nil, force: false)
+            // A notification whose attributes all came proves the phone shares: the retained
+            // `sharing` topic (Home Assistant's sensor) says so before any episode of it off.
+            if event.notification.attributesComplete { publishSharing(true, device: device) }
             client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
             if event.kind == .added {
                 let json = record.json

@@ -74,13 +74,14 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(attributes == "ancsd/\(device)/latest/attributes " + printed[3])
 
         // Home Assistant discovery: retained, accepted by the schema, pointing at topics that carry messages.
-        let configs = try broker.retained("homeassistant/#", count: 4).compactMap { line -> (topic: String, payload: JSONValue)? in
+        let configs = try broker.retained("homeassistant/#", count: 5).compactMap { line -> (topic: String, payload: JSONValue)? in
             guard let space = line.firstIndex(of: " ") else { return nil }
             return (String(line[..<space]), try JSONValue(parsing: String(line[line.index(after: space)...])))
         }
-        #expect(configs.count == 4)
+        #expect(configs.count == 5)
         #expect(Set(configs.map(\.topic)) == [
             "homeassistant/binary_sensor/ancsd_\(device)/connected/config", "homeassistant/sensor/ancsd_\(device)/notifications/config",
+            "homeassistant/binary_sensor/ancsd_\(device)/sharing/config",
             "homeassistant/sensor/ancsd_\(device)/latest/config", "homeassistant/event/ancsd_\(device)/notification/config",
         ])
         let published = Set(messages(all).map(\.topic))
