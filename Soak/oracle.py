@@ -73,13 +73,14 @@ class Session:
 
 
 class Shown:
-    __slots__ = ("inc", "removed", "attrs", "complete")
+    __slots__ = ("inc", "removed", "attrs", "complete", "renewals")
 
-    def __init__(self, inc, attrs, complete):
+    def __init__(self, inc, attrs, complete, renewals=0):
         self.inc = inc
         self.removed = False
         self.attrs = attrs
         self.complete = complete
+        self.renewals = renewals  # the connection's renewals of its subscriptions when shown
 
 
 class Connection:
@@ -88,6 +89,10 @@ class Connection:
     def __init__(self, session):
         self.session = session
         self.shown = {}           # uid → Shown (the latest)
+        # ancsd renews the subscriptions when the phone shares notifications again (its
+        # `sharing` "on" line); the phone then replays what it holds, as on a new connection,
+        # under the same UIDs: each may be shown added once more.
+        self.renewals = 0
 
 
 def normalise_date(text):
@@ -286,6 +291,10 @@ class Oracle:
             self.conns[dev] = None
             self.pending[dev].clear()
             return
+        if kind == "sharing":
+            if line.get("state") == "on" and self.conns[dev] is not None:
+                self.conns[dev].renewals += 1
+            return
         if kind not in ("added", "modified", "removed"):
             return
         self.shown[kind] += 1
@@ -303,7 +312,7 @@ class Oracle:
         prior = conn.shown.get(uid)
         if kind == "added":
             self.checks["shown-once"] += 1
-            if prior is not None and prior.inc is inc and not prior.removed:
+            if prior is not None and prior.inc is inc and not prior.removed and prior.renewals == conn.renewals:
                 self.fail(f"ancsd showed UID {uid} of {line['device']} added twice in one connection")
         elif kind == "modified":
             self.checks["modified"] += 1
@@ -327,7 +336,7 @@ class Oracle:
                           f"{ {f: line.get(f) for f in FIELDS.values()} } complete={complete}; the phone sent {inc.served[-3:]}")
         elif any(line.get(f) is not None for f in FIELDS.values() if f != "app_id"):
             self.fail(f"ancsd showed UID {uid} of {line['device']} with text although the phone answered no request for it")
-        conn.shown[uid] = Shown(inc, line, complete)
+        conn.shown[uid] = Shown(inc, line, complete, conn.renewals)
         since = self.pending[dev].get(uid)
         if since is not None and since <= t:
             del self.pending[dev][uid]
