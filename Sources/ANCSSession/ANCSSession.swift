@@ -421,8 +421,10 @@ public struct ANCSSession: Sendable {
         deniedReported = false
         actions.append(.log(.info, "the iPhone shares its notifications again"))
         actions.append(.sharingChanged(allowed: true))
-        // A phone that stopped sharing may have stopped its Notification Source too.
-        requestResubscription("notification sharing is on again", into: &actions)
+        // No renewal of its own here: after one the phone replays under the same UIDs, and a
+        // notification shown before it and removed before its fetch again would never be shown
+        // removed (the soak, seed 22). A Notification Source left dead is found by the alive
+        // check's schedule and --resubscribe-after.
     }
 
     /// The phone refused a Control Point write with ATT 0x03: the second in a row starts an
