@@ -89,9 +89,9 @@ class Connection:
     def __init__(self, session):
         self.session = session
         self.shown = {}           # uid → Shown (the latest)
-        # ancsd renews the subscriptions when the phone shares notifications again (its
-        # `sharing` "on" line); the phone then replays what it holds, as on a new connection,
-        # under the same UIDs: each may be shown added once more.
+        # After a renewal of the subscriptions the phone replays what it holds, as on a new
+        # connection, under the same UIDs. ancsd's `sharing` "on" line counts as a possible
+        # renewal point (it used to renew there): a UID may be shown added once more after it.
         self.renewals = 0
 
 
