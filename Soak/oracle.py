@@ -73,14 +73,13 @@ class Session:
 
 
 class Shown:
-    __slots__ = ("inc", "removed", "attrs", "complete", "renewals")
+    __slots__ = ("inc", "removed", "attrs", "complete")
 
-    def __init__(self, inc, attrs, complete, renewals=0):
+    def __init__(self, inc, attrs, complete):
         self.inc = inc
         self.removed = False
         self.attrs = attrs
         self.complete = complete
-        self.renewals = renewals  # the connection's renewals of its subscriptions when shown
 
 
 class Connection:
@@ -89,10 +88,6 @@ class Connection:
     def __init__(self, session):
         self.session = session
         self.shown = {}           # uid → Shown (the latest)
-        # After a renewal of the subscriptions the phone replays what it holds, as on a new
-        # connection, under the same UIDs. ancsd's `sharing` "on" line counts as a possible
-        # renewal point (it used to renew there): a UID may be shown added once more after it.
-        self.renewals = 0
 
 
 def normalise_date(text):
@@ -216,12 +211,7 @@ class Oracle:
                 if inc is None:
                     inc = s.live[uid] = Incarnation(uid, t)
                     s.history[uid].append(inc)
-                conn = self.conns[dev]
-                shown = conn.shown.get(uid) if conn and conn.session == s.number else None
-                # The replay after a renewal of the subscriptions (same connection, same UIDs):
-                # ancsd may show what it showed once more, or hold it back as seen; nothing is owed.
-                if not (e.get("pre_existing") and shown and shown.inc is inc and not shown.removed):
-                    self.owed(dev, uid, t)
+                self.owed(dev, uid, t)
             elif event == "modified":
                 if uid not in s.live:
                     self.fail(f"the simulator sent Modified for UID {uid} it does not hold (oracle out of step)")
@@ -296,10 +286,6 @@ class Oracle:
             self.conns[dev] = None
             self.pending[dev].clear()
             return
-        if kind == "sharing":
-            if line.get("state") == "on" and self.conns[dev] is not None:
-                self.conns[dev].renewals += 1
-            return
         if kind not in ("added", "modified", "removed"):
             return
         self.shown[kind] += 1
@@ -317,7 +303,7 @@ class Oracle:
         prior = conn.shown.get(uid)
         if kind == "added":
             self.checks["shown-once"] += 1
-            if prior is not None and prior.inc is inc and not prior.removed and prior.renewals == conn.renewals:
+            if prior is not None and prior.inc is inc and not prior.removed:
                 self.fail(f"ancsd showed UID {uid} of {line['device']} added twice in one connection")
         elif kind == "modified":
             self.checks["modified"] += 1
@@ -341,7 +327,7 @@ class Oracle:
                           f"{ {f: line.get(f) for f in FIELDS.values()} } complete={complete}; the phone sent {inc.served[-3:]}")
         elif any(line.get(f) is not None for f in FIELDS.values() if f != "app_id"):
             self.fail(f"ancsd showed UID {uid} of {line['device']} with text although the phone answered no request for it")
-        conn.shown[uid] = Shown(inc, line, complete, conn.renewals)
+        conn.shown[uid] = Shown(inc, line, complete)
         since = self.pending[dev].get(uid)
         if since is not None and since <= t:
             del self.pending[dev][uid]
