@@ -37,6 +37,15 @@ public actor Daemon {
     /// The next pause before subscribing again to a phone whose subscription failed, by device
     /// (milliseconds); forgotten once a subscription succeeds or the phone disconnects.
     private var subscribeRetryMilliseconds: [ObjectPath: Int] = [:]
+    /// Phones whose notification socket closed while BlueZ still reported their link up. On a
+    /// link loss bluetoothd closes the sockets a moment before `ServicesResolved` and
+    /// `Connected` turn false; a session started in that moment would subscribe on a link that
+    /// is gone. No session starts for them until `socketClosedPause` has passed.
+    private var pausedAfterSocketClosed: Set<ObjectPath> = []
+    /// How long a phone whose socket closed waits before a new session; by then a lost link
+    /// shows in BlueZ's properties, and one that stayed up (the socket was ended by another
+    /// program's StopNotify) gets its session again.
+    static let socketClosedPause = Duration.milliseconds(500)
     /// The advertisement and agent that let paired phones come back (nil with `--no-advertise`).
     private var presence: Presence?
     /// The adapters holding a paired iPhone's bond (BlueZ has seen ANCS on it, allowed by the
@@ -320,19 +329,25 @@ public actor Daemon {
         updatePresence()
         scheduleStatus()
         for (path, link) in links {
-            guard let device = tree.device(at: path), device.connected, eligible(device) != nil,
+            guard let device = tree.device(at: path), Self.linkUp(device), eligible(device) != nil,
                   tree.ancsCharacteristics(of: path) == link.characteristics
             else {
-                stopLink(at: path, reason: tree.device(at: path)?.connected == true ? "ANCS is gone" : "disconnected")
+                stopLink(at: path, reason: tree.device(at: path).map(Self.linkUp) == true ? "ANCS is gone" : "disconnected")
                 continue
             }
             if device.address != link.device.address { follow(device, on: link) }
         }
-        for device in tree.devices where device.connected && links[device.path] == nil {
-            guard let characteristics = eligible(device) else { continue }
+        for device in tree.devices where Self.linkUp(device) && links[device.path] == nil {
+            guard !pausedAfterSocketClosed.contains(device.path), let characteristics = eligible(device) else { continue }
             startLink(device, characteristics)
         }
     }
+
+    /// Whether a session may run on the device's link: connected, and its services resolved.
+    /// bluetoothd sets `ServicesResolved` false before `Connected` when a link drops, and true
+    /// once its GATT client is ready on a new one; in between, AcquireNotify fails with "Not
+    /// connected" and StartNotify only queues.
+    static func linkUp(_ device: BlueZDevice) -> Bool { device.connected && device.servicesResolved }
 
     /// The phone's `Address` changed under a running link: BlueZ resolved the resolvable
     /// private address the phone connected with to its identity address (at bonding, the object
@@ -463,6 +478,8 @@ public actor Daemon {
                 return
             } catch is CancellationError {
                 throw CancellationError()  // the link is going away: nothing to fall back to
+            } catch let error as DBusError where Self.startNotifyCannotHelp(error) {
+                throw error
             } catch {
                 logger.debug("\(link.device.address): AcquireNotify on \(characteristic) failed (\(error)); using StartNotify")
             }
@@ -473,6 +490,19 @@ public actor Daemon {
         } catch {
             link.delivery[characteristic] = nil  // nothing to stop later
             throw error
+        }
+    }
+
+    /// AcquireNotify errors after which StartNotify is no way out: the link is gone (bluetoothd
+    /// 5.66 says `Failed: Not connected`, later ones `NotConnected`), or a socket is still
+    /// acquired (StartNotify refuses "Notify acquired" too). The session is retried instead.
+    static func startNotifyCannotHelp(_ error: DBusError) -> Bool {
+        switch (error.name, error.message) {
+        case ("org.bluez.Error.Failed", "Not connected"), ("org.bluez.Error.NotConnected", _),
+             ("org.bluez.Error.NotPermitted", "Notify acquired"):
+            true
+        default:
+            false
         }
     }
 
@@ -531,7 +561,16 @@ public actor Daemon {
             perform(link.session.handleDataSource(value, now: link.now), on: link)
         case .closed(let reason):
             logger.info("\(link.device.address): notification socket closed (\(reason))")
-            stopLink(at: link.device.path, reason: "disconnected")
+            let path = link.device.path
+            stopLink(at: path, reason: "disconnected")
+            guard tree.device(at: path).map(Self.linkUp) == true else { return }
+            pausedAfterSocketClosed.insert(path)
+            executor.after(Self.socketClosedPause) { [weak self] in
+                self?.assumeIsolated { daemon in
+                    daemon.pausedAfterSocketClosed.remove(path)
+                    daemon.reconcile()
+                }
+            }
         }
     }
 

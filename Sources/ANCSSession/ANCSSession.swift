@@ -35,6 +35,9 @@ public struct ANCSSession: Sendable {
     private struct Record: Sendable {
         var notification: PhoneNotification
         var emitted = false
+        /// What was shown of it before a renewal, while its fetch after the renewal runs: the
+        /// fetch shows it again only if it says something else.
+        var shownBeforeRenewal: PhoneNotification?
         var attempts = 0
         var refetchAfterCurrent = false
         /// The app filter has seen the notification's AppIdentifier (or given up on it).
@@ -91,6 +94,19 @@ public struct ANCSSession: Sendable {
     private var lastNotificationSourceAt: Duration = .zero
     /// Control Point writes refused with ATT 0x03 in a row.
     private var consecutiveRefusals = 0
+    /// What was shown before a renewal of the subscriptions, by UID, until the phone's replay
+    /// accounts for it. After a renewal the phone replays what it still holds under the same
+    /// UIDs; what it replays is shown as `.modified` if its content changed (never `.added` a
+    /// second time), and what it does not replay was removed meanwhile: `.removed` once the
+    /// replay is over (`replayEndsAt`).
+    private var carriedOver: [UInt32: PhoneNotification] = [:]
+    /// When the replay after a renewal counts as over: `replayQuiet` after its last
+    /// pre-existing Notification Source event. A new (not pre-existing) event ends it at once,
+    /// since the phone replays before it sends anything new. Without any Notification Source
+    /// traffic nothing is concluded: a phone whose push is still dead tells nothing.
+    private var replayEndsAt: Duration?
+    /// How long the Notification Source stays quiet before a replay counts as over.
+    public static let replayQuiet = Duration.seconds(1)
 
     /// Keeps `nextDeadline` the earliest of the request in flight's, the next alive check's and
     /// the next look at the Notification Source's silence.
@@ -102,6 +118,7 @@ public struct ANCSSession: Sendable {
         }
         if !probeWanted, let at = aliveCheckAt { deadline = deadline.map { min($0, at) } ?? at }
         if let at = resubscribeAt { deadline = deadline.map { min($0, at) } ?? at }
+        if let at = replayEndsAt { deadline = deadline.map { min($0, at) } ?? at }
         nextDeadline = deadline
     }
     /// Control Point writes asked for so far: the number of the latest `.writeControlPoint`
@@ -215,6 +232,8 @@ public struct ANCSSession: Sendable {
         fresh.consecutiveRefusals = consecutiveRefusals
         fresh.deniedReported = deniedReported
         fresh.resubscriptions = resubscriptions
+        fresh.carriedOver = carriedOver
+        for record in records.values where record.emitted { fresh.carriedOver[record.notification.uid] = record.notification }
         self = fresh
         actions += subscribed(now: now)
         return actions
@@ -231,9 +250,27 @@ public struct ANCSSession: Sendable {
             return [.log(.warning, "ignored a Notification Source value: \(error)")]
         }
         let uid = event.notificationUID
+        if !carriedOver.isEmpty {
+            if event.flags.contains(.preExisting) {
+                replayEndsAt = now + Self.replayQuiet
+            } else {
+                endReplay(into: &actions)
+            }
+        }
         switch event.eventID {
         case .notificationAdded, .notificationModified:
-            if var record = records[uid] {
+            if let shown = carriedOver.removeValue(forKey: uid), records[uid] == nil, !filteredUIDs.contains(uid) {
+                // Shown before the renewal and still on the phone: fetched again, and shown
+                // only if what it says changed.
+                var notification = shown
+                notification.flags = event.flags
+                notification.category = event.categoryID
+                notification.categoryCount = event.categoryCount
+                remember(notification, into: &actions)
+                records[uid]?.emitted = true
+                records[uid]?.shownBeforeRenewal = shown
+                enqueueFetch(uid, preExisting: event.flags.contains(.preExisting), into: &actions)
+            } else if var record = records[uid] {
                 record.notification.flags = event.flags
                 record.notification.category = event.categoryID
                 record.notification.categoryCount = event.categoryCount
@@ -251,6 +288,11 @@ public struct ANCSSession: Sendable {
                 enqueueFetch(uid, preExisting: event.flags.contains(.preExisting), into: &actions)
             }
         case .notificationRemoved:
+            if let shown = carriedOver.removeValue(forKey: uid) {
+                var gone = shown
+                gone.categoryCount = event.categoryCount
+                actions.append(.emit(NotificationEvent(kind: .removed, notification: gone)))
+            }
             queued.remove(uid)  // an answer in flight for it finds no record and is dropped
             fullMessageWanted.remove(uid)
             filteredUIDs.remove(uid)
@@ -337,10 +379,21 @@ public struct ANCSSession: Sendable {
             aliveCheckAt = nil
             probeWanted = true
         }
+        if let at = replayEndsAt, now >= at { endReplay(into: &actions) }
         handleFlightTimer(now: now, into: &actions)
         pump(now: now, into: &actions)
         updateDeadline()
         return actions
+    }
+
+    /// The replay after a renewal is over: what was shown before it and not replayed is gone
+    /// from the phone.
+    private mutating func endReplay(into actions: inout [SessionAction]) {
+        replayEndsAt = nil
+        for uid in carriedOver.keys.sorted() {
+            guard let gone = carriedOver.removeValue(forKey: uid) else { continue }
+            actions.append(.emit(NotificationEvent(kind: .removed, notification: gone)))
+        }
     }
 
     private mutating func handleFlightTimer(now: Duration, into actions: inout [SessionAction]) {
@@ -710,13 +763,16 @@ public struct ANCSSession: Sendable {
             return true
         }
         if prepare(&records.values[index]), filterApp(of: uid, into: &actions) { return }
-        func markEmitted(_ record: inout Record) -> NotificationEvent {
+        func markEmitted(_ record: inout Record) -> NotificationEvent? {
             let kind: NotificationEvent.Kind = record.emitted ? .modified : .added
             record.emitted = true
+            let before = record.shownBeforeRenewal
+            record.shownBeforeRenewal = nil
+            if let before, before.sameContent(as: record.notification) { return nil }
             return NotificationEvent(kind: kind, notification: record.notification)
         }
         // `index` still holds: a `filterApp` that keeps the notification changes no record.
-        actions.append(.emit(markEmitted(&records.values[index])))
+        if let event = markEmitted(&records.values[index]) { actions.append(.emit(event)) }
     }
 
     /// The phone refused or the link failed the write in flight.

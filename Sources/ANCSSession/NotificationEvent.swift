@@ -31,6 +31,17 @@ public struct PhoneNotification: Hashable, Sendable {
 
     /// True if the phone had this notification before the session began.
     public var isPreExisting: Bool { flags.contains(.preExisting) }
+
+    /// True if both say the same: every field but the category count and the pre-existing
+    /// flag, which tell about the phone's other notifications and the session.
+    public func sameContent(as other: PhoneNotification) -> Bool {
+        var mine = self, theirs = other
+        mine.flags.remove(.preExisting)
+        theirs.flags.remove(.preExisting)
+        mine.categoryCount = 0
+        theirs.categoryCount = 0
+        return mine == theirs
+    }
 }
 
 /// What a session tells its owner about a notification.

@@ -334,26 +334,52 @@ public final class PhoneSimulator: Sendable {
         }
     }
 
-    /// Drops the link to a phone: sockets close (HUP), subscriptions end, Connected goes false.
+    /// How long `Connected` still reads true after a link dropped. bluetoothd 5.66 closes the
+    /// acquired sockets (HUP) and sets `ServicesResolved` false first, and `Connected` false
+    /// only after its GATT client is gone; AcquireNotify already fails with "Not connected" in
+    /// between (seen on the VM's bluetoothd under load: ancsd subscribed again in that moment).
+    static let linkDownGap = Duration.milliseconds(40)
+
+    /// Drops the link to a phone: sockets close (HUP), subscriptions end, ServicesResolved goes
+    /// false, and Connected `linkDownGap` later (at once if the link comes back before).
     func disconnect(_ device: Int, _ c: isolated DBusConnection?) {
         let changes = state.withLock { s -> [PropertyChange] in
             guard s.devices[device].connected else { return [] }
             var changes = s.devices[device].dropSubscriptions()
             s.devices[device].connected = false
+            s.devices[device].connectedFalsePending = true
             s.devices[device].session &+= 1
             let path = s.devices[device].paths.device
             changes.append(PropertyChange(path, BlueZ.device1, "ServicesResolved", .bool(false)))
-            changes.append(PropertyChange(path, BlueZ.device1, "Connected", .bool(false)))
             note(device, "link", ["up": .bool(false), "session": .int(Int(s.devices[device].session))])
             return changes
         }
-        if !changes.isEmpty { log("\(settings.devices[device].name): disconnected") }
+        guard !changes.isEmpty else { return }
+        log("\(settings.devices[device].name): disconnected")
         apply(changes, c)
-        if !changes.isEmpty, !state.withLock({ $0.devices[device].bonded }) { scheduleTemporaryRemoval(device) }
+        if let loop {
+            loop.after(Self.linkDownGap) { [weak self] in
+                guard let self, let conn = self.connection() else { return }
+                conn.assumeIsolated { c in self.apply(self.connectedFalse(device), c) }
+            }
+        } else {
+            apply(connectedFalse(device), c)
+        }
+        if !state.withLock({ $0.devices[device].bonded }) { scheduleTemporaryRemoval(device) }
+    }
+
+    /// `Connected` false, if a dropped link still owes it.
+    func connectedFalse(_ device: Int) -> [PropertyChange] {
+        state.withLock { s in
+            guard s.devices[device].connectedFalsePending else { return [] }
+            s.devices[device].connectedFalsePending = false
+            return [PropertyChange(s.devices[device].paths.device, BlueZ.device1, "Connected", .bool(false))]
+        }
     }
 
     /// Brings the link back: a new ANCS session, UIDs renumbered if the settings say so.
     func connect(_ device: Int, _ c: isolated DBusConnection?) {
+        apply(connectedFalse(device), c)
         let changes = state.withLock { s -> [PropertyChange] in
             guard !s.devices[device].connected else { return [] }
             s.devices[device].connected = true

@@ -130,6 +130,9 @@ struct DeviceState {
     var hid = HIDObservation()
     var model: PhoneModel
     var connected: Bool
+    /// The link is down but `Connected` still reads true: bluetoothd says so a moment after it
+    /// closed the sockets and set `ServicesResolved` false (`linkDownGap`).
+    var connectedFalsePending = false
     /// bluetoothd knows the phone (its Device1 is exported).
     var present: Bool
     var paired: Bool

@@ -135,6 +135,71 @@ import Testing
         h.ns(.notificationAdded, uid: 1, flags: .preExisting)
         #expect(h.session.writesIssued == issued + 1)
     }
+
+    private static func attributes(_ title: String) -> [(NotificationAttributeID, String)] {
+        [(.appIdentifier, ""), (.title, title), (.subtitle, ""), (.message, "M"), (.messageSize, "1"), (.date, "")]
+    }
+
+    private func harnessShowing(_ titles: [UInt32: String]) -> Harness {
+        var h = harness()
+        for uid in titles.keys.sorted() {
+            h.ns(.notificationAdded, uid: uid)
+            h.answer(notificationResponse(uid: uid, Self.attributes(titles[uid] ?? "")))
+        }
+        #expect(h.events.map(\.kind) == Array(repeating: .added, count: titles.count))
+        return h
+    }
+
+    /// After a renewal the phone replays what it still holds under the same UIDs: shown
+    /// already, unchanged, so not shown again; what it no longer holds was removed meanwhile.
+    @Test func afterARenewalWhatThePhoneNoLongerHoldsIsRemoved() {
+        var h = harnessShowing([1: "Kept", 2: "Gone"])
+        h.record(h.session.resubscribed(now: h.now))
+        h.ns(.notificationAdded, uid: 1, flags: .preExisting)
+        h.answer(notificationResponse(uid: 1, Self.attributes("Kept")))
+        #expect(h.events.count == 2, "uid 1 says what it said: not shown again")
+        #expect(h.session.nextDeadline == h.now + ANCSSession.replayQuiet)
+        h.advance(ANCSSession.replayQuiet)
+        #expect(h.events.count == 3 && h.events.last?.kind == .removed && h.events.last?.notification.uid == 2)
+        #expect(h.events.last?.notification.title == "Gone", "the removal carries what was shown")
+        h.ns(.notificationRemoved, uid: 1)
+        #expect(h.events.last?.kind == .removed && h.events.last?.notification.uid == 1, "the replayed one is known again")
+    }
+
+    /// Replayed with other content (shown before without its attributes, or changed
+    /// meanwhile): a modification, never a second `added`.
+    @Test func afterARenewalAChangedNotificationIsModifiedNotAddedAgain() {
+        var h = harnessShowing([1: "Before"])
+        h.record(h.session.resubscribed(now: h.now))
+        h.ns(.notificationAdded, uid: 1, flags: .preExisting)
+        h.answer(notificationResponse(uid: 1, Self.attributes("After")))
+        #expect(h.events.map(\.kind) == [.added, .modified] && h.events.last?.notification.title == "After")
+        h.advance(ANCSSession.replayQuiet)
+        #expect(h.events.count == 2, "nothing removed: it was replayed")
+    }
+
+    /// A new notification ends the replay at once (the phone replays first); without any
+    /// Notification Source traffic nothing is concluded, since a dead push tells nothing.
+    @Test func afterARenewalANewNotificationEndsTheReplayAndSilenceConcludesNothing() {
+        var h = harnessShowing([1: "One", 2: "Two"])
+        h.record(h.session.resubscribed(now: h.now))
+        h.advance(.seconds(60))
+        #expect(h.events.count == 2, "no traffic: nothing concluded")
+        h.ns(.notificationAdded, uid: 3)
+        #expect(h.events.map(\.kind) == [.added, .added, .removed, .removed])
+        #expect(h.events.suffix(2).map(\.notification.uid) == [1, 2])
+        h.answer(notificationResponse(uid: 3, Self.attributes("Three")))
+        #expect(h.events.last?.kind == .added && h.events.last?.notification.uid == 3)
+    }
+
+    /// Removed by the phone during the replay: one removal, with what was shown.
+    @Test func afterARenewalARemovalOfACarriedNotificationIsShownOnce() {
+        var h = harnessShowing([1: "One"])
+        h.record(h.session.resubscribed(now: h.now))
+        h.ns(.notificationRemoved, uid: 1, flags: .preExisting)
+        h.advance(ANCSSession.replayQuiet)
+        #expect(h.events.map(\.kind) == [.added, .removed] && h.events.last?.notification.title == "One")
+    }
 }
 
 extension Harness {
