@@ -2,8 +2,10 @@
 public import Glibc
 #endif
 public import ANCSRuntime
-import Dispatch
+import CLinux
+public import EventLoop
 public import JSON
+import Synchronization
 
 /// Answers control requests (docs/control.md); the daemon implements it.
 public protocol ControlHandler: Sendable {
@@ -18,14 +20,21 @@ public struct ControlSocketError: Error, CustomStringConvertible {
     public var description: String
 }
 
-/// The control socket: a Unix stream socket speaking JSON Lines.
+/// The control socket: a Unix stream socket speaking JSON Lines (docs/control.md).
 ///
-/// All socket work runs on one private serial queue with dispatch sources, so an idle server
-/// costs nothing. Each client's requests are answered in order; its replies and events wait in a
-/// bounded buffer (a client that stops reading is disconnected when it fills); a request line
-/// over the limit gets an error and the connection is closed. Nothing a client sends can block
-/// the daemon or disturb another client.
-public final class ControlServer: @unchecked Sendable {  // mutable state only on `queue`
+/// Everything runs on the daemon's event loop: the listener and each client are descriptors it
+/// watches, so an idle server costs nothing, and a client's watch is cancelled before its
+/// descriptor is closed (a new client given the same number keeps its registration). Each
+/// client's requests are answered in order; its replies and events wait in a bounded buffer (a
+/// client that stops reading is disconnected when it fills); a request line over the limit gets
+/// an error and the connection is closed. A client that shuts down its sending side still gets
+/// the replies to what it sent. Nothing a client sends can block the daemon or disturb another.
+///
+/// Who may connect: the socket is made with its final mode (0660) and group, and each client's
+/// credentials (SO_PEERCRED) are checked too: root, ancsd's own user, or a member of the
+/// socket's group. When descriptors run out, accepting pauses for a second (logged once per
+/// shortage) rather than spinning on a listener that stays readable.
+public final class ControlServer: @unchecked Sendable {  // mutable state only on `loop`
     /// Identifies one client connection.
     public typealias ClientID = UInt64
 
@@ -33,89 +42,136 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     public static let maxRequestLength = 64 * 1024
     /// The most bytes waiting to be written to one client.
     public static let maxPendingBytes = 1 << 20
+    /// How long accepting pauses when descriptors run out.
+    static let shortagePause = Duration.seconds(1)
+    /// For tests: called with the path right after the socket file is made, before anything
+    /// else is done to it.
+    static let afterBind = Mutex<(@Sendable (String) -> Void)?>(nil)
 
     public let path: String
-    private let queue: DispatchQueue
-    private let executor: DaemonExecutor?
+    private let loop: EventLoop
     private let listener: Int32
+    /// The socket file this server made: `stop` removes the path only while it is still that.
+    private let identity: (device: UInt64, inode: UInt64)
+    /// Members of this group may connect (besides root and the daemon's own user).
+    private let allowedGroup: gid_t
     private let handler: any ControlHandler
-    private let logger: Logger
-    private var source: (any DispatchSourceRead)?
+    fileprivate let logger: Logger
+    private var listenerWatch: Watch?
     private var clients: [ClientID: Client] = [:]
     private var nextID: ClientID = 0
+    private var stopped = false
+    /// Accepting is paused: descriptors ran out (said once per shortage).
+    private var shortage = false
+    /// Peers refused, by uid: each is logged once.
+    private var refusedUIDs: Set<uid_t> = []
 
-    /// Creates the socket at `path` (replacing a stale one) with `mode` and, if given, `group`.
+    /// Creates the socket at `path` with `mode` and, if given, `group` (else the daemon's).
     ///
-    /// The server's sockets are served on a private serial queue of its own. With `executor`,
-    /// request tasks run on the daemon's task executor, never on Swift's global executor (which
-    /// would keep libdispatch's 1 Hz workqueue monitor running).
+    /// A socket already at `path` that answers belongs to a running daemon: that is an error,
+    /// never taken over. One that refuses connections is left from an earlier run and replaced.
+    /// Clients are served on `loop`, the daemon's, where request tasks run too.
     public init(
         path: String, mode: mode_t = 0o660, group: String? = nil, handler: any ControlHandler, logger: Logger,
-        executor: DaemonExecutor? = nil
+        loop: EventLoop
     ) throws(ControlSocketError) {
         self.path = path
-        self.executor = executor
-        queue = DispatchQueue(label: "ancsd.control")
+        self.loop = loop
         self.handler = handler
         self.logger = logger
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
-        guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard !bytes.isEmpty, !bytes.contains(0), bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
             throw ControlSocketError(description: "the control socket path is empty or too long: \(path)")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            guard (info.st_mode & S_IFMT) == S_IFSOCK else {
-                throw ControlSocketError(description: "\(path) exists and is not a socket")
-            }
-            unlink(path)  // a stale socket from an earlier run
-        }
+        allowedGroup = try Self.groupID(group) ?? getegid()
+        try Self.removeStale(path, address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
+        // Made with its final mode: never a moment with more access than `mode` gives.
+        let previous = umask(~mode & 0o777)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        let bindError = errno
+        umask(previous)
+        if bound == 0 { Self.afterBind.withLock { $0 }?(path) }
+        guard bound == 0 else {
+            close(fd)
+            throw ControlSocketError(description: "cannot make the control socket \(path): \(String(cString: strerror(bindError)))")
+        }
+        var info = stat()
+        guard stat(path, &info) == 0, chown(path, uid_t.max, allowedGroup) == 0, listen(fd, 64) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
-            throw ControlSocketError(description: "cannot listen on \(path): \(reason)")
+            unlink(path)
+            throw ControlSocketError(description: "cannot set up the control socket \(path): \(reason)")
         }
-        if let group {
-            guard let entry = getgrnam(group) else {
-                close(fd)
-                unlink(path)
-                throw ControlSocketError(description: "no group named \(group) for the control socket")
-            }
-            guard chown(path, uid_t.max, entry.pointee.gr_gid) == 0 else {
-                let reason = String(cString: strerror(errno))
-                close(fd)
-                unlink(path)
-                throw ControlSocketError(description: "cannot give \(path) to group \(group): \(reason)")
-            }
-        }
-        chmod(path, mode)
+        identity = (UInt64(info.st_dev), UInt64(info.st_ino))
         listener = fd
+    }
+
+    private static func groupID(_ name: String?) throws(ControlSocketError) -> gid_t? {
+        guard let name else { return nil }
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else {
+            throw ControlSocketError(description: "no group named \(name) for the control socket")
+        }
+        return entry.gr_gid
+    }
+
+    /// Removes a socket left at `path` by an earlier run; refuses anything else there, and a
+    /// socket a running daemon answers on.
+    private static func removeStale(_ path: String, _ address: sockaddr_un) throws(ControlSocketError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+            throw ControlSocketError(description: "\(path) exists and is not a socket")
+        }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard probe >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
+        defer { close(probe) }
+        var address = address
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if connected == 0 || errno == EAGAIN {
+            throw ControlSocketError(description: """
+                another ancsd is listening on \(path) (it accepted a connection); stop it first, or give this one \
+                another --control path
+                """)
+        }
+        guard errno == ECONNREFUSED else {
+            throw ControlSocketError(description: "cannot tell whether \(path) is in use: \(String(cString: strerror(errno)))")
+        }
+        unlink(path)  // nobody listens: a stale socket from an earlier run
     }
 
     /// Starts accepting clients.
     public func start() {
-        queue.async { [self] in
-            let source = DispatchSource.makeReadSource(fileDescriptor: listener, queue: queue)
-            source.setEventHandler { [weak self] in self?.acceptClients() }
-            self.source = source
-            source.resume()
+        loop.perform { [self] in
+            guard !stopped else { return }
+            listenerWatch = try? loop.watch(fd: listener, interest: .readable) { [weak self] _ in self?.acceptClients() }
+            if listenerWatch == nil { logger.error("cannot watch the control socket \(path)") }
         }
     }
 
-    /// Removes the socket and closes every connection. Safe from any thread, the server's
-    /// queue included.
+    /// Removes the socket (if the path is still this server's) and closes every connection.
+    /// Safe from any thread, the loop's included.
     public func stop() {
-        unlink(path)
-        queue.async { [self] in
-            source?.cancel()
-            source = nil
+        loop.perform { [self] in
+            guard !stopped else { return }
+            stopped = true
+            var info = stat()
+            if lstat(path, &info) == 0, UInt64(info.st_dev) == identity.device, UInt64(info.st_ino) == identity.inode {
+                unlink(path)
+            }
+            listenerWatch?.cancel()
+            listenerWatch = nil
             for client in clients.values { client.close() }
             clients = [:]
             close(listener)
@@ -127,7 +183,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// before the first event, however soon one comes.
     @discardableResult
     public func send(_ line: String, to id: ClientID) -> Bool {
-        queue.async { [weak self] in
+        loop.perform { [weak self] in
             guard let self, let client = self.clients[id] else { return }
             if !client.enqueueEvent(line) {
                 self.logger.warning("control client \(id) stopped reading; disconnected it")
@@ -137,20 +193,105 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         return true
     }
 
-    /// How many clients are connected.
-    public var clientCount: Int { queue.sync { clients.count } }
+    /// How many clients are connected (read on the loop).
+    public var clientCount: Int {
+        get async {
+            await withCheckedContinuation { done in loop.execute { done.resume(returning: self.clients.count) } }
+        }
+    }
 
     private func acceptClients() {
-        while true {
-            let fd = accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            nextID += 1
-            let id = nextID
-            clients[id] = Client(id: id, fd: fd, queue: queue, server: self)
-            logger.debug("control client \(id) connected")
+        while !stopped {
+            let fd = ancsd_accept_cloexec_nonblock(listener)
+            if fd >= 0 {
+                if shortage {
+                    shortage = false
+                    logger.info("control socket: descriptors are free again; serving clients")
+                }
+                admit(fd)
+                continue
+            }
+            switch errno {
+            case EINTR, ECONNABORTED, EPROTO:
+                continue
+            case EAGAIN, EWOULDBLOCK:
+                return
+            default:
+                pauseAccepting(reason: String(cString: strerror(errno)))
+                return
+            }
         }
+    }
+
+    /// Out of descriptors (EMFILE, ENFILE) or memory: the waiting connection cannot be taken,
+    /// and the listener stays readable; accepting pauses instead of spinning.
+    private func pauseAccepting(reason: String) {
+        if !shortage {
+            shortage = true
+            logger.warning("""
+                control socket: cannot accept clients (\(reason), \(clients.count) connected); pausing \
+                \(Self.shortagePause) at a time until it can
+                """)
+        }
+        listenerWatch?.update([])
+        loop.after(Self.shortagePause) { [weak self] in
+            self?.loop.perform { [weak self] in
+                guard let self, !self.stopped else { return }
+                self.listenerWatch?.update(.readable)
+            }
+        }
+    }
+
+    private func admit(_ fd: Int32) {
+        if let refusal = refusal(of: fd) {
+            let line = Array((JSONValue.object(Self.errorReply(nil, "forbidden", refusal.message)).serialized + "\n").utf8)
+            _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            close(fd)
+            if refusedUIDs.insert(refusal.uid).inserted, refusedUIDs.count <= 64 {
+                logger.warning("control socket: refused a client of uid \(refusal.uid): \(refusal.message)")
+            }
+            return
+        }
+        nextID += 1
+        let id = nextID
+        guard let client = Client(id: id, fd: fd, loop: loop, server: self) else {
+            close(fd)
+            return
+        }
+        clients[id] = client
+        logger.debug("control client \(id) connected")
+    }
+
+    /// Why the peer on `fd` may not use the socket, if it may not: only root, the daemon's own
+    /// user and members of the socket's group may (the file's mode says so too; this holds
+    /// whatever mode the file was given).
+    private func refusal(of fd: Int32) -> (uid: uid_t, message: String)? {
+        var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))
+        var length = socklen_t(MemoryLayout.size(ofValue: credentials))
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+            return (uid_t.max, "its credentials cannot be read: \(String(cString: strerror(errno)))")
+        }
+        let uid = credentials.uid, gid = credentials.gid
+        if uid == 0 || uid == geteuid() || gid == allowedGroup || Self.isMember(uid: uid, primaryGroup: gid, of: allowedGroup) { return nil }
+        return (uid, "only root, the daemon's user and members of the control socket's group may use it")
+    }
+
+    /// Whether the user `uid` is in group `group` (the group database's supplementary groups).
+    static func isMember(uid: uid_t, primaryGroup: gid_t, of group: gid_t) -> Bool {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name else {
+            return false
+        }
+        var count: Int32 = 64
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        if getgrouplist(name, primaryGroup, &groups, &count) < 0 {
+            guard count > 0, count <= 65_536 else { return false }
+            groups = [gid_t](repeating: 0, count: Int(count))
+            guard getgrouplist(name, primaryGroup, &groups, &count) >= 0 else { return false }
+        }
+        return groups.prefix(Int(count)).contains(group)
     }
 
     fileprivate func received(line: [UInt8], from client: Client) {
@@ -169,11 +310,11 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         client.pendingReplies += 1
         let handler = self.handler
         let order = client.nextRequestNumber()
-        Task(executorPreference: executor) {
+        Task(executorPreference: loop) {
             var answer = await handler.reply(to: request, client: id)
             if let requestID = request["id"] { answer["id"] = requestID }
             let reply = answer
-            self.queue.async {
+            self.loop.perform {
                 guard let client = self.clients[id] else { return }
                 client.deliver(reply, order: order)
             }
@@ -185,7 +326,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         client.close()
         logger.debug("control client \(id) disconnected")
         let handler = self.handler
-        Task(executorPreference: executor) { await handler.clientClosed(id) }
+        Task(executorPreference: loop) { await handler.clientClosed(id) }
     }
 
     static func errorReply(_ id: JSONValue?, _ code: String, _ message: String) -> JSONObject {
@@ -196,17 +337,18 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         return object
     }
 
-    /// One connection; used only on the server's queue.
+    /// One connection; used only on the loop.
     fileprivate final class Client: @unchecked Sendable {
         let id: ClientID
         let fd: Int32
-        private let readSource: any DispatchSourceRead
-        private var writeSource: (any DispatchSourceWrite)?
-        private var watchingWrites = false
+        private var watch: Watch?
         private var input: [UInt8] = []
         private var output = FIFOBuffer()
         private weak var server: ControlServer?
         private var closed = false
+        /// The client shut down its sending side: once every reply it asked for is written,
+        /// the connection ends.
+        private var inputEnded = false
         var pendingReplies = 0
         private var issued = 0
         private var delivered = 0
@@ -215,15 +357,18 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         private var heldEvents: [String] = []
         private var heldBytes = 0
 
-        init(id: ClientID, fd: Int32, queue: DispatchQueue, server: ControlServer) {
+        init?(id: ClientID, fd: Int32, loop: EventLoop, server: ControlServer) {
             self.id = id
             self.fd = fd
             self.server = server
-            readSource = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            writeSource = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-            readSource.setEventHandler { [weak self] in self?.readAvailable() }
-            writeSource?.setEventHandler { [weak self] in self?.flush() }
-            readSource.resume()
+            do {
+                watch = try loop.watch(fd: fd, interest: .readable) { [weak self] ready in
+                    if ready.contains(.writable) { self?.flush() }
+                    if ready.contains(.readable) { self?.readAvailable() }
+                }
+            } catch {
+                return nil
+            }
         }
 
         func nextRequestNumber() -> Int {
@@ -240,15 +385,17 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                 pendingReplies -= 1
                 enqueueReply(next)
             }
-            guard pendingReplies == 0, !heldEvents.isEmpty else { return }
-            let events = heldEvents
-            heldEvents = []
-            heldBytes = 0
-            for line in events where !enqueue(line) {
-                server?.logger.warning("control client \(id) stopped reading; disconnected it")
-                server?.drop(id)
-                return
+            if pendingReplies == 0, !heldEvents.isEmpty {
+                let events = heldEvents
+                heldEvents = []
+                heldBytes = 0
+                for line in events where !enqueue(line) {
+                    server?.logger.warning("control client \(id) stopped reading; disconnected it")
+                    server?.drop(id)
+                    return
+                }
             }
+            endIfDone()
         }
 
         /// Queues an event line, or holds it while replies are pending; false if the client's
@@ -277,7 +424,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
 
         private func readAvailable() {
             var chunk = [UInt8](repeating: 0, count: 16_384)
-            while !closed {
+            while !closed && !inputEnded {
                 let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if count > 0 {
                     input += chunk[0..<count]
@@ -285,21 +432,43 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                         let line = Array(input[..<newline])
                         input.removeSubrange(...newline)
                         if !line.isEmpty { server?.received(line: line, from: self) }
+                        if closed { return }
                     }
                     if input.count > ControlServer.maxRequestLength {
                         input = []
                         enqueueReply(ControlServer.errorReply(nil, "too_long", "a request line is at most 64 KiB"))
-                        flush()
-                        server?.drop(id)
+                        inputEnded = true
+                        updateInterest()
+                        endIfDone()
                         return
                     }
                     continue
                 }
                 if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
                 if count < 0 && errno == EINTR { continue }
-                server?.drop(id)  // end of stream or error
+                if count < 0 {  // a reset: nobody reads what is left
+                    server?.drop(id)
+                    return
+                }
+                // End of input (perhaps only the client's sending side, as socat does at the end
+                // of its input): a last line without a newline is a request too.
+                if !input.isEmpty {
+                    let line = input
+                    input = []
+                    server?.received(line: line, from: self)
+                    if closed { return }
+                }
+                inputEnded = true
+                updateInterest()
+                endIfDone()
                 return
             }
+        }
+
+        /// After the client's input ended: closes once every reply it asked for is written.
+        private func endIfDone() {
+            guard inputEnded, !closed, pendingReplies == 0, output.isEmpty else { return }
+            server?.drop(id)
         }
 
         private func flush() {
@@ -314,21 +483,24 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                 server?.drop(id)
                 return
             }
-            // Watch for room only while something waits: an idle client costs nothing.
-            // (A new dispatch source starts suspended; resume and suspend must pair.)
-            if output.isEmpty == watchingWrites {
-                watchingWrites.toggle()
-                if watchingWrites { writeSource?.resume() } else { writeSource?.suspend() }
-            }
+            guard !closed else { return }
+            updateInterest()
+            endIfDone()
+        }
+
+        /// Readable until the input ends; writable only while something waits to be written,
+        /// so an idle client costs nothing.
+        private func updateInterest() {
+            var interest: Watch.Events = inputEnded ? [] : .readable
+            if !output.isEmpty { interest.insert(.writable) }
+            watch?.update(interest)
         }
 
         func close() {
             guard !closed else { return }
             closed = true
-            readSource.cancel()
-            if !watchingWrites { writeSource?.resume() }  // a suspended source cannot be released
-            writeSource?.cancel()
-            writeSource = nil
+            watch?.cancel()  // before the descriptor is closed: its number may be reused at once
+            watch = nil
             Glibc.close(fd)
         }
     }

@@ -1,8 +1,8 @@
 #ifndef ANCSD_CLINUX_SHIM_H
 #define ANCSD_CLINUX_SHIM_H
 /*
- * Linux and glibc calls that Swift's Glibc module leaves out (pwritev2 is declared only under
- * _GNU_SOURCE, mallopt in <malloc.h>). Headers only: the module links nothing beyond glibc.
+ * Linux and glibc calls that Swift's Glibc module leaves out (pwritev2 and accept4 are declared
+ * only under _GNU_SOURCE, mallopt in <malloc.h>). Headers only: the module links nothing beyond glibc.
  */
 #include <stddef.h>
 
@@ -35,4 +35,10 @@ int malloc_trim(size_t pad);
 
 /* Gives the whole free pages of every malloc arena back to the kernel, not only the top of the heap. */
 static inline int ancsd_malloc_trim(void) { return malloc_trim(0); }
+
+/* accept4, declared only under _GNU_SOURCE: a new connection that is close-on-exec and
+ * non-blocking from the start (SOCK_CLOEXEC 02000000, SOCK_NONBLOCK 04000 on Linux). */
+struct sockaddr;
+int accept4(int fd, struct sockaddr *address, unsigned int *length, int flags);
+static inline int ancsd_accept_cloexec_nonblock(int fd) { return accept4(fd, 0, 0, 02000000 | 04000); }
 #endif

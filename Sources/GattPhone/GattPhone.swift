@@ -75,6 +75,10 @@ public final class GattPhone: Sendable {
         /// while connected means the link went down and up between two looks.
         var resolvedOnLink = false
         var inputReports = 0
+        /// Strict: since when the bonded accessory has been away (nil while connected).
+        var awaySince: ContinuousClock.Instant?
+        /// Strict: discovering to see whether the away accessory advertises (`strictReturn`).
+        var lookingForAccessory = false
     }
 
     let configuration: Configuration

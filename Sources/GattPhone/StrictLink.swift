@@ -47,10 +47,16 @@ extension GattPhone {
                 }
                 return
             }
-            // No Connect(): the phone's bluetoothd reconnects by itself, or not at all.
-            return status(state.withLock({ $0.reconnect }) ? "waiting_for_accessory" : "staying_away", [:])
+            guard state.withLock({ $0.reconnect }) else { return status("staying_away", [:]) }
+            // The phone's bluetoothd reconnects by itself (its HID host's auto-connect); where
+            // it does not, the phone does as iOS does.
+            try await strictReturn(connection, tree: tree, peer: peer, status: status)
+            return
         }
-        state.withLock { $0.userConnect = false }
+        state.withLock { $0.userConnect = false; $0.awaySince = nil }
+        if state.withLock({ s in defer { s.lookingForAccessory = false }; return s.lookingForAccessory }) {
+            try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
+        }
         guard peer.servicesResolved else {
             if state.withLock({ $0.resolvedOnLink }) {
                 // Resolved before, unresolved now, connected throughout: a new link.
@@ -63,6 +69,46 @@ extension GattPhone {
         status("connected_bonded", [:])
         watchHIDHost()
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
+    }
+
+    /// How long the phone leaves reconnecting to its bluetoothd before it looks for the
+    /// accessory itself.
+    static let autoConnectGrace = Duration.seconds(15)
+
+    /// The bonded accessory is away. iOS reconnects to a bonded HID accessory whenever it
+    /// advertises connectable, after a link loss as after its own Bluetooth restarts. The
+    /// stand-in's bluetoothd does so through its HID host's auto-connect, except where it does
+    /// not re-arm it: BlueZ 5.82 restarted with the bond (docs/field-evidence.md). So after
+    /// `autoConnectGrace` the phone scans, and connects once it sees the accessory advertise.
+    private func strictReturn(
+        _ connection: DBusConnection, tree: BlueZObjectTree, peer: BlueZDevice, status: (String, JSONObject) -> Void
+    ) async throws {
+        let now = ContinuousClock.now
+        let since = state.withLock { s -> ContinuousClock.Instant in
+            if s.awaySince == nil { s.awaySince = now }
+            return s.awaySince ?? now
+        }
+        guard now - since >= Self.autoConnectGrace, now >= state.withLock({ $0.connectNotBefore }) else {
+            return status("waiting_for_accessory", [:])
+        }
+        if !state.withLock({ $0.lookingForAccessory }) {
+            try await call(connection, adapterPath, BlueZ.adapterInterface, "SetDiscoveryFilter",
+                           [.variantDictionary(["Transport": .string("le")])])
+            try await call(connection, adapterPath, BlueZ.adapterInterface, "StartDiscovery")
+            state.withLock { $0.lookingForAccessory = true }
+            return status("looking_for_accessory", [:])
+        }
+        // bluetoothd sets RSSI on each advertisement it receives while discovering.
+        guard tree.property(peer.path, BlueZ.deviceInterface, "RSSI") != nil else { return status("looking_for_accessory", [:]) }
+        state.withLock { $0.lookingForAccessory = false; $0.awaySince = nil }
+        try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
+        event("reconnecting", ["why": .string("its bluetoothd did not reconnect within \(Self.autoConnectGrace)")])
+        do {
+            try await call(connection, peer.path, BlueZ.deviceInterface, "Connect", timeout: .seconds(20))
+        } catch {
+            state.withLock { $0.connectNotBefore = .now + Self.settle }
+            status("connect_failed", ["message": .string("\(error)")])
+        }
     }
 
     private func strictFirstMeeting(

@@ -338,7 +338,7 @@ public final class PhoneSimulator: Sendable {
     /// acquired sockets (HUP) and sets `ServicesResolved` false first, and `Connected` false
     /// only after its GATT client is gone; AcquireNotify already fails with "Not connected" in
     /// between (seen on the VM's bluetoothd under load: ancsd subscribed again in that moment).
-    static let linkDownGap = Duration.milliseconds(40)
+    public static let linkDownGap = Duration.milliseconds(40)
 
     /// Drops the link to a phone: sockets close (HUP), subscriptions end, ServicesResolved goes
     /// false, and Connected `linkDownGap` later (at once if the link comes back before).

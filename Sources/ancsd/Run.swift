@@ -245,14 +245,14 @@ enum RunCommand {
         if let path = settings.controlPath {
             do {
                 let server = try ControlServer(
-                    path: path, group: settings.controlGroup, handler: daemon, logger: logger, executor: executor)
+                    path: path, group: settings.controlGroup, handler: daemon, logger: logger, loop: executor)
                 await daemon.attach(control: server)
                 server.start()
                 control = server
                 logger.info("control socket at \(path)")
             } catch {
                 logger.error("\(error)")
-                return 1
+                return 2  // a setting that cannot work, as the man page says of --control
             }
         }
         defer { control?.stop() }

@@ -22,8 +22,13 @@ struct AncsdProcess {
     static let captures = repository.appendingPathComponent("Tests/ANCSCaptureTests/Fixtures/captures")
 
     static func run(_ arguments: [String], stdin: Data? = nil) throws -> Result {
+        try command(binary.path, arguments, stdin: stdin)
+    }
+
+    /// Runs any program to its end, with what it printed.
+    static func command(_ executable: String, _ arguments: [String], stdin: Data? = nil) throws -> Result {
         let process = Process()
-        process.executableURL = binary
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe(), err = Pipe(), input = Pipe()
         process.standardOutput = out

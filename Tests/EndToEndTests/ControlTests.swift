@@ -154,6 +154,67 @@ private let ada = "AA:BB:CC:DD:EE:01"
         _ = try run.phone.stop()
     }
 
+    /// Issue 27: with RLIMIT_NOFILE low and clients held open, `accept` failed with EMFILE, the
+    /// listener stayed readable and the daemon burnt a core saying nothing. Now it pauses, says
+    /// so once, and serves again when descriptors are free.
+    @Test func runningOutOfDescriptorsPausesAcceptingAndServesAgain() throws {
+        let (run, path) = try start()
+        let pid = run.ancsd.pid
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+        let limit = open + 8
+        let prlimit = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"])
+        #expect(prlimit.status == 0, "\(prlimit.stderr)")
+        var held: [SocketClient] = []
+        for _ in 0..<30 { held.append(try SocketClient(path: path)) }  // the kernel's backlog takes what accept cannot
+        Thread.sleep(forTimeInterval: 0.5)
+        let cpuBefore = Self.cpuSeconds(pid)
+        Thread.sleep(forTimeInterval: 2)
+        let burnt = Self.cpuSeconds(pid) - cpuBefore
+        #expect(burnt < 0.2, "the daemon used \(burnt) s of CPU in 2 s while out of descriptors")
+        let warnings = run.ancsd.standardError.components(separatedBy: "cannot accept clients").count - 1
+        #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
+        held = []
+        Thread.sleep(forTimeInterval: 1.5)
+        let client = try SocketClient(path: path)
+        #expect(try client.request(["cmd": "status"])["ok"] == true)
+        #expect(run.ancsd.standardError.contains("descriptors are free again"))
+        _ = try run.phone.stop()
+    }
+
+    /// docs/control.md's example, run as written with the real socat (which shuts down its
+    /// sending side at the end of its input: the reply must come all the same).
+    @Test func theSocatExampleOfTheDocsWorks() throws {
+        let (run, path) = try start()
+        let docs = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/control.md"), encoding: .utf8)
+        let example = try #require(docs.components(separatedBy: "\n").first { $0.hasPrefix("$ printf ") && $0.contains("socat") })
+        let command = String(example.dropFirst(2)).replacingOccurrences(of: "/run/ancsd/control", with: path)
+        let result = try AncsdProcess.command("/bin/sh", ["-c", command])
+        let reply = try JSONValue(parsing: result.stdout.trimmingCharacters(in: .newlines))
+        #expect(reply["ok"] == true && reply["id"] == 1 && reply["version"]?.stringValue != nil, "socat printed: \(result.stdout) \(result.stderr)")
+        _ = try run.phone.stop()
+    }
+
+    /// A second daemon on the same --control path used to take the socket over (and remove it
+    /// when it stopped), leaving the first unreachable.
+    @Test func aSecondDaemonNeverTakesTheSocketOver() throws {
+        let (run, path) = try start()
+        let second = try AncsdProcess.run(["--bus", run.bus.address, "run", "--control", path, "--no-advertise"])
+        #expect(second.status == 2, "\(second.stderr)")
+        #expect(second.stderr.contains("another ancsd is listening on \(path)"), "\(second.stderr)")
+        let client = try SocketClient(path: path)
+        #expect(try client.request(["cmd": "status"])["ok"] == true, "the first daemon is still reachable")
+        _ = try run.phone.stop()
+    }
+
+    static func cpuSeconds(_ pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: end)...].split(separator: " ")
+        // After the command: state is field 3, utime 14 and stime 15 (1-based, of the whole line).
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     @Test func commandLineClients() throws {
         let (run, path) = try start()
         let list = try ancsd(["list", "--control", path])
