@@ -66,7 +66,8 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// Peers refused, by uid: each is logged once.
     private var refusedUIDs: Set<uid_t> = []
 
-    /// Creates the socket at `path` with `mode` and, if given, `group` (else the daemon's).
+    /// Creates the socket at `path` with `mode` and, if given, `group` (else the group the file
+    /// is made with: the daemon's, or the directory's if it is set-group-ID).
     ///
     /// A socket already at `path` that answers belongs to a running daemon: that is an error,
     /// never taken over. One that refuses connections is left from an earlier run and replaced.
@@ -86,7 +87,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             throw ControlSocketError(description: "the control socket path is empty or too long: \(path)")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        allowedGroup = try Self.groupID(group) ?? getegid()
+        let requestedGroup = try Self.groupID(group)
         try Self.removeStale(path, address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
@@ -103,13 +104,16 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             throw ControlSocketError(description: "cannot make the control socket \(path): \(String(cString: strerror(bindError)))")
         }
         var info = stat()
-        guard stat(path, &info) == 0, chown(path, uid_t.max, allowedGroup) == 0, listen(fd, 64) == 0 else {
+        // Without --control-group the file keeps the group it was made with (chown is a
+        // privileged call the service's system call filter refuses).
+        guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, listen(fd, 64) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             unlink(path)
             throw ControlSocketError(description: "cannot set up the control socket \(path): \(reason)")
         }
         identity = (UInt64(info.st_dev), UInt64(info.st_ino))
+        allowedGroup = requestedGroup ?? info.st_gid
         listener = fd
     }
 
@@ -273,8 +277,27 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         }
         let uid = credentials.uid, gid = credentials.gid
         if uid == 0 || uid == geteuid() || gid == allowedGroup || Self.isMember(uid: uid, primaryGroup: gid, of: allowedGroup) { return nil }
+        // In a user namespace that does not map the peer (systemd's PrivateUsers=yes maps only
+        // root and the service's user), the peer shows as the overflow uid: who it is cannot be
+        // known here, so the kernel's check of the socket file on connect must have been enough,
+        // which it is only while the file gives others no access.
+        if uid == Self.overflowUID {
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_mode & 0o007 == 0 { return nil }
+        }
         return (uid, "only root, the daemon's user and members of the control socket's group may use it")
     }
+
+    /// The uid an unmapped user shows as inside a user namespace (/proc/sys/kernel/overflowuid).
+    static let overflowUID: uid_t = {
+        let fd = open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 65_534 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let n = read(fd, &buffer, buffer.count)
+        guard n > 0, let value = UInt32(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: " \n")) else { return 65_534 }
+        return value
+    }()
 
     /// Whether the user `uid` is in group `group` (the group database's supplementary groups).
     static func isMember(uid: uid_t, primaryGroup: gid_t, of group: gid_t) -> Bool {

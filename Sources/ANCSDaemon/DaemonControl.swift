@@ -16,7 +16,14 @@ extension Daemon: ControlHandler, PhoneActions {
             object.append("outputs", .array(await output.report()))
             return object
         case "list":
-            return list(device: request["device"]?.stringValue)
+            guard let device = request["device"] else { return list(device: nil) }
+            guard let text = device.stringValue, let address = normalizedAddress(text) else {
+                return Self.failure("bad_request", "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF")
+            }
+            guard links.values.contains(where: { $0.device.address == address }) else {
+                return Self.failure("no_such_device", "no connected phone \(address)")
+            }
+            return list(device: address)
         case "get":
             guard let (link, uid) = resolve(request) else { return lastResolveFailure(request) }
             return await get(uid, on: link, full: request["full"]?.boolValue ?? false)
@@ -128,7 +135,7 @@ extension Daemon: ControlHandler, PhoneActions {
     /// The link and UID a request names, if both exist.
     private func resolve(_ request: JSONObject) -> (PhoneLink, UInt32)? {
         guard let text = request["device"]?.stringValue, let address = normalizedAddress(text),
-              let uid = request["uid"]?.intValue.flatMap(UInt32.init(exactly:)),
+              let uid = request["uid"]?.integerValue.flatMap(UInt32.init(exactly:)),
               let link = links.values.first(where: { $0.device.address == address && $0.state == .running })
         else { return nil }
         return (link, uid)
@@ -138,8 +145,8 @@ extension Daemon: ControlHandler, PhoneActions {
         guard let text = request["device"]?.stringValue, let address = normalizedAddress(text) else {
             return Self.failure("bad_request", "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF")
         }
-        guard request["uid"]?.intValue.flatMap(UInt32.init(exactly:)) != nil else {
-            return Self.failure("bad_request", "\"uid\" must be an integer from 0 to 4294967295")
+        guard request["uid"]?.integerValue.flatMap(UInt32.init(exactly:)) != nil else {
+            return Self.failure("bad_request", "\"uid\" must be an integer from 0 to 4294967295 (written without a fraction or exponent)")
         }
         return Self.failure("no_such_device", "no connected phone \(address)")
     }

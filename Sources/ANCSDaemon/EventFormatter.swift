@@ -1,4 +1,5 @@
 import ANCS
+import ANCSRuntime
 public import ANCSSession
 public import JSON
 
@@ -197,36 +198,12 @@ public enum EventFormatter {
         [positive, negative].compactMap { $0.map(sanitize) }.filter { !$0.isEmpty }
     }
 
-    /// Text made safe for one terminal line: control characters become spaces (runs collapse),
-    /// bidirectional overrides, isolates and marks are removed.
-    public static func sanitize(_ text: String) -> String {
-        var out = String.UnicodeScalarView()
-        var lastWasSpace = false
-        for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069, 0x061C:
-                continue
-            case 0x00...0x1F, 0x7F...0x9F, 0x2028, 0x2029:
-                if !lastWasSpace { out.append(" ") }
-                lastWasSpace = true
-            default:
-                out.append(scalar)
-                lastWasSpace = scalar == " "
-            }
-        }
-        return String(out).trimmingSpaces()
-    }
+    /// Text made safe for one terminal line (`TerminalText.sanitize`).
+    public static func sanitize(_ text: String) -> String { TerminalText.sanitize(text) }
 }
 
 extension String {
     func padding(to width: Int) -> String {
         count >= width ? self + " " : self + String(repeating: " ", count: width - count)
-    }
-
-    func trimmingSpaces() -> String {
-        var scalars = Substring(self)
-        while scalars.first == " " { scalars.removeFirst() }
-        while scalars.last == " " { scalars.removeLast() }
-        return String(scalars)
     }
 }

@@ -203,17 +203,47 @@ public struct FIFOError: Error, CustomStringConvertible {
 /// It is opened read-write: the daemon itself keeps the pipe open, so writing never raises
 /// SIGPIPE, events written while no reader is attached wait in the pipe (up to its size, raised
 /// to 1 MiB where allowed) and reach the next reader that attaches.
+///
+/// Notification content goes only where the user said: a FIFO that is there already must be
+/// the daemon's user's and give nobody more than `mode` does; a symbolic link is never
+/// followed, and what is opened is checked to be that FIFO.
 public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> Int32 {
+    func failure(_ what: String) -> FIFOError { FIFOError(description: "\(what): \(String(cString: strerror(errno)))") }
     var info = stat()
     if lstat(path, &info) != 0 {
-        guard errno == ENOENT else { throw FIFOError(description: "cannot use \(path): \(String(cString: strerror(errno)))") }
-        guard mkfifo(path, mode) == 0 else { throw FIFOError(description: "cannot create the FIFO \(path): \(String(cString: strerror(errno)))") }
-        chmod(path, mode)  // mkfifo applies the umask; the user asked for this mode
+        guard errno == ENOENT else { throw failure("cannot use \(path)") }
+        let previous = umask(~mode & 0o777)  // made with its final mode
+        let made = mkfifo(path, mode)
+        let error = errno
+        umask(previous)
+        guard made == 0 else {
+            errno = error
+            throw failure("cannot create the FIFO \(path)")
+        }
     } else if (info.st_mode & S_IFMT) != S_IFIFO {
         throw FIFOError(description: "\(path) exists and is not a FIFO")
     }
-    let fd = open(path, O_RDWR | O_CLOEXEC)
-    guard fd >= 0 else { throw FIFOError(description: "cannot open the FIFO \(path): \(String(cString: strerror(errno)))") }
+    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)  // read-write: never waits for a reader
+    guard fd >= 0 else { throw failure("cannot open the FIFO \(path)") }
+    guard fstat(fd, &info) == 0 else {
+        let error = failure("cannot check the FIFO \(path)")
+        close(fd)
+        throw error
+    }
+    let problem: String? =
+        if (info.st_mode & S_IFMT) != S_IFIFO {
+            "\(path) is not a FIFO"
+        } else if info.st_uid != geteuid() {
+            "the FIFO \(path) belongs to uid \(info.st_uid), not to ancsd's user (uid \(geteuid())): notification content goes only into ancsd's own FIFO"
+        } else if info.st_mode & 0o7777 & ~mode != 0 {
+            "the FIFO \(path) has mode \(String(info.st_mode & 0o7777, radix: 8)), more than --fifo-mode \(String(mode, radix: 8)) allows: chmod it or remove it"
+        } else {
+            nil
+        }
+    if let problem {
+        close(fd)
+        throw FIFOError(description: problem)
+    }
     let setPipeSize: Int32 = 1031  // F_SETPIPE_SZ (F_LINUX_SPECIFIC_BASE + 7), not imported from glibc
     _ = fcntl(fd, setPipeSize, Int32(1 << 20))
     return fd

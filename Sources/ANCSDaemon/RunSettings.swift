@@ -161,7 +161,9 @@ public struct RunSettings: Sendable {
             guard !value.isEmpty else { throw SettingError("exec needs a command") }
             execCommand = value
         case "exec-timeout":
-            guard let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
+            // Plain decimal only: Double() would also take "0x10", "1e3", "inf".
+            guard value.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), value.filter({ $0 == "." }).count <= 1,
+                  let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86_400 else {
                 throw SettingError("exec-timeout needs a number of seconds above 0 and at most 86400, such as 10 or 0.5, not '\(value)'")
             }
             execTimeout = .milliseconds(max(1, Int((seconds * 1000).rounded())))
@@ -210,6 +212,7 @@ public struct RunSettings: Sendable {
 
     /// Applies a configuration file's text; errors name the line.
     public mutating func apply(configuration text: String, path: String) throws(SettingError) {
+        var firstLine: [String: Int] = [:]
         for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let line = rawLine.trimmingCharacters(in: " \t\r")
             guard !line.isEmpty, !line.hasPrefix("#") else { continue }
@@ -219,6 +222,14 @@ public struct RunSettings: Sendable {
             let key = line[..<equals].trimmingCharacters(in: " \t")
             var value = line[line.index(after: equals)...].trimmingCharacters(in: " \t")
             if value.count >= 2, value.first == "\"", value.last == "\"" { value = String(value.dropFirst().dropLast()) }
+            // A setting given twice is a mistake (which one was meant?), except the list keys,
+            // which add to their list each time.
+            if !Self.listKeys.contains(key), Self.keys.contains(key) {
+                if let first = firstLine[key] {
+                    throw SettingError("\(path):\(index + 1): '\(key)' is set again (first on line \(first)); give it once")
+                }
+                firstLine[key] = index + 1
+            }
             do {
                 try set(key, value)
             } catch {

@@ -273,10 +273,34 @@ public final class SeenStore {
         }
     }
 
+    /// Opens a state file that must be a regular file: a symbolic link is not followed, and a
+    /// FIFO or device planted in its place neither blocks the open nor is read (`open` with
+    /// O_NONBLOCK, then `fstat`). Sets errno and returns -1 otherwise (EFTYPE-like: EINVAL).
+    static func openRegularFile(_ path: String, _ flags: Int32, mode: mode_t = 0o600) -> Int32 {
+        let fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode)
+        guard fd >= 0 else { return -1 }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            errno = EINVAL
+            return -1
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
+    }
+
+    private static func reason(_ error: Int32) -> String {
+        switch error {
+        case EINVAL: "it is not a regular file"
+        case ELOOP: "it is a symbolic link"
+        default: String(cString: strerror(error))
+        }
+    }
+
     private func readFile(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = Self.openRegularFile(path, O_RDONLY)
         guard fd >= 0 else {
-            if errno != ENOENT { report("cannot read \(path): \(String(cString: strerror(errno)))") }
+            if errno != ENOENT { report("cannot read \(path): \(Self.reason(errno))") }
             return nil
         }
         defer { close(fd) }
@@ -293,9 +317,9 @@ public final class SeenStore {
     }
 
     private func append(_ line: String, to path: String) -> Bool {
-        let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        let fd = Self.openRegularFile(path, O_WRONLY | O_APPEND)
         guard fd >= 0 else {
-            if errno != ENOENT { report("cannot write \(path): \(String(cString: strerror(errno)))") }
+            if errno != ENOENT { report("cannot write \(path): \(Self.reason(errno))") }
             return false  // missing: rewritten with its header
         }
         defer { close(fd) }
@@ -305,9 +329,15 @@ public final class SeenStore {
     /// Writes the whole set crash-safely: a temporary file, fsync, rename over the old one.
     private func rewrite(_ set: SeenSet, to path: String) -> Bool {
         let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        // Made afresh (O_EXCL): whatever is at the temporary path, a planted symbolic link
+        // included, is removed first, never written through.
+        var fd = Self.openRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL)
+        if fd < 0 && errno == EEXIST {
+            unlink(temporary)
+            fd = Self.openRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL)
+        }
         guard fd >= 0 else {
-            report("cannot write \(temporary): \(String(cString: strerror(errno)))")
+            report("cannot write \(temporary): \(Self.reason(errno))")
             return false
         }
         var text = Self.header + "\n"

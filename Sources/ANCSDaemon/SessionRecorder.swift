@@ -39,8 +39,11 @@ final class SessionRecorder {
     private let logger: Logger
     private let device: String
     private var redactor: DataSourceRedactor?
-    private var pendingWrite: (time: Duration, bytes: [UInt8])?
-    private var held: [String] = []
+    /// Control Point writes not yet written to the file, oldest first: each with its answer once
+    /// it came, and the lines that arrived after it was sent. The phone's Data Source response
+    /// often arrives before bluetoothd's reply to the write, so the session may send the next
+    /// write first; answers come in the order of the writes (ATT has one request at a time).
+    private var pendingWrites: [(time: Duration, bytes: [UInt8], result: (WriteResult, Duration)?, after: [String])] = []
     private var lastSync = ContinuousClock.now
 
     private init(path: String, fd: Int32, device: String, redact: Bool, logger: Logger) {
@@ -106,21 +109,22 @@ final class SessionRecorder {
 
     /// ancsd writes this value to the Control Point.
     func wroteControlPoint(_ bytes: [UInt8], at time: Duration) {
-        if pendingWrite != nil { flushPendingWrite(result: nil, at: time) }
         redactor?.expect(controlPointWrite: bytes)
-        pendingWrite = (time, bytes)
+        pendingWrites.append((time, bytes, nil, []))
     }
 
-    /// How the Control Point write ended.
+    /// How the oldest Control Point write still waiting ended.
     func writeFinished(_ result: WriteResult, at time: Duration) {
         if case .accepted = result {} else { redactor?.writeRefused() }
-        flushPendingWrite(result: result, at: time)
+        guard let index = pendingWrites.firstIndex(where: { $0.result == nil }) else { return }
+        pendingWrites[index].result = (result, time)
+        flushAnsweredWrites()
     }
 
     /// The session ended: the `disconnected` event (with ancsd's reason when it had printed
     /// "connected"), fsync, close.
     func finish(at time: Duration, reason: String?) {
-        if pendingWrite != nil { flushPendingWrite(result: nil, at: time) }
+        flushAnsweredWrites(all: true)
         let extra: JSONObject = reason.map { ["reason": .string($0)] } ?? [:]
         add(CaptureWriter.line(for: .event(time: seconds(time), .disconnected), extra: extra))
         guard fd >= 0 else { return }
@@ -135,35 +139,36 @@ final class SessionRecorder {
 
     // MARK: Writing
 
-    private func flushPendingWrite(result: WriteResult?, at time: Duration) {
-        guard let (sent, bytes) = pendingWrite else { return }
-        pendingWrite = nil
-        var attError: UInt8? = nil
-        var extra = JSONObject()
-        switch result {
-        case .accepted?:
-            extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
-        case .attError(let code)?:
-            attError = code.rawValue
-            extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
-        case .failed(let message)?:
-            extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
-            extra.append("write_error", .string(message))
-        case nil:
-            extra.append("t_answer", .null)  // never answered: the session ended first
+    /// Writes the answered writes at the front, each followed by what came after it; with
+    /// `all`, the unanswered ones too (the session ended first: `t_answer` null).
+    private func flushAnsweredWrites(all: Bool = false) {
+        while let first = pendingWrites.first, all || first.result != nil {
+            pendingWrites.removeFirst()
+            var attError: UInt8? = nil
+            var extra = JSONObject()
+            switch first.result {
+            case (.accepted, let time)?:
+                extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
+            case (.attError(let code), let time)?:
+                attError = code.rawValue
+                extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
+            case (.failed(let message), let time)?:
+                extra.append("t_answer", .double(CaptureWriter.roundedTime(seconds(time))))
+                extra.append("write_error", .string(message))
+            case nil:
+                extra.append("t_answer", .null)  // never answered: the session ended first
+            }
+            writeLine(CaptureWriter.line(
+                for: .value(time: seconds(first.time), characteristic: .cp, bytes: first.bytes, attError: attError), extra: extra))
+            for line in first.after { writeLine(line) }
         }
-        let line = CaptureWriter.line(for: .value(time: seconds(sent), characteristic: .cp, bytes: bytes, attError: attError), extra: extra)
-        let waiting = held
-        held = []
-        writeLine(line)
-        for line in waiting { writeLine(line) }
     }
 
     private func add(_ line: String) {
-        if pendingWrite != nil {
-            held.append(line)
-        } else {
+        if pendingWrites.isEmpty {
             writeLine(line)
+        } else {
+            pendingWrites[pendingWrites.count - 1].after.append(line)
         }
     }
 

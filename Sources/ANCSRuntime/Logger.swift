@@ -40,7 +40,9 @@ public final class Logger: Sendable {
 
     /// The line for a message, without the newline.
     public func format(_ level: LogLevel, _ message: String) -> String {
-        let oneLine = message.split(whereSeparator: \.isNewline).joined(separator: " ")
+        // Whatever a message quotes (a device name, at debug level notification content) can
+        // neither break the line nor drive the terminal or journal viewer.
+        let oneLine = TerminalText.sanitize(message)
         if journald {
             let priority = switch level {
             case .debug: 7

@@ -94,6 +94,8 @@ public struct ANCSSession: Sendable {
     private var lastNotificationSourceAt: Duration = .zero
     /// Control Point writes refused with ATT 0x03 in a row.
     private var consecutiveRefusals = 0
+    /// Notifications shown without attributes in the current backlog overflow (0: none).
+    private var shownWithoutAttributes = 0
     /// What was shown before a renewal of the subscriptions, by UID, until the phone's replay
     /// accounts for it. After a renewal the phone replays what it still holds under the same
     /// UIDs; what it replays is shown as `.modified` if its content changed (never `.added` a
@@ -552,13 +554,28 @@ public struct ANCSSession: Sendable {
         // Bound the work: past the limit, show the oldest backlog with what the Notification Source told.
         while queued.count > configuration.maxQueuedFetches, let victim = backlogQueue.pop() ?? freshQueue.pop() {
             guard queued.remove(victim) != nil else { continue }
-            actions.append(.log(.warning, "more than \(configuration.maxQueuedFetches) notifications wait for attributes; showing \(victim) without them"))
+            // Said once per episode (a burst of thousands would say it thousands of times), and
+            // how many it took once the backlog has drained.
+            if shownWithoutAttributes == 0 {
+                actions.append(.log(.warning, """
+                    more than \(configuration.maxQueuedFetches) notifications wait for attributes: the oldest are shown \
+                    without them until the backlog drains
+                    """))
+            }
+            shownWithoutAttributes += 1
+            actions.append(.log(.debug, "showing \(victim) without its attributes (backlog)"))
             emit(victim, into: &actions)
         }
     }
 
     /// Starts the next request if none is in flight.
     private mutating func pump(now: Duration, into actions: inout [SessionAction]) {
+        defer {
+            if shownWithoutAttributes > 0, queued.isEmpty {
+                actions.append(.log(.info, "the backlog drained: \(shownWithoutAttributes) notification(s) were shown without their attributes"))
+                shownWithoutAttributes = 0
+            }
+        }
         while inFlight == nil, let work = nextWork() {
             let request: ControlPointRequest
             var appOnly = false
@@ -687,6 +704,12 @@ public struct ANCSSession: Sendable {
         }
 
         guard let app, !app.isEmpty else { return emit(uid, into: &actions) }
+        // Not valid UTF-8 as the phone sent it (repaired with U+FFFD): asking with the repaired
+        // text would name an app the phone does not have.
+        guard !app.unicodeScalars.contains("\u{FFFD}") else {
+            actions.append(.log(.debug, "the app identifier of notification \(uid) is not valid UTF-8: its display name is not asked for"))
+            return emit(uid, into: &actions)
+        }
         if let cached = appNames[app] {
             emit(uid, appName: cached, into: &actions)
         } else {

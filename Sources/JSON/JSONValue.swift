@@ -28,6 +28,13 @@ public enum JSONValue: Hashable, Sendable {
         }
     }
 
+    /// The integer, only if the number was written as one (`1`, not `1.0` or `1e3`): for
+    /// fields that name something by number, such as a notification UID.
+    public var integerValue: Int? {
+        if case .int(let value) = self { return value }
+        return nil
+    }
+
     /// The number as a `Double`, if this is a number.
     public var doubleValue: Double? {
         switch self {

@@ -1,4 +1,5 @@
 import ANCSDaemon
+import ANCSRuntime
 import BlueZ
 import JSON
 
@@ -77,7 +78,7 @@ enum ClientCommands {
             for device in devices {
                 let address = device["device"]?.stringValue ?? "?"
                 let notifications = device["notifications"]?.arrayValue ?? []
-                print("\(address)\(device["name"]?.stringValue.map { " (\($0))" } ?? ""): \(notifications.count) notification(s)")
+                print("\(address)\(device["name"]?.stringValue.map { " (\(TerminalText.sanitize($0)))" } ?? ""): \(notifications.count) notification(s)")
                 for notification in notifications {
                     print("  " + textLine(notification))
                 }
@@ -126,13 +127,13 @@ enum ClientCommands {
                     "; another program holds notifications of the \($0): renewing cannot reach the phone"
                 } ?? ""
                 print("""
-                    \(device["device"]?.stringValue ?? "?") \(device["name"]?.stringValue.map { "(\($0))" } ?? "")
+                    \(device["device"]?.stringValue ?? "?") \(device["name"]?.stringValue.map { "(\(TerminalText.sanitize($0)))" } ?? "")
                       connected: \(device["connected"]?.boolValue == true ? "yes" : "no"), subscribed: \(device["subscribed"]?.boolValue == true ? "yes" : "no") (\(device["delivery"]?.stringValue ?? "-"))
                       session: \(device["session_age_s"]?.intValue ?? 0) s, \(device["notifications"]?.intValue ?? 0) notification(s), \(device["events"]?.intValue ?? 0) event(s)
                       notification sharing: \(sharing)
                       subscriptions renewed: \(renewals)\(shared)
                       filtered out: \(device["filtered"]?.intValue ?? 0), replays held back: \(device["held_back"]?.intValue ?? 0)\(filterMatches(device))
-                      last error: \(device["last_error"]?.stringValue ?? "none")
+                      last error: \(device["last_error"]?.stringValue.map(TerminalText.sanitize) ?? "none")
                     """)
             }
             let outputs = reply["outputs"]?.arrayValue ?? []

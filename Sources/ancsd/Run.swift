@@ -211,12 +211,12 @@ enum RunCommand {
             logError("\(error)")
             return 2
         }
-        if let directory = settings.options.recording.directory, access(directory, W_OK | X_OK) != 0 {
-            logError("cannot record into \(directory): \(systemError())")
+        if let directory = settings.options.recording.directory, let problem = unusableDirectory(directory) {
+            logError("cannot record into \(directory): \(problem)")
             return 2
         }
-        if let directory = settings.options.stateDirectory, access(directory, W_OK | X_OK) != 0 {
-            logError("cannot keep state in \(directory): \(systemError())")
+        if let directory = settings.options.stateDirectory, let problem = unusableDirectory(directory) {
+            logError("cannot keep state in \(directory): \(problem)")
             return 2
         }
         signal(SIGPIPE, SIG_IGN)
@@ -228,7 +228,7 @@ enum RunCommand {
             output = try makeOutput(settings, stdout: stdout, logger: logger)
         } catch {
             logger.error("\(error)")
-            return 1
+            return 2  // a FIFO or an MQTT setting that cannot work: a mistake in the configuration
         }
         // Code pages that work maps back in are given back again after 2 s without an event.
         output.attach(QuietRelease(executor: executor), key: QuietRelease.key)
@@ -454,23 +454,57 @@ enum RunCommand {
                 notifier.reloaded(status: await daemon.statusLine)
                 return
             }
-            logger.threshold = fresh.logLevel
+            // All or nothing: a reload that cannot apply everything changes nothing, and the
+            // next SIGHUP tries the same file again.
+            let restartOnly = RunCommand.restartOnlyChanges(from: settings, to: fresh)
+            guard restartOnly.isEmpty else {
+                logger.error("""
+                    reload refused, nothing changed: \(restartOnly.joined(separator: ", ")) take\(restartOnly.count == 1 ? "s" : "") \
+                    effect only when ancsd starts (systemctl restart ancsd)
+                    """)
+                notifier.reloaded(status: await daemon.statusLine)
+                return
+            }
             var newOutput: OutputRouter? = nil
             if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode
                 || fresh.execCommand != settings.execCommand || fresh.execTimeout != settings.execTimeout
                 || fresh.mqtt != settings.mqtt {
                 do {
                     newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, current: output)
-                    output = newOutput ?? output
                 } catch {
-                    logger.error("reload: \(error); keeping the current outputs")
+                    logger.error("reload failed, nothing changed: \(error)")
+                    notifier.reloaded(status: await daemon.statusLine)
+                    return
                 }
+                output = newOutput ?? output
             }
+            logger.threshold = fresh.logLevel
             settings = fresh
             await daemon.update(options: fresh.options, output: newOutput)
             logger.info("reloaded the configuration")
             notifier.reloaded(status: await daemon.statusLine)
         }
+    }
+
+    /// Why ancsd cannot write files in `path`, if it cannot: it is missing, not a directory,
+    /// or not writable and searchable.
+    static func unusableDirectory(_ path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return systemError() }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return "it is not a directory" }
+        return access(path, W_OK | X_OK) == 0 ? nil : systemError()
+    }
+
+    /// The settings that differ between `old` and `new` and that only a start applies (the
+    /// bus, the control socket, the state directory, the advertisement), by their keys.
+    static func restartOnlyChanges(from old: RunSettings, to new: RunSettings) -> [String] {
+        var keys: [String] = []
+        if old.options.bus != new.options.bus { keys.append("bus") }
+        if old.controlPath != new.controlPath { keys.append("control") }
+        if old.controlGroup != new.controlGroup { keys.append("control-group") }
+        if old.options.stateDirectory != new.options.stateDirectory { keys.append("state-dir") }
+        if old.options.advertise != new.options.advertise { keys.append("advertise") }
+        return keys
     }
 
     private static func describe(_ error: any Error) -> String {

@@ -83,7 +83,7 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
     }
 
     @Test func sanitizeRemovesControlsAndBidi() {
-        #expect(EventFormatter.sanitize("\u{200E}+1 555\u{200F}\r\n\tx\u{2066}y\u{2069}  ") == "+1 555 xy")
+        #expect(EventFormatter.sanitize("\u{200E}+1 555\u{200F}\r\n\tx\u{2066}y\u{2069}  ") == "+1 555 xy", "the text format uses TerminalText")
         #expect(EventFormatter.sanitize("Pebble Time β „quotes“ 👍") == "Pebble Time β „quotes“ 👍")
     }
 }
@@ -167,6 +167,41 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         defer { unlink(path) }
         #expect(throws: FIFOError.self) { try openOutputFIFO(path: path, mode: 0o600) }
         #expect(throws: FIFOError.self) { try openOutputFIFO(path: "/nonexistent-dir/fifo", mode: 0o600) }
+    }
+
+    /// Issue 27: an existing FIFO owned by another user with mode 0666 was used silently, and
+    /// `--fifo-mode` ignored for it; a symbolic link was followed.
+    @Test func aFIFOThatIsNotAncsdsOrGivesMoreThanItsModeIsRefused() throws {
+        let directory = NSTemporaryDirectory() + "ancsd-fifos-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        func refusal(_ path: String, mode: mode_t = 0o600) -> String? {
+            do {
+                close(try openOutputFIFO(path: path, mode: mode))
+                return nil
+            } catch {
+                return error.description
+            }
+        }
+        let open = directory + "/open"
+        #expect(mkfifo(open, 0o600) == 0 && chmod(open, 0o666) == 0)
+        #expect(refusal(open)?.contains("has mode 666, more than --fifo-mode 600 allows") == true, "\(refusal(open) ?? "accepted")")
+        #expect(refusal(open, mode: 0o666) == nil, "what --fifo-mode allows is accepted")
+        if geteuid() == 0 {
+            let strangers = directory + "/strangers"
+            #expect(mkfifo(strangers, 0o600) == 0 && chown(strangers, 65_534, 65_534) == 0)
+            #expect(refusal(strangers)?.contains("belongs to uid 65534") == true, "\(refusal(strangers) ?? "accepted")")
+        }
+        let link = directory + "/link"
+        #expect(symlink(open, link) == 0)
+        #expect(refusal(link, mode: 0o666)?.contains("exists and is not a FIFO") == true, "\(refusal(link) ?? "accepted")")
+        // A new FIFO has the mode asked for whatever the umask.
+        let previous = umask(0o077)
+        defer { umask(previous) }
+        let made = directory + "/made"
+        #expect(refusal(made, mode: 0o640) == nil)
+        var info = stat()
+        #expect(lstat(made, &info) == 0 && info.st_mode & 0o7777 == 0o640)
     }
 
     @Test func aReaderThatLeavesEndsTheSinkQuietly() throws {

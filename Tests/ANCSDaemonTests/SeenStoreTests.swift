@@ -158,6 +158,37 @@ private let ada = "AA:BB:CC:DD:EE:01"
         #expect(!SeenStore(directory: directory).contains(a, device: ada))
     }
 
+    /// Issue 27: a FIFO planted as a phone's `.seen` file hung the daemon in `open` (control
+    /// socket dead, SIGTERM ignored); the `.seen.tmp` rewrite followed a planted symbolic link
+    /// and overwrote its target.
+    @Test func plantedFilesAreNeitherWaitedOnNorWrittenThrough() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let a = try #require(NotificationFingerprint(note("Ada")))
+        #expect(mkfifo(directory + "/AA_BB_CC_DD_EE_01.seen", 0o600) == 0)
+        let done = DispatchSemaphore(value: 0)
+        let store = SeenStore(directory: directory)
+        /// Handed to one other thread, and read here only after it signalled.
+        final class Box: @unchecked Sendable { let store: SeenStore; init(_ store: SeenStore) { self.store = store } }
+        let box = Box(store)
+        Thread.detachNewThread {
+            _ = box.store.contains(a, device: ada)
+            box.store.record(a, device: ada)
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 5) == .success, "a FIFO in place of the state file blocked the store")
+        #expect(store.contains(a, device: ada), "kept in memory")
+
+        let victim = directory + "/victim"
+        try "precious\n".write(toFile: victim, atomically: true, encoding: .utf8)
+        let path = directory + "/AA_BB_CC_DD_EE_02.seen"
+        try "ancsd-seen/1\n\(a.hex)\ntorn".write(toFile: path, atomically: true, encoding: .utf8)  // read means rewrite
+        #expect(symlink(victim, path + ".tmp") == 0)
+        #expect(SeenStore(directory: directory).contains(a, device: "AA:BB:CC:DD:EE:02"))
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "precious\n", "the rewrite wrote through a planted link")
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == "ancsd-seen/1\n\(a.hex)\n")
+    }
+
     /// The bound holds under 100,000 distinct notifications: the set keeps the 4,096 most
     /// recent in memory and the file never grows past 2 × 4,096 lines.
     @Test func theBoundHoldsUnder100000Notifications() throws {

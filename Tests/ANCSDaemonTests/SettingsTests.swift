@@ -87,8 +87,14 @@ import TestSupport
         ("acquire-notify = maybe", "ancsd.conf:2: acquire-notify must be yes or no"),
         ("log-level = loud", "ancsd.conf:2: log-level must be"),
         ("accessory = keyboard", "ancsd.conf:2: accessory must be hid or none, not 'keyboard'"),
+        // Issue 27: accepted silently before.
+        ("exec-timeout = 0x10", "ancsd.conf:2: exec-timeout needs a number of seconds"),
+        ("exec-timeout = 1e3", "ancsd.conf:2: exec-timeout needs a number of seconds"),
+        ("exec-timeout = inf", "ancsd.conf:2: exec-timeout needs a number of seconds"),
+        ("format = json\nformat = text", "ancsd.conf:3: 'format' is set again (first on line 2); give it once"),
     ])
     func errorsNameTheLine(line: String, message: String) {
+        // (A list key may be given again: it adds to its list, as readsAConfigurationFile shows.)
         var settings = RunSettings()
         do {
             try settings.apply(configuration: "# first line\n\(line)\n", path: "ancsd.conf")

@@ -280,7 +280,13 @@ import Testing
         for uid in UInt32(1)...10 { h.ns(.notificationAdded, uid: uid, flags: .preExisting) }
         #expect(h.session.queuedFetchCount == 3)
         #expect(h.events.map(\.notification.uid) == [2, 3, 4, 5, 6, 7], "the oldest backlog shown without attributes")
-        #expect(h.logs.contains { $0.0 == .warning })
+        // Issue 27: said once per overflow (3,465 times in one 8,000-notification burst before).
+        #expect(h.logs.filter { $0.0 == .warning }.count == 1, "\(h.logs)")
+        for _ in 0..<4 { h.written(.attError(.invalidParameter)) }  // the phone answers nothing useful; the queue drains
+        #expect(h.session.queuedFetchCount == 0)
+        #expect(h.logs.filter { $0.0 == .info && $0.1.contains("the backlog drained: 6 notification(s)") }.count == 1, "\(h.logs)")
+        for uid in UInt32(11)...15 { h.ns(.notificationAdded, uid: uid, flags: .preExisting) }
+        #expect(h.logs.filter { $0.0 == .warning }.count == 2, "a new overflow is said again")
     }
 
     @Test func knownNotificationsAreBounded() {
