@@ -18,6 +18,8 @@ import PackageDescription
 /// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
 /// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one executor (an EventLoop).
+/// - `ControlProtocol`: the control socket's requests and error codes as types (docs/control.md),
+///   stdlib and `JSON` only, so its parser is fuzzed on its own.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
 ///   path and a non-blocking client connection.
 /// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
@@ -46,10 +48,14 @@ let package = Package(
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
+        .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
-            dependencies: ["ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop"],
+            dependencies: [
+                "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop",
+                "ControlProtocol",
+            ],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -80,7 +86,7 @@ let package = Package(
             name: "ancsd",
             dependencies: [
                 "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
-                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT",
+                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT", "ControlProtocol",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
@@ -101,7 +107,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "EventLoop"],
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),

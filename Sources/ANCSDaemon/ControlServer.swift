@@ -3,14 +3,16 @@ public import Glibc
 #endif
 public import ANCSRuntime
 import CLinux
+public import ControlProtocol
 public import EventLoop
 public import JSON
 import Synchronization
 
 /// Answers control requests (docs/control.md); the daemon implements it.
 public protocol ControlHandler: Sendable {
-    /// The reply to one request. `client` identifies the connection, for subscriptions.
-    func reply(to request: JSONObject, client: ControlServer.ClientID) async -> JSONObject
+    /// The reply to one valid request, without its `id` (the server adds it). `client`
+    /// identifies the connection, for subscriptions.
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject
     /// The client went away: drop its subscription.
     func clientClosed(_ client: ControlServer.ClientID) async
 }
@@ -39,7 +41,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     public typealias ClientID = UInt64
 
     /// The longest request line accepted.
-    public static let maxRequestLength = 64 * 1024
+    public static let maxRequestLength = ControlRequest.maxLineLength
     /// The most bytes waiting to be written to one client.
     public static let maxPendingBytes = 1 << 20
     /// How long accepting pauses when descriptors run out.
@@ -248,7 +250,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
 
     private func admit(_ fd: Int32) {
         if let refusal = refusal(of: fd) {
-            let line = Array((JSONValue.object(Self.errorReply(nil, "forbidden", refusal.message)).serialized + "\n").utf8)
+            let line = Array((JSONValue.object(ControlError(.forbidden, refusal.message).reply(id: nil)).serialized + "\n").utf8)
             _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             close(fd)
             if refusedUIDs.insert(refusal.uid).inserted, refusedUIDs.count <= 64 {
@@ -319,15 +321,12 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
 
     fileprivate func received(line: [UInt8], from client: Client) {
         let id = client.id
-        let request: JSONObject
-        do {
-            guard let object = try JSONValue(parsing: line).objectValue else {
-                client.enqueueReply(Self.errorReply(nil, "bad_request", "a request is a JSON object"))
-                return
-            }
-            request = object
-        } catch {
-            client.enqueueReply(Self.errorReply(nil, "bad_request", "not JSON: \(error)"))
+        let request: ControlRequest
+        switch ControlRequest.parse(line: line) {
+        case .success(let parsed):
+            request = parsed
+        case .failure(let error):
+            client.enqueueReply(error.reply)
             return
         }
         client.pendingReplies += 1
@@ -335,7 +334,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         let order = client.nextRequestNumber()
         Task(executorPreference: loop) {
             var answer = await handler.reply(to: request, client: id)
-            if let requestID = request["id"] { answer["id"] = requestID }
+            if let requestID = request.id { answer["id"] = requestID }
             let reply = answer
             self.loop.perform {
                 guard let client = self.clients[id] else { return }
@@ -350,14 +349,6 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         logger.debug("control client \(id) disconnected")
         let handler = self.handler
         Task(executorPreference: loop) { await handler.clientClosed(id) }
-    }
-
-    static func errorReply(_ id: JSONValue?, _ code: String, _ message: String) -> JSONObject {
-        var object: JSONObject = [:]
-        if let id { object.append("id", id) }
-        object.append("ok", false)
-        object.append("error", ["code": .string(code), "message": .string(message)])
-        return object
     }
 
     /// One connection; used only on the loop.
@@ -459,7 +450,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                     }
                     if input.count > ControlServer.maxRequestLength {
                         input = []
-                        enqueueReply(ControlServer.errorReply(nil, "too_long", "a request line is at most 64 KiB"))
+                        enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply(id: nil))
                         inputEnded = true
                         updateInterest()
                         endIfDone()

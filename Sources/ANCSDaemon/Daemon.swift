@@ -37,10 +37,11 @@ public actor Daemon {
     /// The next pause before subscribing again to a phone whose subscription failed, by device
     /// (milliseconds); forgotten once a subscription succeeds or the phone disconnects.
     private var subscribeRetryMilliseconds: [ObjectPath: Int] = [:]
-    /// Phones whose notification socket closed while BlueZ still reported their link up. On a
-    /// link loss bluetoothd closes the sockets a moment before `ServicesResolved` and
+    /// Phones whose notification socket closed while BlueZ still reported them connected. On a
+    /// link loss bluetoothd closes the sockets a moment before `ServicesResolved` and then
     /// `Connected` turn false; a session started in that moment would subscribe on a link that
-    /// is gone. No session starts for them until `socketClosedPause` has passed.
+    /// is gone (AcquireNotify fails "Not connected", StartNotify only queues). No session starts
+    /// for them until `socketClosedPause` has passed.
     private var pausedAfterSocketClosed: Set<ObjectPath> = []
     /// How long a phone whose socket closed waits before a new session; by then a lost link
     /// shows in BlueZ's properties, and one that stayed up (the socket was ended by another
@@ -329,25 +330,19 @@ public actor Daemon {
         updatePresence()
         scheduleStatus()
         for (path, link) in links {
-            guard let device = tree.device(at: path), Self.linkUp(device), eligible(device) != nil,
+            guard let device = tree.device(at: path), device.connected, eligible(device) != nil,
                   tree.ancsCharacteristics(of: path) == link.characteristics
             else {
-                stopLink(at: path, reason: tree.device(at: path).map(Self.linkUp) == true ? "ANCS is gone" : "disconnected")
+                stopLink(at: path, reason: tree.device(at: path)?.connected == true ? "ANCS is gone" : "disconnected")
                 continue
             }
             if device.address != link.device.address { follow(device, on: link) }
         }
-        for device in tree.devices where Self.linkUp(device) && links[device.path] == nil {
+        for device in tree.devices where device.connected && links[device.path] == nil {
             guard !pausedAfterSocketClosed.contains(device.path), let characteristics = eligible(device) else { continue }
             startLink(device, characteristics)
         }
     }
-
-    /// Whether a session may run on the device's link: connected, and its services resolved.
-    /// bluetoothd sets `ServicesResolved` false before `Connected` when a link drops, and true
-    /// once its GATT client is ready on a new one; in between, AcquireNotify fails with "Not
-    /// connected" and StartNotify only queues.
-    static func linkUp(_ device: BlueZDevice) -> Bool { device.connected && device.servicesResolved }
 
     /// The phone's `Address` changed under a running link: BlueZ resolved the resolvable
     /// private address the phone connected with to its identity address (at bonding, the object
@@ -563,7 +558,7 @@ public actor Daemon {
             logger.info("\(link.device.address): notification socket closed (\(reason))")
             let path = link.device.path
             stopLink(at: path, reason: "disconnected")
-            guard tree.device(at: path).map(Self.linkUp) == true else { return }
+            guard tree.device(at: path)?.connected == true else { return }
             pausedAfterSocketClosed.insert(path)
             executor.after(Self.socketClosedPause) { [weak self] in
                 self?.assumeIsolated { daemon in

@@ -1,44 +1,37 @@
 public import ANCS
 import ANCSSession
 import BlueZ
+public import ControlProtocol
 import DBus
 public import JSON
 
 /// The daemon's answers on the control socket (docs/control.md).
 extension Daemon: ControlHandler, PhoneActions {
-    public func reply(to request: JSONObject, client: ControlServer.ClientID) async -> JSONObject {
-        guard let command = request["cmd"]?.stringValue else {
-            return Self.failure("bad_request", "a request needs \"cmd\" as a string")
-        }
-        switch command {
-        case "status":
+    public func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject {
+        switch request.command {
+        case .status:
             var object = status()
             object.append("outputs", .array(await output.report()))
             return object
-        case "list":
-            guard let device = request["device"] else { return list(device: nil) }
-            guard let text = device.stringValue, let address = normalizedAddress(text) else {
-                return Self.failure("bad_request", "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF")
-            }
-            guard links.values.contains(where: { $0.device.address == address }) else {
-                return Self.failure("no_such_device", "no connected phone \(address)")
-            }
-            return list(device: address)
-        case "get":
-            guard let (link, uid) = resolve(request) else { return lastResolveFailure(request) }
-            return await get(uid, on: link, full: request["full"]?.boolValue ?? false)
-        case "action":
-            guard let (link, uid) = resolve(request) else { return lastResolveFailure(request) }
-            guard let name = request["action"]?.stringValue, let action = ActionID.named(name) else {
-                return Self.failure("bad_request", "\"action\" must be \"positive\" or \"negative\"")
-            }
-            return await perform(action, on: uid, link: link)
-        case "subscribe":
+        case .list(let device):
+            guard let device else { return list(device: nil) }
+            guard connectedLink(device) != nil else { return Self.failure("no_such_device", "no connected phone \(device)") }
+            return list(device: device.description)
+        case .get(let device, let uid, let full):
+            guard let link = connectedLink(device) else { return Self.failure("no_such_device", "no connected phone \(device)") }
+            return await get(uid, on: link, full: full)
+        case .action(let device, let uid, let action):
+            guard let link = connectedLink(device) else { return Self.failure("no_such_device", "no connected phone \(device)") }
+            return await perform(action == .positive ? .positive : .negative, on: uid, link: link)
+        case .subscribe:
             subscribe(client)
             return ["ok": true, "subscribed": true]
-        default:
-            return Self.failure("unknown_command", "unknown command \"\(command)\"")
         }
+    }
+
+    /// The running link of the phone with this address.
+    private func connectedLink(_ device: BluetoothAddressText) -> PhoneLink? {
+        links.values.first { $0.device.address == device.description && $0.state == .running }
     }
 
     public func clientClosed(_ client: ControlServer.ClientID) async {
@@ -88,7 +81,7 @@ extension Daemon: ControlHandler, PhoneActions {
     }
 
     private func list(device: String?) -> JSONObject {
-        let chosen = links.values.filter { device == nil || $0.device.address == device.flatMap(normalizedAddress) }
+        let chosen = links.values.filter { device == nil || $0.device.address == device }
         return [
             "ok": true,
             "devices": .array(chosen.sorted { $0.device.address < $1.device.address }.map { link in
@@ -133,24 +126,6 @@ extension Daemon: ControlHandler, PhoneActions {
     // MARK: Helpers
 
     /// The link and UID a request names, if both exist.
-    private func resolve(_ request: JSONObject) -> (PhoneLink, UInt32)? {
-        guard let text = request["device"]?.stringValue, let address = normalizedAddress(text),
-              let uid = request["uid"]?.integerValue.flatMap(UInt32.init(exactly:)),
-              let link = links.values.first(where: { $0.device.address == address && $0.state == .running })
-        else { return nil }
-        return (link, uid)
-    }
-
-    private func lastResolveFailure(_ request: JSONObject) -> JSONObject {
-        guard let text = request["device"]?.stringValue, let address = normalizedAddress(text) else {
-            return Self.failure("bad_request", "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF")
-        }
-        guard request["uid"]?.integerValue.flatMap(UInt32.init(exactly:)) != nil else {
-            return Self.failure("bad_request", "\"uid\" must be an integer from 0 to 4294967295 (written without a fraction or exponent)")
-        }
-        return Self.failure("no_such_device", "no connected phone \(address)")
-    }
-
     static func failure(_ code: String, _ message: String) -> JSONObject {
         ["ok": false, "error": ["code": .string(code), "message": .string(message)]]
     }

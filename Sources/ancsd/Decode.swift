@@ -54,7 +54,7 @@ enum DecodeCommand {
     Exit status:
       0  every record decoded
       1  the bytes held protocol errors (each printed as an error object) or gave
-         warnings
+         warnings, or the file is empty
       2  the file is not a valid capture (bad JSON, bad hex, unknown char: the message
          names the line; a truncated or corrupt btsnoop file or an unknown datalink: the
          message names the record; what was decoded before it stays printed) or cannot be
@@ -99,6 +99,11 @@ enum DecodeCommand {
         } catch {
             logError("\(displayName(file)): \(error)")
             return 2
+        }
+        if prefix.isEmpty {
+            // Nothing at all (a capture that never started, the wrong file): say so.
+            logError("\(displayName(file)): empty: no records to decode")
+            return 1
         }
         if BtsnoopReader.looksLikeBtsnoop(prefix) {
             return toCapture ? convertBtsnoop(reader, path: file, handles: handles) : decodeBtsnoop(reader, path: file, handles: handles)

@@ -1,5 +1,6 @@
 @testable import ANCSDaemon
 import ANCSRuntime
+import ControlProtocol
 import EventLoop
 import Foundation
 import JSON
@@ -11,8 +12,8 @@ import Testing
 private final class EagerHandler: ControlHandler {
     let server = Mutex<ControlServer?>(nil)
 
-    func reply(to request: JSONObject, client: ControlServer.ClientID) async -> JSONObject {
-        guard request["cmd"]?.stringValue == "subscribe" else { return ["ok": true] }
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject {
+        guard request.command == .subscribe else { return ["ok": true] }
         server.withLock { $0 }?.send(#"{"v":1,"type":"added","uid":7}"#, to: client)
         return ["ok": true, "subscribed": true]
     }
@@ -266,7 +267,7 @@ struct ControlServerTests {
 private struct Answerer: ControlHandler {
     var delay: Duration = .zero
 
-    func reply(to request: JSONObject, client: ControlServer.ClientID) async -> JSONObject {
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject {
         if delay > .zero { try? await Task.sleep(for: delay) }
         return ["ok": true]
     }

@@ -106,9 +106,16 @@ import Testing
         #expect(directory.stderr.contains("it is a directory"))
     }
 
-    @Test func emptyInputIsFine() throws {
+    /// Issue 27: an empty file exited 0 without a word (a capture that never started, the
+    /// wrong file); it is said, with status 1, from a file as from standard input.
+    @Test func emptyInputIsSaid() throws {
         let result = try AncsdProcess.run(["decode"], stdin: Data())
-        #expect(result.status == 0 && result.stdout.isEmpty)
+        #expect(result.status == 1 && result.stdout.isEmpty && result.stderr.contains("empty: no records to decode"), "\(result.stderr)")
+        let path = NSTemporaryDirectory() + "ancsd-empty-\(UUID().uuidString).jsonl"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let file = try AncsdProcess.run(["decode", path])
+        #expect(file.status == 1 && file.stderr.contains("empty: no records to decode"), "\(file.stderr)")
     }
 
     @Test func usage() throws {
