@@ -20,6 +20,7 @@ import os
 import queue
 import random
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ HELD_CAP = 600                # the most notifications the plan lets a phone hol
 WARM_UP_BURST = 4500          # past ancsd's 4096 remembered fingerprints a phone
 MARK_REST = 5.0              # seconds without an event before the start and end samples
 LAG = 0.3                     # seconds the oracle stays behind, so both sides' items are in
+CONTROL_NOFILE = 256           # ancsd's descriptor limit in the soak: the control churn holds clients up to it
 # The simulator writes the events log's `ns` lines (stamped when the value was sent) from a
 # timer about 5 ms after the send; this much is allowed before a line is taken to be missing.
 SIM_LOG_DELAY = 0.05
@@ -307,6 +309,7 @@ class Run:
         self.oracle = Oracle(self.devices, starvation=self.starvation)
         self.inbox = queue.Queue()          # (t, source, item) from the reader threads
         self.faults = collections.Counter()
+        self.churn_held = 0                 # control clients the churn holds open now
         self.stdout_lines = set()           # every line ancsd printed (for FIFO/subscriber checks)
         self.lines_lock = threading.Lock()
         self.samples = []                   # (t, instance, rss_kb, fds, threads, held, owed, anon_kb, file_kb, shmem_kb)
@@ -416,6 +419,8 @@ class Run:
         with open(self.path("ancsd.log"), "a") as log:
             self.ancsd = start_with_output(self.ancsd_command(), output, stderr=log)
         self.instance_started = time.monotonic()
+        # Few descriptors, so that the control churn's held clients reach the limit.
+        resource.prlimit(self.ancsd.pid, resource.RLIMIT_NOFILE, (CONTROL_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         self.inbox.put((now_ns(), "driver", {"kind": "ancsd-started"}))
         self.reader = self.spawn(self.read_ancsd, self.ancsd, output)
         # Ready once its control socket answers: a SIGHUP before it handles the signal would
@@ -640,6 +645,62 @@ class Run:
         finally:
             s.close()
 
+    def control_churn(self, kind):
+        """Clients as a careless or hostile local process makes them (issue 27): each request
+        must be answered, or it is a problem."""
+        def ask(s, request=b'{"cmd":"status"}\n', half_close=False):
+            s.settimeout(10)
+            s.sendall(request)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+            data = b""
+            while b"\n" not in data:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data.split(b"\n")[0]
+
+        def connect():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(self.path("control"))
+            return s
+
+        held = []
+        try:
+            if kind == "rapid":
+                for round in range(200):
+                    with connect() as s:
+                        if b'"ok":true' not in ask(s):
+                            self.problems.append(f"control churn: round {round} of 200 back-to-back clients got no answer")
+                            return
+            elif kind == "half-close":
+                with connect() as s:
+                    reply = ask(s, half_close=True)
+                    if b'"ok":true' not in reply:
+                        self.problems.append(f"control churn: a half-closed client got {reply[:80]!r}, not its answer")
+            else:   # near-limit: held clients up to a few descriptors short of ancsd's limit
+                pid = self.ancsd.pid
+                soft = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
+                room = soft - len(os.listdir(f"/proc/{pid}/fd")) - 24   # room for ancsd's own work meanwhile
+                for _ in range(max(0, min(room, 400))):
+                    held.append(connect())
+                    self.churn_held += 1
+                for i, s in enumerate(held):
+                    if b'"ok":true' not in ask(s):
+                        self.problems.append(f"control churn: held client {i} of {len(held)} (limit {soft}) got no answer")
+                        return
+        except FileNotFoundError:
+            pass    # ancsd is being restarted (kill -9): no socket to reach
+        except (OSError, socket.timeout) as error:
+            if self.ancsd.poll() is None and time.monotonic() - self.instance_started > 5:
+                self.problems.append(f"control churn ({kind}): {error}")
+        finally:
+            for s in held:
+                s.close()
+            self.churn_held -= len(held)
+
     def action_call(self, dev, uid, action, live):
         self.action_id += 1
         call = self.action_id
@@ -728,7 +789,8 @@ class Run:
             file = int(status["RssFile"].split()[0])
             shmem = int(status.get("RssShmem", "0 kB").split()[0])
             threads = int(status["Threads"])
-            fds = len(os.listdir(f"/proc/{pid}/fd"))
+            # Less the control churn's held clients: they are the churn's, not a leak of ancsd's.
+            fds = len(os.listdir(f"/proc/{pid}/fd")) - self.churn_held
         except (OSError, KeyError):
             return
         held = None
@@ -932,6 +994,13 @@ class Run:
         elif kind == "control":
             self.faults["control-" + params["what"]] += 1
             self.spawn(self.control_client, params["what"], params["seconds"], params["bytes"])
+            # A churn of clients as well, drawn apart from the plan so that a seed's plan stays
+            # what it was: connect-request-close in a row, a half-closed client, or clients held
+            # open up to ancsd's descriptor limit. Every request must get its answer.
+            churn = random.Random(repr(params["seconds"])).choice([None, "rapid", "half-close", "near-limit"])
+            if churn:
+                self.faults["control-churn-" + churn] += 1
+                self.spawn(self.control_churn, churn)
         elif kind == "action":
             dev = params["device"]
             if params["live"]:

@@ -356,7 +356,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         let id: ClientID
         let fd: Int32
         private var watch: Watch?
-        private var input: [UInt8] = []
+        private var framer = ControlLineFramer()
         private var output = FIFOBuffer()
         private weak var server: ControlServer?
         private var closed = false
@@ -441,16 +441,12 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             while !closed && !inputEnded {
                 let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if count > 0 {
-                    input += chunk[0..<count]
-                    while let newline = input.firstIndex(of: 0x0A) {
-                        let line = Array(input[..<newline])
-                        input.removeSubrange(...newline)
-                        if !line.isEmpty { server?.received(line: line, from: self) }
+                    for line in framer.feed(chunk[0..<count]) {
+                        server?.received(line: line, from: self)
                         if closed { return }
                     }
-                    if input.count > ControlServer.maxRequestLength {
-                        input = []
-                        enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply(id: nil))
+                    if framer.overflowed {
+                        enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply)
                         inputEnded = true
                         updateInterest()
                         endIfDone()
@@ -466,9 +462,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
                 }
                 // End of input (perhaps only the client's sending side, as socat does at the end
                 // of its input): a last line without a newline is a request too.
-                if !input.isEmpty {
-                    let line = input
-                    input = []
+                if let line = framer.finish() {
                     server?.received(line: line, from: self)
                     if closed { return }
                 }

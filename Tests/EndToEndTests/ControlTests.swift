@@ -206,6 +206,46 @@ private let ada = "AA:BB:CC:DD:EE:01"
         _ = try run.phone.stop()
     }
 
+    /// docs/control.md's "Bad input" table, row by row, against a running daemon: each line
+    /// gets the error code the table gives, on one connection, which stays open until the
+    /// table says it closes.
+    @Test func controlTableOfTheDocsHolds() throws {
+        let docs = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/control.md"), encoding: .utf8)
+        let section = try #require(docs.components(separatedBy: "## Bad input").dropFirst().first?.components(separatedBy: "\n## ").first)
+        let rows = section.split(separator: "\n").filter { $0.hasPrefix("| `") }.map { row -> (String, String) in
+            let cells = row.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            return (Self.expand(String(cells[1].dropFirst().dropLast())), String(cells[2].dropFirst().dropLast()))
+        }
+        #expect(rows.count >= 15, "the table was not found: \(rows.count) rows")
+        let (run, path) = try start()
+        let client = try SocketClient(path: path)
+        for (index, (line, code)) in rows.enumerated() {
+            try client.sendRaw(line + "\n")
+            let reply = try client.readReply()
+            #expect(reply["ok"] == false && reply["error"]?["code"]?.stringValue == code, "row \(index + 1) \(line.prefix(80)): \(reply.serialized)")
+        }
+        _ = try run.phone.stop()
+    }
+
+    /// `<N × "c">` in the table: N copies of c.
+    static func expand(_ text: String) -> String {
+        var out = ""
+        var rest = Substring(text)
+        while let open = rest.range(of: "<") {
+            out += rest[..<open.lowerBound]
+            let tail = rest[open.upperBound...]
+            guard let close = tail.range(of: "\">"), let times = tail.range(of: " × \""),
+                  let count = Int(tail[..<times.lowerBound]) else {
+                out += "<"
+                rest = tail
+                continue
+            }
+            out += String(repeating: String(tail[times.upperBound..<close.lowerBound]), count: count)
+            rest = tail[close.upperBound...]
+        }
+        return out + rest
+    }
+
     static func cpuSeconds(_ pid: Int32) -> Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
               let end = stat.lastIndex(of: ")") else { return 0 }
