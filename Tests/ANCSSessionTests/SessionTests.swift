@@ -65,6 +65,22 @@ import Testing
         #expect(h.events.first?.notification.isPreExisting == true)
         #expect(h.events.first?.notification.appName == nil, "no app identifier: emitted without an app request")
     }
+
+    /// Issue 27: an app identifier that is not UTF-8 was asked for by its repaired text (bytes
+    /// the phone never sent), so its display name never came, and the mismatch was logged.
+    @Test func anAppIdentifierThatIsNotUTF8IsNotAskedFor() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        var response = notificationResponse(uid: 1, Array(basicAttributes.dropFirst()))
+        let identifier: [UInt8] = Array("com.example.".utf8) + [0xC3, 0x28]  // an ill-formed sequence
+        response += [NotificationAttributeID.appIdentifier.rawValue, UInt8(identifier.count), 0] + identifier
+        let writes = h.writes.count
+        h.answer(response)
+        #expect(h.writes.count == writes, "no GetAppAttributes for a repaired identifier: \(h.writes)")
+        #expect(h.events.count == 1 && h.events.first?.notification.appName == nil)
+        #expect(h.events.first?.notification.appIdentifier == "com.example.\u{FFFD}(")
+        #expect(!h.logs.contains { $0.0 >= .info }, "\(h.logs)")
+    }
 }
 
 @Suite struct SessionChangeTests {

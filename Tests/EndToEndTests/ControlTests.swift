@@ -206,6 +206,27 @@ private let ada = "AA:BB:CC:DD:EE:01"
         _ = try run.phone.stop()
     }
 
+    /// Issue 27: the phone's device name (ESC, BEL) reached the info log, `ancsd list` and
+    /// `ancsd status` raw, where it drives the terminal.
+    @Test func aHostileDeviceNameNeverReachesATerminalRaw() throws {
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let run = try DaemonRun(text: """
+            {"scenario":"hostile-name","devices":[{"address":"\(ada)","name":"Ada\\u001b]0;pwned\\u0007\\u001b[2J's\\niPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"T\\u001b[31m","message":"m\\u009b2J"}
+            {"do":"sleep","seconds":60}
+            {"do":"end"}
+            """, ancsdArguments: ["--control", socketPath])
+        try run.ancsd.waitForLine { $0.contains(#""uid":1"#) }
+        let list = try ancsd(["list", "--control", socketPath])
+        let status = try ancsd(["status", "--control", socketPath])
+        for (what, text) in [("list", list.stdout), ("status", status.stdout), ("the log", run.ancsd.standardError)] {
+            #expect(!text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" || (0x7F...0x9F).contains($0.value) }, "\(what): \(text.debugDescription)")
+        }
+        #expect(list.stdout.contains("Ada ]0;pwned [2J's iPhone"), "\(list.stdout)")
+        _ = try run.phone.stop()
+    }
+
     /// docs/control.md's "Bad input" table, row by row, against a running daemon: each line
     /// gets the error code the table gives, on one connection, which stays open until the
     /// table says it closes.

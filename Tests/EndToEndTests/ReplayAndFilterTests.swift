@@ -175,4 +175,53 @@ private let reconnects = [
         #expect(titles == ["Grace", "Receipt"], "email dropped before the reload, social after: \(titles)")
         #expect(FileManager.default.fileExists(atPath: state + "/AA_BB_CC_DD_EE_01.seen"), "fingerprints in $STATE_DIRECTORY")
     }
+
+    /// Issue 27: SIGHUP with a bad `fifo` logged "keeping the current outputs" but applied the
+    /// new filters and recorded the bad settings as current (the next SIGHUP just said
+    /// "reloaded"); a changed `control` path was ignored silently.
+    @Test func aReloadThatCannotApplyEverythingChangesNothing() throws {
+        let bus = try PrivateBus()
+        let config = bus.directory + "/ancsd.conf"
+        try "format = json\nlog-level = debug\nignore-category = email\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let scenario = bus.directory + "/phone.jsonl"
+        try [
+            header, #"{"do":"wait_subscribed","timeout":30}"#, add(1, "Grace", "Tea?"),
+            #"{"after":6,"do":"add","uid":2,"category":"email","app":"com.apple.mobilemail","title":"Receipt","message":"Paid"}"#,
+            add(3, "Ada", "Scones?"),
+            #"{"after":1,"do":"end"}"#,
+        ].joined(separator: "\n").write(toFile: scenario, atomically: true, encoding: .utf8)
+        let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--config", config])
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running")
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", scenario])
+        try ancsd.waitForLine { $0.contains(#""title":"Grace""#) }
+        // Emails let through, and a FIFO that cannot be made: nothing of it may apply.
+        try "format = json\nlog-level = debug\nfifo = /nonexistent-dir/events\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try ancsd.waitForStandardError(containing: "reload failed, nothing changed")
+        ancsd.signal(SIGHUP)  // the same file again: refused again, not "reloaded"
+        try ancsd.waitForStandardError(containing: "reload failed, nothing changed", occurrences: 2)
+        try "format = json\nlog-level = debug\nignore-category = email\ncontrol = \(bus.directory)/other.sock\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try ancsd.waitForStandardError(containing: "reload refused, nothing changed: control takes effect only when ancsd starts")
+        #expect(try phone.wait(timeout: .seconds(30)) == 0)
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try ancsd.stop() == 0)
+        let titles = ancsd.lines.compactMap { try? JSONValue(parsing: $0.text) }.titles("added")
+        #expect(titles == ["Grace", "Ada"], "the email filter stayed: \(titles)")
+        #expect(!ancsd.standardError.contains("reloaded the configuration"), "\(ancsd.standardError)")
+    }
+
+    /// Issue 27: `--fifo` and `--control` mistakes exited 1 where the man page says 2, and a
+    /// `--state-dir` that is a regular file said "Permission denied".
+    @Test(arguments: [
+        (["--fifo", "/nonexistent-dir/events"], "cannot create the FIFO /nonexistent-dir/events"),
+        (["--control", "/nonexistent-dir/control"], "cannot make the control socket /nonexistent-dir/control"),
+        (["--state-dir", "/etc/hostname"], "cannot keep state in /etc/hostname: it is not a directory"),
+        (["--record", "/etc/hostname"], "cannot record into /etc/hostname: it is not a directory"),
+    ])
+    func settingsThatCannotWorkExitTwo(arguments: [String], message: String) throws {
+        let bus = try PrivateBus()
+        let result = try AncsdProcess.run(["--bus", bus.address, "run"] + arguments)
+        #expect(result.status == 2 && result.stderr.contains(message), "\(result.status): \(result.stderr)")
+    }
 }

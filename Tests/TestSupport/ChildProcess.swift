@@ -73,11 +73,11 @@ public final class ChildProcess: Sendable {
         throw TestFailure("no matching line within \(timeout); stdout:\n\(lines.map(\.text).joined(separator: "\n"))\nstderr:\n\(standardError)")
     }
 
-    /// Waits until standard error contains `text`, or fails after `timeout`.
-    public func waitForStandardError(containing text: String, timeout: Duration = .seconds(20)) throws {
+    /// Waits until standard error contains `text` (`occurrences` times), or fails after `timeout`.
+    public func waitForStandardError(containing text: String, occurrences: Int = 1, timeout: Duration = .seconds(20)) throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if standardError.contains(text) { return }
+            if standardError.components(separatedBy: text).count > occurrences { return }
             Thread.sleep(forTimeInterval: 0.01)
         }
         throw TestFailure("stderr never said '\(text)':\n\(standardError)")
