@@ -688,6 +688,11 @@ def restart_bluetoothd(stack, ctx, mtu, eatt=False):
                 os.remove(f"{cache}/{name}")
     stack.start(mtu, eatt=eatt, auto_enable=False)
     phone.event("registered")
+    # An iPhone's ANCS is in its GATT database all along once bonded; the stand-in registers it
+    # again with its restarted bluetoothd, and does so before its radio comes on: registered
+    # while the link is up, it is announced by a Service Changed whose rediscovery bluetoothd
+    # 5.66 sometimes never finishes (the accessory then never sees ANCS; seen twice in the VM).
+    phone.event("application_registered")
     stack.power("hci0", True)
     wait_advertising_again()
     stack.power("hci1", True)

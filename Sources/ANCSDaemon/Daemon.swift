@@ -339,7 +339,11 @@ public actor Daemon {
             if device.address != link.device.address { follow(device, on: link) }
         }
         for device in tree.devices where device.connected && links[device.path] == nil {
-            guard !pausedAfterSocketClosed.contains(device.path), let characteristics = eligible(device) else { continue }
+            guard !pausedAfterSocketClosed.contains(device.path) else {
+                logger.debug("\(device.address): connected, but its notification socket closed a moment ago: a new session waits")
+                continue
+            }
+            guard let characteristics = eligible(device) else { continue }
             startLink(device, characteristics)
         }
     }
@@ -563,6 +567,7 @@ public actor Daemon {
             executor.after(Self.socketClosedPause) { [weak self] in
                 self?.assumeIsolated { daemon in
                     daemon.pausedAfterSocketClosed.remove(path)
+                    daemon.logger.debug("\(path.rawValue): the pause after its closed socket is over")
                     daemon.reconcile()
                 }
             }

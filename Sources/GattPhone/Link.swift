@@ -44,6 +44,7 @@ extension GattPhone {
             event("registered", ["bluetoothd": .string(bluez)])
         }
         let tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service, timeout: .seconds(5)))
+        if configuration.policy == .strict { try await registerANCSOnceBonded(connection, tree: tree) }
         guard tree.property(adapterPath, BlueZ.adapterInterface, "Powered")?.boolValue == true else {
             linkChanged(connected: false)
             state.withLock { $0.connectNotBefore = .now + Self.settle }

@@ -28,13 +28,7 @@ extension GattPhone {
             event("paired", ["address": .string(peer.address),
                              "address_type": .string(tree.property(peer.path, BlueZ.deviceInterface, "AddressType")?.stringValue ?? "?")])
         }
-        if !state.withLock({ $0.applicationRegistered }) {
-            // Registered now, bluetoothd adds ANCS to the phone's database and indicates
-            // Service Changed to the connected accessory, whose bluetoothd then discovers it.
-            try await registerApplication(connection)
-            state.withLock { $0.applicationRegistered = true }
-            event("application_registered")
-        }
+        try await registerANCSOnceBonded(connection, tree: tree)
         linkChanged(connected: peer.connected)
         guard peer.connected else {
             if state.withLock({ $0.userConnect }) {
@@ -71,6 +65,16 @@ extension GattPhone {
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
     }
 
+    /// Registers the ANCS application once the accessory is bonded, radio on or off: an iPhone's
+    /// ANCS is in its database all along from then on. Registered while the link is up, bluetoothd
+    /// adds it and indicates Service Changed to the accessory, whose bluetoothd then discovers it.
+    func registerANCSOnceBonded(_ connection: DBusConnection, tree: BlueZObjectTree) async throws {
+        guard !state.withLock({ $0.applicationRegistered }), accessory(in: tree)?.isBonded == true else { return }
+        try await registerApplication(connection)
+        state.withLock { $0.applicationRegistered = true }
+        event("application_registered")
+    }
+
     /// How long the phone leaves reconnecting to its bluetoothd before it looks for the
     /// accessory itself.
     static let autoConnectGrace = Duration.seconds(15)
@@ -84,6 +88,11 @@ extension GattPhone {
         _ connection: DBusConnection, tree: BlueZObjectTree, peer: BlueZDevice, status: (String, JSONObject) -> Void
     ) async throws {
         let now = ContinuousClock.now
+        // Away counts only while the phone's radio is on.
+        guard tree.property(adapterPath, BlueZ.adapterInterface, "Powered")?.boolValue == true else {
+            state.withLock { $0.awaySince = nil; $0.lookingForAccessory = false }
+            return status("waiting_for_accessory", [:])
+        }
         let since = state.withLock { s -> ContinuousClock.Instant in
             if s.awaySince == nil { s.awaySince = now }
             return s.awaySince ?? now
