@@ -653,13 +653,7 @@ class Run:
             s.sendall(request)
             if half_close:
                 s.shutdown(socket.SHUT_WR)
-            data = b""
-            while b"\n" not in data:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            return data.split(b"\n")[0]
+            return first_line(s)
 
         def connect():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -767,13 +761,7 @@ class Run:
         try:
             s.connect(self.path("control"))
             s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while b"\n" not in data:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            return json.loads(data.split(b"\n")[0])
+            return json.loads(first_line(s))
         finally:
             s.close()
 
@@ -1125,6 +1113,17 @@ def report(run):
 
 
 RSS_GROWTH_KB = 1024
+def first_line(s):
+    """The first line a socket sends (without its newline), or what came before it closed."""
+    data = b""
+    while b"\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n")[0]
+
+
 PIPELINE = ("sim", "bus", "ancsd")    # the processes whose CPU wait can excuse a pause of the output
 BOUNDS = {"fds": 64, "threads": 16, "RSS kB": 64 * 1024}
 

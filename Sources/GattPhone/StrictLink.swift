@@ -23,11 +23,6 @@ extension GattPhone {
             state.withLock { $0.discovering = false }
             try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
         }
-        if !state.withLock({ $0.bondReported }) {
-            state.withLock { $0.bondReported = true }
-            event("paired", ["address": .string(peer.address),
-                             "address_type": .string(tree.property(peer.path, BlueZ.deviceInterface, "AddressType")?.stringValue ?? "?")])
-        }
         try await registerANCSOnceBonded(connection, tree: tree)
         linkChanged(connected: peer.connected)
         guard peer.connected else {
@@ -65,11 +60,18 @@ extension GattPhone {
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
     }
 
-    /// Registers the ANCS application once the accessory is bonded, radio on or off: an iPhone's
-    /// ANCS is in its database all along from then on. Registered while the link is up, bluetoothd
-    /// adds it and indicates Service Changed to the accessory, whose bluetoothd then discovers it.
+    /// Once the accessory is bonded, radio on or off: reports the bond (once) and registers the
+    /// ANCS application, which is in an iPhone's database all along from then on. Registered while
+    /// the link is up, bluetoothd adds it and indicates Service Changed to the accessory, whose
+    /// bluetoothd then discovers it.
     func registerANCSOnceBonded(_ connection: DBusConnection, tree: BlueZObjectTree) async throws {
-        guard !state.withLock({ $0.applicationRegistered }), accessory(in: tree)?.isBonded == true else { return }
+        guard let peer = accessory(in: tree), peer.isBonded else { return }
+        if !state.withLock({ $0.bondReported }) {
+            state.withLock { $0.bondReported = true }
+            event("paired", ["address": .string(peer.address),
+                             "address_type": .string(tree.property(peer.path, BlueZ.deviceInterface, "AddressType")?.stringValue ?? "?")])
+        }
+        guard !state.withLock({ $0.applicationRegistered }) else { return }
         try await registerApplication(connection)
         state.withLock { $0.applicationRegistered = true }
         event("application_registered")

@@ -434,8 +434,9 @@ actor PairingWindow {
         }
     }
 
+    /// The device as the terminal shows it: its name made safe (it is the phone's to choose).
     private func label(_ device: BlueZDevice) -> String {
-        device.name.map { "\($0) (\(device.address))" } ?? device.address
+        device.name.map { "\(TerminalText.sanitize($0)) (\(device.address))" } ?? device.address
     }
 
     private func label(_ path: ObjectPath) -> String {

@@ -237,16 +237,9 @@ struct ControlServerTests {
         }
     }
 
+    /// Everything until the end of the stream.
     static func readAll(_ fd: Int32) -> String {
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            out += buffer[0..<n]
-        }
-        return String(decoding: out, as: UTF8.self)
+        String(decoding: FileHandle(fileDescriptor: fd, closeOnDealloc: false).readDataToEndOfFile(), as: UTF8.self)
     }
 
     static func openDescriptors() -> Int {
