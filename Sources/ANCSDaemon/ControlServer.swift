@@ -93,13 +93,14 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         try Self.removeStale(path, address)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
-        // Made with its final mode: never a moment with more access than `mode` gives.
-        let previous = umask(~mode & 0o777)
+        // Never a moment with more access than `mode` gives: Linux makes the socket file with the
+        // socket's own mode less the umask, so it is made with `mode` or less, then given exactly
+        // `mode` (the process umask is not touched: other threads may be making files).
+        _ = fchmod(fd, mode)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         let bindError = errno
-        umask(previous)
         if bound == 0 { Self.afterBind.withLock { $0 }?(path) }
         guard bound == 0 else {
             close(fd)
@@ -108,7 +109,8 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         var info = stat()
         // Without --control-group the file keeps the group it was made with (chown is a
         // privileged call the service's system call filter refuses).
-        guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, listen(fd, 64) == 0 else {
+        guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, chmod(path, mode) == 0,
+              listen(fd, 64) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             unlink(path)

@@ -212,14 +212,9 @@ public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> Int3
     var info = stat()
     if lstat(path, &info) != 0 {
         guard errno == ENOENT else { throw failure("cannot use \(path)") }
-        let previous = umask(~mode & 0o777)  // made with its final mode
-        let made = mkfifo(path, mode)
-        let error = errno
-        umask(previous)
-        guard made == 0 else {
-            errno = error
-            throw failure("cannot create the FIFO \(path)")
-        }
+        // Made with `mode` less the umask (never more), then given exactly `mode`.
+        guard mkfifo(path, mode) == 0 else { throw failure("cannot create the FIFO \(path)") }
+        guard chmod(path, mode) == 0 else { throw failure("cannot give the FIFO \(path) its mode") }
     } else if (info.st_mode & S_IFMT) != S_IFIFO {
         throw FIFOError(description: "\(path) exists and is not a FIFO")
     }

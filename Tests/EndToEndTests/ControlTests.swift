@@ -154,6 +154,28 @@ private let ada = "AA:BB:CC:DD:EE:01"
         _ = try run.phone.stop()
     }
 
+    /// Issue 27: when a client closed and the next connected at once, about 4 % of connections
+    /// were never read, and their descriptors stayed with the daemon until it exited.
+    @Test func backToBackClientsAreAllServedAndLeaveNoDescriptor() throws {
+        let (run, path) = try start()
+        let descriptors = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(run.ancsd.pid)/fd").count) ?? -1 }
+        _ = try SocketClient(path: path).request(["cmd": "status"])  // the first client's lazily made state
+        let before = descriptors()
+        var unanswered = 0
+        for round in 0..<500 {
+            let client = try SocketClient(path: path)
+            if (try? client.request(["cmd": "status", "id": .int(round)]))?["id"] != .int(round) { unanswered += 1 }
+        }
+        #expect(unanswered == 0, "\(unanswered) of 500 back-to-back clients got no answer")
+        var after = descriptors()
+        for _ in 0..<100 where after > before {
+            Thread.sleep(forTimeInterval: 0.02)
+            after = descriptors()
+        }
+        #expect(after == before, "ancsd's descriptors: \(before) before, \(after) after")
+        _ = try run.phone.stop()
+    }
+
     /// Issue 27: with RLIMIT_NOFILE low and clients held open, `accept` failed with EMFILE, the
     /// listener stayed readable and the daemon burnt a core saying nothing. Now it pauses, says
     /// so once, and serves again when descriptors are free.
