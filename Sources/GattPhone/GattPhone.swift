@@ -77,8 +77,6 @@ public final class GattPhone: Sendable {
         var inputReports = 0
         /// Strict: since when the bonded accessory has been away (nil while connected).
         var awaySince: ContinuousClock.Instant?
-        /// Strict: discovering to see whether the away accessory advertises (`strictReturn`).
-        var lookingForAccessory = false
     }
 
     let configuration: Configuration

@@ -43,9 +43,6 @@ extension GattPhone {
             return
         }
         state.withLock { $0.userConnect = false; $0.awaySince = nil }
-        if state.withLock({ s in defer { s.lookingForAccessory = false }; return s.lookingForAccessory }) {
-            try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
-        }
         guard peer.servicesResolved else {
             if state.withLock({ $0.resolvedOnLink }) {
                 // Resolved before, unresolved now, connected throughout: a new link.
@@ -85,14 +82,16 @@ extension GattPhone {
     /// advertises connectable, after a link loss as after its own Bluetooth restarts. The
     /// stand-in's bluetoothd does so through its HID host's auto-connect, except where it does
     /// not re-arm it: BlueZ 5.82 restarted with the bond (docs/field-evidence.md). So after
-    /// `autoConnectGrace` the phone scans, and connects once it sees the accessory advertise.
+    /// `autoConnectGrace` with its radio on, the phone asks for the connection itself, which
+    /// completes only once the accessory advertises connectable (as the auto-connect does, the
+    /// HID UUID is not checked there), and asks again after each failed attempt.
     private func strictReturn(
         _ connection: DBusConnection, tree: BlueZObjectTree, peer: BlueZDevice, status: (String, JSONObject) -> Void
     ) async throws {
         let now = ContinuousClock.now
         // Away counts only while the phone's radio is on.
         guard tree.property(adapterPath, BlueZ.adapterInterface, "Powered")?.boolValue == true else {
-            state.withLock { $0.awaySince = nil; $0.lookingForAccessory = false }
+            state.withLock { $0.awaySince = nil }
             return status("waiting_for_accessory", [:])
         }
         let since = state.withLock { s -> ContinuousClock.Instant in
@@ -102,17 +101,6 @@ extension GattPhone {
         guard now - since >= Self.autoConnectGrace, now >= state.withLock({ $0.connectNotBefore }) else {
             return status("waiting_for_accessory", [:])
         }
-        if !state.withLock({ $0.lookingForAccessory }) {
-            try await call(connection, adapterPath, BlueZ.adapterInterface, "SetDiscoveryFilter",
-                           [.variantDictionary(["Transport": .string("le")])])
-            try await call(connection, adapterPath, BlueZ.adapterInterface, "StartDiscovery")
-            state.withLock { $0.lookingForAccessory = true }
-            return status("looking_for_accessory", [:])
-        }
-        // bluetoothd sets RSSI on each advertisement it receives while discovering.
-        guard tree.property(peer.path, BlueZ.deviceInterface, "RSSI") != nil else { return status("looking_for_accessory", [:]) }
-        state.withLock { $0.lookingForAccessory = false; $0.awaySince = nil }
-        try? await call(connection, adapterPath, BlueZ.adapterInterface, "StopDiscovery")
         event("reconnecting", ["why": .string("its bluetoothd did not reconnect within \(Self.autoConnectGrace)")])
         do {
             try await call(connection, peer.path, BlueZ.deviceInterface, "Connect", timeout: .seconds(20))
