@@ -106,13 +106,12 @@ extension ControlRequest {
             return .failure(ControlError(.badRequest, "not JSON: \(error)"))
         }
         guard let object = value.objectValue else { return .failure(ControlError(.badRequest, "a request is a JSON object")) }
-        do {
-            return .success(try ControlRequest(object))
-        } catch {
-            var refused = error
-            refused.requestID = object["id"]
-            return .failure(refused)
-        }
+        return Result { () throws(ControlError) -> ControlRequest in try ControlRequest(object) }
+            .mapError { error in
+                var refused = error
+                refused.requestID = object["id"]
+                return refused
+            }
     }
 
     /// A request from its JSON object; unknown members are ignored (clients of later versions).
