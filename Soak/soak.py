@@ -656,10 +656,21 @@ class Run:
             return first_line(s)
 
         def connect():
+            # While the listener's backlog is full a Unix socket's connect fails with EAGAIN
+            # rather than waiting (Python's sockets with a timeout are non-blocking): tried again
+            # for up to 10 s, as a blocking client would wait.
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(10)
-            s.connect(self.path("control"))
-            return s
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    s.connect(self.path("control"))
+                    return s
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        s.close()
+                        raise
+                    time.sleep(0.01)
 
         held = []
         try:
