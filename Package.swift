@@ -3,30 +3,61 @@ import PackageDescription
 
 /// ancsd: an Apple Notification Center Service consumer for Linux.
 ///
-/// Layers (each knows only the one below it):
-/// - `ANCS`: the pure protocol, standard library only, no I/O.
-/// - `JSON`: a small standard-library-only JSON value, parser and writer.
-/// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
-/// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT;
-///   HCI monitor frames to btsnoop records.
-/// - `CEventLoop` / `EventLoop`: an epoll run loop on one thread, a serial and task executor
-///   that also watches descriptors and runs timers (epoll, eventfd, timerfd; linking nothing).
-/// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1, on an event loop.
+/// The map of the house: every target, lowest layer first, each with the targets it may use in
+/// brackets (none: the standard library, Glibc, Dispatch and Synchronization only). A target uses
+/// only targets of layers below its own. `Tests/LayersTests` checks this list against
+/// `swift package describe` and against the `import`s of every target's sources.
+///
+/// Layer 0: no other target
+/// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.
+/// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID and the UUIDs of ANCS's service and characteristics.
+/// - `JSON`: a small JSON value, parser and writer.
+/// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
+/// - `CDBus`: libdbus-1 (pkg-config dbus-1).
+/// - `CMosquitto`: libmosquitto (pkg-config libmosquitto).
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
-/// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
-/// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
-/// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
-/// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
-/// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one executor (an EventLoop).
-/// - `ControlProtocol`: the control socket's requests and error codes as types (docs/control.md),
-///   stdlib and `JSON` only, so its parser is fuzzed on its own.
-/// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
-///   path and a non-blocking client connection.
-/// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
-///   server, and the outputs, each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
-/// - `ANCSDesktop`: the desktop companion (`ancsd desktop`), a client of the control socket
-///   and of the session bus's notification server; it knows nothing of the daemon's insides.
-/// - `ancsd`: the executable.
+/// - `CSpawn`: posix_spawn and pidfd_open for `--exec`, linking nothing.
+/// - `CLinux`: glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
+///
+/// Layer 1: protocol state, file formats, the event loop
+/// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
+/// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format and its decoder.
+/// - `ControlProtocol` [JSON]: the control socket's requests and error codes as types (docs/control.md), fuzzed alone.
+/// - `EventLoop` [CEventLoop]: an epoll run loop on one thread: a serial and task executor, descriptors, timers.
+///
+/// Layer 2: transports and the runtime
+/// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS capture records.
+/// - `DBus` [CDBus, CEventLoop, EventLoop]: a Swift D-Bus layer over libdbus-1, on an event loop.
+/// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
+/// - `ANCSRuntime` [EventLoop]: what every ancsd process runs on: the logger, the one executor, file and error helpers.
+/// - `ANCSControl` [EventLoop, JSON]: the control socket as its clients see it: its default path, a client connection.
+///
+/// Layer 3: BlueZ, and what tests and simulated phones share
+/// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's object tree, GATT client, pairing agent, advertisement, HID accessory.
+/// - `PhoneSimulator` [ANCS, BluetoothUUIDs, DBus, EventLoop, JSON]: a simulated iPhone and bluetoothd on a private bus.
+/// - `TestSupport` [Btsnoop, JSON]: what the test targets share: child processes, private buses, brokers, snoop files.
+///
+/// Layer 4: the daemon and its companions
+/// - `ANCSDaemon` [ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, CLinux, CSpawn, ControlProtocol, DBus,
+///   EventLoop, JSON, MQTT]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
+/// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s pairing window: advertisement, agent, passkey prompt.
+/// - `ANCSDesktop` [ANCSControl, ANCSRuntime, DBus, EventLoop, JSON]: `ancsd desktop`, a control-socket client.
+/// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator]: a phone that is a GATT server to a real bluetoothd.
+///
+/// Layer 5: tools over captures
+/// - `CaptureTools` [ANCS, ANCSCapture, ANCSDaemon, ANCSRuntime, ANCSSession, Btsnoop, CBluetooth, JSON]:
+///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
+///
+/// Layer 6: programs (argument parsing, `--help` and wiring only)
+/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, Btsnoop,
+///   CaptureTools, DBus, EventLoop, JSON, MQTT]: the executable.
+/// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator]: the simulated phone, for `make demo` and the tests.
+/// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator]: the GATT phone, for the system test.
+/// - `ancs-bench` [ANCS]: the protocol core's benchmark.
+/// - `dbus-bench` [DBus]: the D-Bus layer's benchmark.
+/// - `hop-floor` [CEventLoop]: the cost of a hop between threads, the floor under the event loop's.
+///
+/// Test targets: `XTests` tests `X` and may use any target above and `TestSupport`; none is used by another.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("InternalImportsByDefault"),
@@ -43,11 +74,12 @@ let package = Package(
     ],
     targets: [
         .target(name: "ANCS", swiftSettings: strict),
+        .target(name: "BluetoothUUIDs", swiftSettings: strict),
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
+        .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
+        .target(name: "ANCSRuntime", dependencies: ["EventLoop"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
         .target(
@@ -56,6 +88,11 @@ let package = Package(
                 "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop",
                 "ControlProtocol",
             ],
+            swiftSettings: strict),
+        .target(name: "ANCSPairing", dependencies: ["ANCSRuntime", "BlueZ", "DBus"], swiftSettings: strict),
+        .target(
+            name: "CaptureTools",
+            dependencies: ["ANCS", "ANCSCapture", "ANCSDaemon", "ANCSRuntime", "ANCSSession", "Btsnoop", "CBluetooth", "JSON"],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -81,29 +118,29 @@ let package = Package(
         .systemLibrary(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: strict),
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop"], swiftSettings: strict),
-        .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
+        .target(name: "BlueZ", dependencies: ["DBus", "BluetoothUUIDs"], swiftSettings: strict),
         .executableTarget(
             name: "ancsd",
             dependencies: [
-                "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
-                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT", "ControlProtocol",
+                "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
+                "Btsnoop", "CaptureTools", "EventLoop", "MQTT",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .executableTarget(name: "hop-floor", dependencies: ["CEventLoop"], path: "Benchmarks/hop-floor", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
-        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
+        .target(name: "PhoneSimulator", dependencies: ["ANCS", "BluetoothUUIDs", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
-        .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
+        .target(name: "GattPhone", dependencies: ["ANCS", "BluetoothUUIDs", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
         .executableTarget(
             name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(name: "ANCSTests", dependencies: ["ANCS", "BluetoothUUIDs"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "TestSupport", "ancs-gatt-phone"],
+            name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "BluetoothUUIDs", "DBus", "TestSupport", "ancs-gatt-phone"],
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
@@ -116,10 +153,11 @@ let package = Package(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON", "TestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "CaptureTests", dependencies: ["ancsd", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "CaptureTests", dependencies: ["ancsd", "CaptureTools", "ANCSRuntime", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BluetoothUUIDs", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
+        .testTarget(name: "LayersTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
     ]
 )

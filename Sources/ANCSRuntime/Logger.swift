@@ -1,7 +1,6 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-public import ANCSSession
 import Synchronization
 
 /// Writes log lines to standard error: with journald priority prefixes (`<6>`) when standard
@@ -76,6 +75,13 @@ public final class Logger: Sendable {
     }
 }
 
+/// The severity of a message for the log.
+public enum LogLevel: Int, Comparable, Hashable, Sendable {
+    case debug, info, warning, error
+
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+}
+
 extension LogLevel {
     /// Parses `debug`, `info`, `warning` (or `warn`) and `error`.
     public init?(name: String) {
@@ -87,6 +93,11 @@ extension LogLevel {
         default: return nil
         }
     }
+}
+
+/// Writes a command's error message to standard error: `ancsd: message`.
+public func logError(_ message: String) {
+    writeStandardError("ancsd: \(message)\n")
 }
 
 /// Writes text to standard error, unbuffered, whole.
@@ -114,4 +125,12 @@ public func writeAll(_ fd: Int32, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
         offset += written
     }
     return true
+}
+
+/// The machine's host name, or "ancsd".
+public func hostName() -> String {
+    var buffer = [CChar](repeating: 0, count: 256)
+    guard gethostname(&buffer, buffer.count - 1) == 0 else { return "ancsd" }
+    let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return name.isEmpty ? "ancsd" : name
 }

@@ -81,11 +81,12 @@ public enum ActionOutcome: Hashable, Sendable {
     case failed(String)
 }
 
-/// The severity of a message for the log.
-public enum LogLevel: Int, Comparable, Hashable, Sendable {
+/// The severity of a session's message for the log (`SessionAction.log`); the daemon logs it at
+/// the matching level of its logger.
+public enum SessionLogLevel: Int, Comparable, Hashable, Sendable {
     case debug, info, warning, error
 
-    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+    public static func < (a: SessionLogLevel, b: SessionLogLevel) -> Bool { a.rawValue < b.rawValue }
 }
 
 /// What the owner of a session must do after feeding it an input.
@@ -97,7 +98,7 @@ public enum SessionAction: Hashable, Sendable {
     /// Report the outcome of an action requested with `performAction`.
     case actionCompleted(uid: UInt32, action: ActionID, outcome: ActionOutcome)
     /// Log a message. Notification content only ever appears at `.debug`.
-    case log(LogLevel, String)
+    case log(SessionLogLevel, String)
     /// Unsubscribe from the Notification Source and Data Source and subscribe again (Data Source
     /// first), so that the phone's CCCDs are written afresh; then call `resubscribed(now:)`. The
     /// text says why (the alive check went unanswered, no Notification Source traffic for long,

@@ -1,4 +1,4 @@
-import ANCS
+import BluetoothUUIDs
 public import DBus
 
 /// An `org.bluez.LEAdvertisement1` to export (BlueZ doc/advertising-api.txt): a peripheral that

@@ -1,4 +1,4 @@
-import ANCS
+import BluetoothUUIDs
 public import DBus
 
 /// A bonded-or-not Bluetooth device as BlueZ describes it (`org.bluez.Device1`).
@@ -132,4 +132,10 @@ public func normalizedAddress(_ text: String) -> String? {
     let parts = text.split(separator: ":", omittingEmptySubsequences: false).flatMap { $0.split(separator: "-", omittingEmptySubsequences: false) }
     guard parts.count == 6, parts.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isHexDigit) }) else { return nil }
     return parts.map { $0.uppercased() }.joined(separator: ":")
+}
+
+/// `AA:BB:CC:DD:EE:FF` from a BlueZ device path, else the path.
+public func deviceLabel(_ path: ObjectPath) -> String {
+    guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
+    return last.dropFirst(4).split(separator: "_").joined(separator: ":")
 }

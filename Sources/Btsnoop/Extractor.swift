@@ -1,4 +1,4 @@
-import ANCS
+import BluetoothUUIDs
 public import ANCSCapture
 
 /// The attribute handles of the ANCS characteristics' values on one phone.

@@ -1,4 +1,5 @@
 import ANCS
+import BluetoothUUIDs
 import BlueZ
 import DBus
 

@@ -1,4 +1,5 @@
 import ANCS
+import BluetoothUUIDs
 import DBus
 
 /// How the phone on real BlueZ treats the accessory (docs/system-test.md, "The phone").

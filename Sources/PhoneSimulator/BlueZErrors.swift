@@ -1,4 +1,5 @@
 public import ANCS
+import BluetoothUUIDs
 public import DBus
 
 /// The D-Bus errors bluetoothd 5.66 replies with, with its exact messages (src/error.c).

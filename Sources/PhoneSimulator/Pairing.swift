@@ -1,4 +1,5 @@
 import ANCS
+import BluetoothUUIDs
 import DBus
 
 /// What bluetoothd does for pairing and advertising: agents and advertisements registered by

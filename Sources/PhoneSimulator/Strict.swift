@@ -1,4 +1,5 @@
 import ANCS
+import BluetoothUUIDs
 import DBus
 
 /// The iOS policy (`"ios": "strict"`): what bluetoothd and a real iPhone do with an accessory,

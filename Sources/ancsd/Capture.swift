@@ -1,8 +1,9 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSRuntime
 import Btsnoop
-import JSON
+import CaptureTools
 
 /// `ancsd capture`: records the Bluetooth traffic of the kernel's HCI monitor channel into a
 /// btsnoop file or an `ancs-capture/1` file, until a signal, `--duration` or `--count`.
@@ -53,22 +54,8 @@ enum CaptureCommand {
       2  the command line is wrong, or a btsnoop file would go to a terminal
     """
 
-    /// What the output holds.
-    enum Format: String {
-        /// A btsnoop file, datalink 2001.
-        case btsnoop
-        /// The ANCS traffic as an ancs-capture/1 file.
-        case capture
-    }
-
-    struct Options {
-        var output = "-"
-        var format = Format.btsnoop
-        var index: UInt16? = nil
-        var duration: Double? = nil
-        var count: Int? = nil
-        var handles = ANCSHandles()
-    }
+    typealias Options = CaptureOptions
+    typealias Format = CaptureOptions.Format
 
     /// The options, or nil for --help.
     static func parse(_ arguments: [String]) throws(UsageError) -> Options? {

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSControl
+import ANCSRuntime
 import JSON
 
 /// A blocking client of the daemon's control socket, for the command-line clients.

@@ -37,11 +37,6 @@ Options:
 Run "ancsd <command> --help" for a command's options.
 """
 
-/// Writes an error message to standard error.
-func logError(_ message: String) {
-    writeStandardError("ancsd: \(message)\n")
-}
-
 /// Reports a command-line mistake and returns exit status 2.
 func usageFailure(_ error: any Error, command: String?) -> Int32 {
     logError("\(error)")

@@ -7,7 +7,7 @@ struct Harness {
     var now: Duration = .zero
     var writes: [[UInt8]] = []
     var events: [NotificationEvent] = []
-    var logs: [(LogLevel, String)] = []
+    var logs: [(SessionLogLevel, String)] = []
     var actionOutcomes: [(UInt32, ActionID, ActionOutcome)] = []
     /// The reasons of the `.resubscribe` actions, in order.
     var resubscriptions: [String] = []

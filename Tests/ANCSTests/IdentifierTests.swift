@@ -1,5 +1,6 @@
 import Testing
 @testable import ANCS
+import BluetoothUUIDs
 
 @Suite struct IdentifierTests {
     @Test func eventIDs() {

@@ -1,4 +1,4 @@
-import ANCS
+import BluetoothUUIDs
 import BlueZ
 import DBus
 import Testing

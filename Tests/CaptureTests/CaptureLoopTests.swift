@@ -1,4 +1,5 @@
 @testable import ancsd
+@testable import CaptureTools
 import Btsnoop
 import Foundation
 import JSON

@@ -1,4 +1,6 @@
 @testable import ancsd
+@testable import CaptureTools
+import ANCSRuntime
 import Btsnoop
 import Foundation
 import Testing

@@ -603,7 +603,7 @@ public actor Daemon {
                     link.actionWaiters[key] = waiters.isEmpty ? nil : waiters
                 }
             case .log(let level, let message):
-                logger.log(level, "\(link.device.address): \(message)")
+                logger.log(LogLevel(level), "\(link.device.address): \(message)")
                 if level >= .warning { link.lastError = message }
             case .sharingChanged(let allowed):
                 guard link.sharingOff == allowed else { break }

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import ANCSRuntime
 import BlueZ
-public import DBus
+import DBus
 
 /// What `ancsd run` keeps registered with bluetoothd so bonded phones come back by themselves:
 /// a connectable (not discoverable) LE advertisement that solicits ANCS, the HID accessory
@@ -319,18 +319,4 @@ actor Presence {
             }
         }
     }
-}
-
-/// `AA:BB:CC:DD:EE:FF` from a BlueZ device path, else the path.
-public func deviceLabel(_ path: ObjectPath) -> String {
-    guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("dev_") else { return path.rawValue }
-    return last.dropFirst(4).split(separator: "_").joined(separator: ":")
-}
-
-/// The machine's host name, or "ancsd".
-public func hostName() -> String {
-    var buffer = [CChar](repeating: 0, count: 256)
-    guard gethostname(&buffer, buffer.count - 1) == 0 else { return "ancsd" }
-    let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    return name.isEmpty ? "ancsd" : name
 }

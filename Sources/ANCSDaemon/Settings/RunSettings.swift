@@ -1,7 +1,8 @@
 #if canImport(Glibc)
 public import Glibc
 #endif
-public import ANCSSession
+public import ANCSRuntime
+import ANCSSession
 import BlueZ
 import MQTT
 

@@ -1,14 +1,15 @@
-import ANCSDaemon
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSDaemon
+import ANCSRuntime
 import Btsnoop
 import JSON
 
 /// The loop of `ancsd capture`: polls the monitor channel and the signal pipe, reads the frames
 /// waiting (a batch at a time), writes what `MonitorRecorder` makes of them, and flushes before
 /// it waits again. Synchronous: it runs on the thread of the command, like `decode`.
-struct CaptureSession {
+public struct CaptureSession {
     /// Why the capture stopped.
     enum Stop {
         case signal(Int32)
@@ -23,7 +24,7 @@ struct CaptureSession {
     /// Warnings beyond this many are only counted.
     static let maxWarnings = 20
 
-    let options: CaptureCommand.Options
+    let options: CaptureOptions
     let socket: HCIMonitorSocket
     let output: CaptureOutput
     let signals: StopSignals
@@ -31,7 +32,8 @@ struct CaptureSession {
     private var received = 0
     private var warnings = 0
 
-    init(options: CaptureCommand.Options, socket: HCIMonitorSocket, output: CaptureOutput, signals: StopSignals) {
+    /// A capture of `socket`'s frames into `output` until `signals`, `--duration` or `--count`.
+    public init(options: CaptureOptions, socket: HCIMonitorSocket, output: CaptureOutput, signals: StopSignals) {
         self.options = options
         self.socket = socket
         self.output = output
@@ -43,7 +45,7 @@ struct CaptureSession {
     }
 
     /// Captures until a stop; the exit status.
-    mutating func run() -> Int32 {
+    public mutating func run() -> Int32 {
         let stop: Stop
         do {
             stop = try loop()

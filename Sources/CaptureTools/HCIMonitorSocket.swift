@@ -5,8 +5,8 @@ import Btsnoop
 import CBluetooth
 
 /// Why the HCI monitor channel cannot be opened or read.
-struct MonitorSocketError: Error, CustomStringConvertible {
-    var description: String
+public struct MonitorSocketError: Error, CustomStringConvertible {
+    public var description: String
 
     /// The message for `errno` after `call` failed, with what to do about the usual causes.
     init(call: String, errno code: Int32) {
@@ -35,12 +35,12 @@ struct MonitorDatagram {
 /// The kernel's HCI monitor channel, the one btmon reads: the traffic of every controller, one
 /// frame per datagram. On bind the kernel replays NEW_INDEX, OPEN_INDEX and INDEX_INFO for the
 /// controllers that exist. Non-blocking: poll `fd`, then `receive()` until it returns nil.
-final class HCIMonitorSocket {
+public final class HCIMonitorSocket {
     let fd: Int32
     private var buffer = [UInt8](repeating: 0, count: MonitorFrame.maxDatagramLength + 1)
 
     /// Opens and binds the channel (all controllers: the monitor channel takes no other).
-    init() throws(MonitorSocketError) {
+    public init() throws(MonitorSocketError) {
         let fd = socket(CBT_AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), CBT_BTPROTO_HCI)
         guard fd >= 0 else { throw MonitorSocketError(call: "socket(AF_BLUETOOTH, SOCK_RAW, BTPROTO_HCI)", errno: errno) }
         var address = sockaddr_hci(hci_family: sa_family_t(CBT_AF_BLUETOOTH), hci_dev: CBT_HCI_DEV_NONE, hci_channel: CBT_HCI_CHANNEL_MONITOR)

@@ -2,11 +2,7 @@
 import Glibc
 #endif
 import ANCSCapture
-
-/// Why a file could not be read.
-struct ReadError: Error, CustomStringConvertible {
-    var description: String
-}
+import ANCSRuntime
 
 /// Reads a file or standard input line by line, as bytes, with a bound on the line length so a
 /// file without newlines cannot exhaust memory.
@@ -157,34 +153,6 @@ final class LineReader {
         if count == 0 { atEOF = true }
         buffer.append(contentsOf: chunk[0..<count])
     }
-}
-
-/// The text of the current `errno`.
-func systemError() -> String { String(cString: strerror(errno)) }
-
-/// An errno with its text.
-struct SystemError: Error, CustomStringConvertible {
-    var code: Int32
-    var description: String { String(cString: strerror(code)) }
-}
-
-/// The whole of a small text file (at most 1 MiB), as UTF-8 (invalid bytes repaired).
-func readTextFile(_ path: String) -> Result<String, SystemError> {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return .failure(SystemError(code: errno)) }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16_384)
-    while bytes.count <= 1 << 20 {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { continue }
-            return .failure(SystemError(code: errno))
-        }
-        if count == 0 { return .success(String(decoding: bytes, as: UTF8.self)) }
-        bytes += chunk[0..<count]
-    }
-    return .failure(SystemError(code: EFBIG))
 }
 
 /// How a path names itself in messages: "-" is standard input.

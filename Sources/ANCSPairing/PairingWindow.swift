@@ -1,166 +1,16 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import ANCSDaemon
-import ANCSRuntime
+public import ANCSRuntime
 import BlueZ
 import DBus
-import Dispatch
-import Synchronization
-
-/// `ancsd pair`: a pairing window for a new iPhone.
-enum PairCommand {
-    static let help = """
-    Usage: ancsd [--bus ADDRESS] pair [options]
-
-    Pairs an iPhone with this computer so that 'ancsd run' can show its notifications. For
-    the pairing window only, ancsd advertises this computer as a discoverable LE peripheral
-    (a HID media remote soliciting ANCS, so iOS lists it), serves the HID accessory, makes the
-    adapter pairable and registers as the default pairing agent; the adapter's other settings
-    (Discoverable, Connectable, alias) are not touched. On the iPhone, open Settings >
-    Bluetooth and tap this computer's name (listed as a remote; the phone's keyboard is
-    unaffected); ancsd asks a phone that connects to pair. When both show the same six-digit
-    passkey, confirm on the phone and here. Once the phone is bonded and shares
-    ANCS, ancsd marks it trusted, tells you what to allow on the phone, puts the adapter's
-    Pairable setting and its timeout back as they were and unregisters everything. Ctrl-C, SIGTERM
-    or the timeout put everything back as well.
-
-    Options:
-      --name NAME       the name to advertise, cut to 29 bytes (default: the adapter's alias,
-                        or the host name when the alias is empty or bluetoothd's "BlueZ X.Y")
-      --timeout S       how long the window stays open, in seconds (default 120, at most 3600)
-      --adapter hciN    the adapter to use (default: the first one that can advertise)
-      --accessory hid|none
-                        hid (default): serve a HID-over-GATT media remote whose attributes
-                        need encryption and advertise the HID service, so iOS lists this
-                        computer in Settings > Bluetooth, bonds when it reads them and later
-                        reconnects by itself; it never sends a key. none: advertise only the
-                        ANCS solicitation, as before, for desktops whose own Bluetooth stack
-                        already makes the phone list it (iOS may never list it otherwise)
-      --yes             accept the passkey without asking, for a first setup without a
-                        keyboard (logged as a warning: any phone in range could pair)
-      --bus ADDRESS     the D-Bus bus where bluetoothd runs (default: the system bus, or
-                        DBUS_SYSTEM_BUS_ADDRESS)
-      -h, --help        show this help
-
-    The passkey is asked on the terminal; when standard input is not a terminal and --yes is
-    not given, pairing requests are refused.
-
-    Exit status:
-      0    the phone is paired, bonded, exposes ANCS and is trusted
-      1    failure: no bus, bluetoothd not running or gone, no usable adapter, a D-Bus error
-      2    bad command line
-      3    no phone paired within the timeout
-      4    pairing refused: the passkey was not confirmed, or could not be asked
-      130  interrupted (SIGINT); 143: terminated (SIGTERM)
-    """
-
-    struct Options: Sendable {
-        var name: String?
-        var timeout = 120
-        var adapter: String?
-        var accessory = AccessoryKind.hid
-        var yes = false
-        var bus: BusAddress = .system
-    }
-
-    static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> Options? {
-        var options = Options()
-        if let bus { options.bus = .address(bus) }
-        var scanner = ArgumentScanner(arguments)
-        while let argument = scanner.next() {
-            switch argument {
-            case .option("--help", _), .option("-h", _):
-                return nil
-            case .option("--name", let inline):
-                let name = try scanner.value(of: "--name", inline: inline)
-                guard !name.isEmpty, !name.utf8.contains(0), name.utf8.count <= 248 else {
-                    throw UsageError("--name needs a name of 1 to 248 bytes")
-                }
-                options.name = name
-            case .option("--timeout", let inline):
-                let text = try scanner.value(of: "--timeout", inline: inline)
-                guard let seconds = Int(text), (1...3600).contains(seconds) else {
-                    throw UsageError("--timeout needs a number of seconds from 1 to 3600, not '\(text)'")
-                }
-                options.timeout = seconds
-            case .option("--adapter", let inline):
-                let name = try scanner.value(of: "--adapter", inline: inline)
-                guard name.hasPrefix("hci"), let n = Int(name.dropFirst(3)), n >= 0 else {
-                    throw UsageError("--adapter needs an adapter name such as hci0, not '\(name)'")
-                }
-                options.adapter = name
-            case .option("--accessory", let inline):
-                let value = try scanner.value(of: "--accessory", inline: inline)
-                guard let kind = AccessoryKind(rawValue: value.lowercased()) else {
-                    throw UsageError("--accessory must be hid or none, not '\(value)'")
-                }
-                options.accessory = kind
-            case .option("--yes", nil), .option("-y", nil):
-                options.yes = true
-            case .option("--bus", let inline):
-                options.bus = .address(try scanner.value(of: "--bus", inline: inline))
-            case .option(let name, _):
-                throw UsageError("unknown option \(name)")
-            case .positional(let value):
-                throw UsageError("pair takes no arguments, got '\(value)'")
-            }
-        }
-        return options
-    }
-
-    static func run(_ arguments: [String], bus: String?) async -> Int32 {
-        let options: Options
-        do {
-            guard let parsed = try parse(arguments, bus: bus) else {
-                print(help)
-                return 0
-            }
-            options = parsed
-        } catch {
-            return usageFailure(error, command: "pair")
-        }
-        signal(SIGPIPE, SIG_IGN)
-        let logger = Logger(threshold: .info)
-        let window = PairingWindow(options: options, logger: logger, interactive: isatty(STDIN_FILENO) == 1)
-        var sources: [any DispatchSourceSignal] = []
-        for number in [SIGINT, SIGTERM] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { await window.finish(.interrupted(number)) } }
-            source.resume()
-            sources.append(source)
-        }
-        defer { sources.forEach { $0.cancel() } }
-        return await window.run()
-    }
-}
-
-/// How a pairing window ended.
-enum PairingOutcome: Sendable {
-    case paired(String)
-    case timedOut
-    case refused(String)
-    case interrupted(Int32)
-    case failed(String)
-
-    var status: Int32 {
-        switch self {
-        case .paired: 0
-        case .failed: 1
-        case .timedOut: 3
-        case .refused: 4
-        case .interrupted(let signal): 128 + signal
-        }
-    }
-}
 
 /// One run of `ancsd pair`: sets up, waits for an outcome, and always undoes what it set up.
-actor PairingWindow {
+public actor PairingWindow {
     static let agentPath: ObjectPath = "/org/ancsd/pair/agent"
     static let advertisementPath: ObjectPath = "/org/ancsd/pair/advertisement0"
 
-    let options: PairCommand.Options
+    let options: PairingOptions
     let logger: Logger
     let interactive: Bool
     private var outcome: PairingOutcome?
@@ -185,14 +35,15 @@ actor PairingWindow {
     private var prompt: Prompt?
     private var tasks: [Task<Void, Never>] = []
 
-    init(options: PairCommand.Options, logger: Logger, interactive: Bool) {
+    /// A window for `options`; `interactive` when a person can answer the passkey question.
+    public init(options: PairingOptions, logger: Logger, interactive: Bool) {
         self.options = options
         self.logger = logger
         self.interactive = interactive
     }
 
     /// Ends the window with `outcome` (the first one wins).
-    func finish(_ outcome: PairingOutcome) {
+    public func finish(_ outcome: PairingOutcome) {
         guard self.outcome == nil else { return }
         self.outcome = outcome
         prompt?.cancel()
@@ -200,7 +51,8 @@ actor PairingWindow {
         waiter = nil
     }
 
-    func run() async -> Int32 {
+    /// Opens the window, waits for its outcome, closes it and reports; the exit status.
+    public func run() async -> Int32 {
         await open()
         if outcome == nil {
             await withCheckedContinuation { waiter = $0 }
@@ -588,44 +440,6 @@ actor PairingWindow {
         case .remote(let name, _) where name == DBusError.Names.serviceUnknown || name == DBusError.Names.nameHasNoOwner:
             return "bluetoothd is not running"
         default: return "\(error)"
-        }
-    }
-}
-
-/// Writes to standard output at once (no buffering: a prompt must show before the answer).
-func say(_ text: String) {
-    _ = writeAll(STDOUT_FILENO, Array(text.utf8))
-}
-
-/// One line from the terminal, read on a thread of its own so that it can be abandoned.
-final class Prompt: Sendable {
-    private let cancelled = Mutex(false)
-
-    func cancel() { cancelled.withLock { $0 = true } }
-
-    /// The line typed (without the newline), or nil at end of input or when cancelled.
-    func readLine() async -> String? {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                var bytes: [UInt8] = []
-                while !self.cancelled.withLock({ $0 }) {
-                    var fds = pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0)
-                    let ready = poll(&fds, 1, 100)
-                    if ready < 0 && errno == EINTR { continue }
-                    guard ready >= 0 else { break }
-                    if ready == 0 { continue }
-                    var byte: UInt8 = 0
-                    let n = read(STDIN_FILENO, &byte, 1)
-                    if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
-                    guard n == 1 else { break }
-                    if byte == 0x0A {
-                        continuation.resume(returning: String(decoding: bytes, as: UTF8.self))
-                        return
-                    }
-                    if bytes.count < 256 { bytes.append(byte) }
-                }
-                continuation.resume(returning: nil)
-            }
         }
     }
 }

@@ -1,25 +1,26 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSRuntime
 import CBluetooth
 
 /// Why the capture cannot write its output or catch its signals.
-struct CaptureError: Error, CustomStringConvertible {
-    var description: String
+public struct CaptureError: Error, CustomStringConvertible {
+    public var description: String
 }
 
 /// Where `ancsd capture` writes: a file (created with mode 0600, truncated) or standard output.
 /// Bytes are gathered and written whole by `flush()`: partial writes, EINTR and a non-blocking
 /// descriptor (EAGAIN) are handled.
-final class CaptureOutput {
+public final class CaptureOutput {
     /// "standard output" or the path, for messages.
-    let name: String
+    public let name: String
     let fd: Int32
     private let ownsDescriptor: Bool
     private var pending: [UInt8] = []
 
     /// Opens `path`, or standard output for `-`.
-    init(path: String) throws(CaptureError) {
+    public init(path: String) throws(CaptureError) {
         if path == "-" {
             fd = STDOUT_FILENO
             ownsDescriptor = false
@@ -45,7 +46,7 @@ final class CaptureOutput {
     }
 
     /// True if the output is a terminal.
-    var isTerminal: Bool { isatty(fd) == 1 }
+    public var isTerminal: Bool { isatty(fd) == 1 }
 
     /// How many bytes wait for `flush()`.
     var pendingCount: Int { pending.count }
@@ -86,12 +87,12 @@ final class CaptureOutput {
 
 /// SIGINT and SIGTERM as a readable pipe, for poll: CBluetooth's C handler writes each signal's
 /// number to it. Until `restore()`, the signals no longer end the process. One at a time.
-final class StopSignals {
+public final class StopSignals {
     let fd: Int32
     private let writeEnd: Int32
     private var restored = false
 
-    init() throws(CaptureError) {
+    public init() throws(CaptureError) {
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { throw CaptureError(description: "cannot create a pipe for signals: \(systemError())") }
         fd = ends[0]
@@ -117,7 +118,7 @@ final class StopSignals {
     }
 
     /// Gives SIGINT and SIGTERM their previous actions back and closes the pipe.
-    func restore() {
+    public func restore() {
         guard !restored else { return }
         restored = true
         cbt_release_stop_signals()

@@ -1,0 +1,20 @@
+public import BlueZ
+public import DBus
+
+/// What `ancsd pair` was asked for: the window's settings.
+public struct PairingOptions: Sendable {
+    /// The name to advertise (cut to 29 bytes); nil: the adapter's alias or the host name.
+    public var name: String?
+    /// How long the window stays open, in seconds.
+    public var timeout = 120
+    /// The adapter to use (`hci0`); nil: the first one that can advertise.
+    public var adapter: String?
+    /// What the phone is shown besides the ANCS solicitation.
+    public var accessory = AccessoryKind.hid
+    /// Accept every passkey without asking.
+    public var yes = false
+    /// The bus where bluetoothd runs.
+    public var bus: BusAddress = .system
+
+    public init() {}
+}
