@@ -5,12 +5,12 @@ import PackageDescription
 ///
 /// The map of the house: every target, lowest layer first, each with the targets it may use in
 /// brackets (none: the standard library, Glibc, Dispatch and Synchronization only). A target uses
-/// only targets of layers below its own. `Tests/LayersTests` checks this list against
+/// only targets of layers below its own. `Tests/LayersTests` checks this map against
 /// `swift package describe` and against the `import`s of every target's sources.
 ///
 /// Layer 0: no other target
 /// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.
-/// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID and the UUIDs of ANCS's service and characteristics.
+/// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID, and the UUIDs of ANCS's service and characteristics.
 /// - `JSON`: a small JSON value, parser and writer.
 /// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
 /// - `CDBus`: libdbus-1 (pkg-config dbus-1).
@@ -21,43 +21,44 @@ import PackageDescription
 ///
 /// Layer 1: protocol state, file formats, the event loop
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
-/// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format and its decoder.
-/// - `ControlProtocol` [JSON]: the control socket's requests and error codes as types (docs/control.md), fuzzed alone.
-/// - `EventLoop` [CEventLoop]: an epoll run loop on one thread: a serial and task executor, descriptors, timers.
+/// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
+/// - `ControlProtocol` [JSON]: the control socket's requests and error codes as types, fuzzed alone.
+/// - `EventLoop` [CEventLoop]: an epoll run loop on one thread, a serial and task executor with timers.
 ///
 /// Layer 2: transports and the runtime
-/// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS capture records.
+/// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
 /// - `DBus` [CDBus, CEventLoop, EventLoop]: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
-/// - `ANCSRuntime` [EventLoop]: what every ancsd process runs on: the logger, the one executor, file and error helpers.
-/// - `ANCSControl` [EventLoop, JSON]: the control socket as its clients see it: its default path, a client connection.
+/// - `ANCSRuntime` [EventLoop]: what every ancsd process runs on: the logger, the one executor, file helpers.
+/// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket as its clients see it.
 ///
-/// Layer 3: BlueZ, and what tests and simulated phones share
-/// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's object tree, GATT client, pairing agent, advertisement, HID accessory.
-/// - `PhoneSimulator` [ANCS, BluetoothUUIDs, DBus, EventLoop, JSON]: a simulated iPhone and bluetoothd on a private bus.
-/// - `TestSupport` [Btsnoop, JSON]: what the test targets share: child processes, private buses, brokers, snoop files.
+/// Layer 3: BlueZ, and what the simulated phones and the tests share
+/// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's objects, GATT client, agent, advertisement, HID accessory.
+/// - `PhoneSimulator` [ANCS, BluetoothUUIDs, DBus, EventLoop, JSON]: simulated iPhones and bluetoothd.
+/// - `TestSupport` [Btsnoop, JSON]: child processes, private buses, brokers, snoop files for the tests.
 ///
 /// Layer 4: the daemon and its companions
 /// - `ANCSDaemon` [ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, CLinux, CSpawn, ControlProtocol, DBus,
 ///   EventLoop, JSON, MQTT]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
-/// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s pairing window: advertisement, agent, passkey prompt.
-/// - `ANCSDesktop` [ANCSControl, ANCSRuntime, DBus, EventLoop, JSON]: `ancsd desktop`, a control-socket client.
-/// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator]: a phone that is a GATT server to a real bluetoothd.
+/// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
+/// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON]: `ancsd desktop`.
+/// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator]: an iPhone on a real bluetoothd.
 ///
 /// Layer 5: tools over captures
 /// - `CaptureTools` [ANCS, ANCSCapture, ANCSDaemon, ANCSRuntime, ANCSSession, Btsnoop, CBluetooth, JSON]:
 ///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
 ///
-/// Layer 6: programs (argument parsing, `--help` and wiring only)
+/// Layer 6: programs (argument parsing, `--help` and wiring)
 /// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, Btsnoop,
-///   CaptureTools, DBus, EventLoop, JSON, MQTT]: the executable.
+///   CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT]: the executable.
 /// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator]: the simulated phone, for `make demo` and the tests.
 /// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator]: the GATT phone, for the system test.
 /// - `ancs-bench` [ANCS]: the protocol core's benchmark.
 /// - `dbus-bench` [DBus]: the D-Bus layer's benchmark.
-/// - `hop-floor` [CEventLoop]: the cost of a hop between threads, the floor under the event loop's.
+/// - `hop-floor` [CEventLoop]: what a hop between threads costs, the floor under the event loop's.
 ///
-/// Test targets: `XTests` tests `X` and may use any target above and `TestSupport`; none is used by another.
+/// Test targets: `Tests/XTests` tests `X` and may use any target on the map; `EndToEndTests` runs the
+/// built programs.
 let strict: [SwiftSetting] = [
     .enableUpcomingFeature("ExistentialAny"),
     .enableUpcomingFeature("InternalImportsByDefault"),

@@ -9,9 +9,15 @@ import TestSupport
     let targets: [PackageTarget]
 
     init() throws {
-        map = LayerMap(manifest: try String(contentsOf: repositoryRoot.appendingPathComponent("Package.swift"), encoding: .utf8))
-        targets = try describePackage()
+        map = try Self.map.get()
+        targets = try Self.described.get()
     }
+
+    /// Read once for all the tests (each test makes a suite value of its own).
+    private static let map = Result {
+        LayerMap(manifest: try String(contentsOf: repositoryRoot.appendingPathComponent("Package.swift"), encoding: .utf8))
+    }
+    private static let described = Result { try describePackage() }
 
     @Test func theMapReads() {
         #expect(map.problems.isEmpty, "\(map.problems.joined(separator: "\n"))")
