@@ -138,7 +138,8 @@ let package = Package(
         .testTarget(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSTests", dependencies: ["ANCS", "BluetoothUUIDs"], swiftSettings: strict),
+        .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(name: "BluetoothUUIDsTests", dependencies: ["BluetoothUUIDs"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "BluetoothUUIDs", "DBus", "TestSupport", "ancs-gatt-phone"],

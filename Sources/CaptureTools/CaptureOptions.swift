@@ -12,6 +12,7 @@ public struct CaptureOptions: Sendable {
 
     /// The file to write, "-" for standard output.
     public var output = "-"
+    /// What the output holds.
     public var format = Format.btsnoop
     /// The one controller kept (hciN), nil for all.
     public var index: UInt16? = nil

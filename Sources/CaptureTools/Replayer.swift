@@ -5,7 +5,9 @@ import ANCSRuntime
 public import ANCSSession
 import JSON
 
-/// The replay's state: one session at a time, the writes it asked for, the answer due.
+/// What `ancsd replay` does: runs the session engine against a recorded capture with a simulated
+/// clock and prints what `ancsd run` printed live. Its state: one session at a time, the writes it
+/// asked for, the answer due.
 public struct Replayer {
     /// Replays the capture at `path` ("-": standard input), printing what `ancsd run` printed
     /// live; warnings name the lines where session and capture disagree. The exit status of
