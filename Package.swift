@@ -5,6 +5,8 @@ import PackageDescription
 ///
 /// Layers (each knows only the one below it):
 /// - `ANCS`: the pure protocol, standard library only, no I/O.
+/// - `SystemCalls`: an owning `FileDescriptor` (EINTR retried, closed once) and `Errno`, over
+///   glibc: the shape of swift-system, which cannot be fetched here.
 /// - `JSON`: a small standard-library-only JSON value, parser and writer.
 /// - `ANCSCapture`: the `ancs-capture/1` file format and its decoder.
 /// - `Btsnoop`: btsnoop files (H4, BlueZ monitor) to ANCS capture records: HCI, L2CAP, ATT;
@@ -45,6 +47,7 @@ let package = Package(
         .target(name: "ANCS", swiftSettings: strict),
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
+        .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
@@ -101,6 +104,7 @@ let package = Package(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(name: "SystemCallsTests", dependencies: ["SystemCalls"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "TestSupport", "ancs-gatt-phone"],
