@@ -1,0 +1,546 @@
+#if canImport(Glibc)
+public import Glibc
+#endif
+public import ANCSRuntime
+import CLinux
+public import ControlProtocol
+public import EventLoop
+public import JSON
+import Synchronization
+
+/// Answers control requests (docs/control.md); the daemon implements it.
+public protocol ControlHandler: Sendable {
+    /// The reply to one valid request, without its `id` (the server adds it). `client`
+    /// identifies the connection, for subscriptions.
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject
+    /// The client went away: drop its subscription.
+    func clientClosed(_ client: ControlServer.ClientID) async
+}
+
+/// Why the control socket could not be set up.
+public struct ControlSocketError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// The control socket: a Unix stream socket speaking JSON Lines (docs/control.md).
+///
+/// Everything runs on the daemon's event loop: the listener and each client are descriptors it
+/// watches, so an idle server costs nothing, and a client's watch is cancelled before its
+/// descriptor is closed (a new client given the same number keeps its registration). Each
+/// client's requests are answered in order; its replies and events wait in a bounded buffer (a
+/// client that stops reading is disconnected when it fills); a request line over the limit gets
+/// an error and the connection is closed. A client that shuts down its sending side still gets
+/// the replies to what it sent. Nothing a client sends can block the daemon or disturb another.
+///
+/// Who may connect: the socket is made with its final mode (0660) and group, and each client's
+/// credentials (SO_PEERCRED) are checked too: root, ancsd's own user, or a member of the
+/// socket's group. When descriptors run out, accepting pauses for a second (logged once per
+/// shortage) rather than spinning on a listener that stays readable.
+public final class ControlServer: @unchecked Sendable {  // mutable state only on `loop`
+    /// Identifies one client connection.
+    public typealias ClientID = UInt64
+
+    /// The longest request line accepted.
+    public static let maxRequestLength = ControlRequest.maxLineLength
+    /// The most bytes waiting to be written to one client.
+    public static let maxPendingBytes = 1 << 20
+    /// How long accepting pauses when descriptors run out.
+    static let shortagePause = Duration.seconds(1)
+    /// For tests: called with the path right after the socket file is made, before anything
+    /// else is done to it.
+    static let afterBind = Mutex<(@Sendable (String) -> Void)?>(nil)
+
+    public let path: String
+    private let loop: EventLoop
+    private let listener: Int32
+    /// The socket file this server made: `stop` removes the path only while it is still that.
+    private let identity: (device: UInt64, inode: UInt64)
+    /// Members of this group may connect (besides root and the daemon's own user).
+    private let allowedGroup: gid_t
+    private let handler: any ControlHandler
+    fileprivate let logger: Logger
+    private var listenerWatch: Watch?
+    private var clients: [ClientID: Client] = [:]
+    private var nextID: ClientID = 0
+    private var stopped = false
+    /// Accepting is paused: descriptors ran out (said once per shortage).
+    private var shortage = false
+    /// Peers refused, by uid: each is logged once.
+    private var refusedUIDs: Set<uid_t> = []
+
+    /// Creates the socket at `path` with `mode` and, if given, `group` (else the group the file
+    /// is made with: the daemon's, or the directory's if it is set-group-ID).
+    ///
+    /// A socket already at `path` that answers belongs to a running daemon: that is an error,
+    /// never taken over. One that refuses connections is left from an earlier run and replaced.
+    /// Clients are served on `loop`, the daemon's, where request tasks run too.
+    public init(
+        path: String, mode: mode_t = 0o660, group: String? = nil, handler: any ControlHandler, logger: Logger,
+        loop: EventLoop
+    ) throws(ControlSocketError) {
+        self.path = path
+        self.loop = loop
+        self.handler = handler
+        self.logger = logger
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, !bytes.contains(0), bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw ControlSocketError(description: "the control socket path is empty or too long: \(path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        let requestedGroup = try Self.groupID(group)
+        try Self.removeStale(path, address)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
+        // Never a moment with more access than `mode` gives: Linux makes the socket file with the
+        // socket's own mode less the umask, so it is made with `mode` or less, then given exactly
+        // `mode` (the process umask is not touched: other threads may be making files).
+        _ = fchmod(fd, mode)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        let bindError = errno
+        if bound == 0 { Self.afterBind.withLock { $0 }?(path) }
+        guard bound == 0 else {
+            close(fd)
+            throw ControlSocketError(description: "cannot make the control socket \(path): \(String(cString: strerror(bindError)))")
+        }
+        var info = stat()
+        // Without --control-group the file keeps the group it was made with (chown is a
+        // privileged call the service's system call filter refuses).
+        guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, chmod(path, mode) == 0,
+              listen(fd, 64) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            unlink(path)
+            throw ControlSocketError(description: "cannot set up the control socket \(path): \(reason)")
+        }
+        identity = (UInt64(info.st_dev), UInt64(info.st_ino))
+        allowedGroup = requestedGroup ?? info.st_gid
+        listener = fd
+    }
+
+    private static func groupID(_ name: String?) throws(ControlSocketError) -> gid_t? {
+        guard let name else { return nil }
+        var entry = Glibc.group()
+        var result: UnsafeMutablePointer<Glibc.group>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getgrnam_r(name, &entry, &buffer, buffer.count, &result) == 0, result != nil else {
+            throw ControlSocketError(description: "no group named \(name) for the control socket")
+        }
+        return entry.gr_gid
+    }
+
+    /// Removes a socket left at `path` by an earlier run; refuses anything else there, and a
+    /// socket a running daemon answers on.
+    private static func removeStale(_ path: String, _ address: sockaddr_un) throws(ControlSocketError) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+            throw ControlSocketError(description: "\(path) exists and is not a socket")
+        }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard probe >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
+        defer { close(probe) }
+        var address = address
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if connected == 0 || errno == EAGAIN {
+            throw ControlSocketError(description: """
+                another ancsd is listening on \(path) (it accepted a connection); stop it first, or give this one \
+                another --control path
+                """)
+        }
+        guard errno == ECONNREFUSED else {
+            throw ControlSocketError(description: "cannot tell whether \(path) is in use: \(String(cString: strerror(errno)))")
+        }
+        unlink(path)  // nobody listens: a stale socket from an earlier run
+    }
+
+    /// Starts accepting clients.
+    public func start() {
+        loop.perform { [self] in
+            guard !stopped else { return }
+            listenerWatch = try? loop.watch(fd: listener, interest: .readable) { [weak self] _ in self?.acceptClients() }
+            if listenerWatch == nil { logger.error("cannot watch the control socket \(path)") }
+        }
+    }
+
+    /// Removes the socket (if the path is still this server's) and closes every connection.
+    /// Safe from any thread, the loop's included.
+    public func stop() {
+        loop.perform { [self] in
+            guard !stopped else { return }
+            stopped = true
+            var info = stat()
+            if lstat(path, &info) == 0, UInt64(info.st_dev) == identity.device, UInt64(info.st_ino) == identity.inode {
+                unlink(path)
+            }
+            listenerWatch?.cancel()
+            listenerWatch = nil
+            for client in clients.values { client.close() }
+            clients = [:]
+            close(listener)
+        }
+    }
+
+    /// Sends an event line to one client; false if the client is gone. While the client waits
+    /// for replies, the line waits behind them: a subscriber gets `{"ok":true,"subscribed":true}`
+    /// before the first event, however soon one comes.
+    @discardableResult
+    public func send(_ line: String, to id: ClientID) -> Bool {
+        loop.perform { [weak self] in
+            guard let self, let client = self.clients[id] else { return }
+            if !client.enqueueEvent(line) {
+                self.logger.warning("control client \(id) stopped reading; disconnected it")
+                self.drop(id)
+            }
+        }
+        return true
+    }
+
+    /// How many clients are connected (read on the loop).
+    public var clientCount: Int {
+        get async {
+            await withCheckedContinuation { done in loop.execute { done.resume(returning: self.clients.count) } }
+        }
+    }
+
+    private func acceptClients() {
+        while !stopped {
+            let fd = ancsd_accept_cloexec_nonblock(listener)
+            if fd >= 0 {
+                if shortage {
+                    shortage = false
+                    logger.info("control socket: descriptors are free again; serving clients")
+                }
+                admit(fd)
+                continue
+            }
+            switch errno {
+            case EINTR, ECONNABORTED, EPROTO:
+                continue
+            case EAGAIN, EWOULDBLOCK:
+                return
+            default:
+                pauseAccepting(reason: String(cString: strerror(errno)))
+                return
+            }
+        }
+    }
+
+    /// Out of descriptors (EMFILE, ENFILE) or memory: the waiting connection cannot be taken,
+    /// and the listener stays readable; accepting pauses instead of spinning.
+    private func pauseAccepting(reason: String) {
+        if !shortage {
+            shortage = true
+            logger.warning("""
+                control socket: cannot accept clients (\(reason), \(clients.count) connected); pausing \
+                \(Self.shortagePause) at a time until it can
+                """)
+        }
+        listenerWatch?.update([])
+        loop.after(Self.shortagePause) { [weak self] in
+            self?.loop.perform { [weak self] in
+                guard let self, !self.stopped else { return }
+                self.listenerWatch?.update(.readable)
+            }
+        }
+    }
+
+    private func admit(_ fd: Int32) {
+        if let refusal = refusal(of: fd) {
+            let line = Array((JSONValue.object(ControlError(.forbidden, refusal.message).reply(id: nil)).serialized + "\n").utf8)
+            _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            close(fd)
+            if refusedUIDs.insert(refusal.uid).inserted, refusedUIDs.count <= 64 {
+                logger.warning("control socket: refused a client of uid \(refusal.uid): \(refusal.message)")
+            }
+            return
+        }
+        nextID += 1
+        let id = nextID
+        guard let client = Client(id: id, fd: fd, loop: loop, server: self) else {
+            close(fd)
+            return
+        }
+        clients[id] = client
+        logger.debug("control client \(id) connected")
+    }
+
+    /// Why the peer on `fd` may not use the socket, if it may not: only root, the daemon's own
+    /// user and members of the socket's group may (the file's mode says so too; this holds
+    /// whatever mode the file was given).
+    private func refusal(of fd: Int32) -> (uid: uid_t, message: String)? {
+        var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))
+        var length = socklen_t(MemoryLayout.size(ofValue: credentials))
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+            return (uid_t.max, "its credentials cannot be read: \(String(cString: strerror(errno)))")
+        }
+        let uid = credentials.uid, gid = credentials.gid
+        if uid == 0 || uid == geteuid() || gid == allowedGroup || Self.isMember(uid: uid, primaryGroup: gid, of: allowedGroup) { return nil }
+        // In a user namespace that does not map the peer (systemd's PrivateUsers=yes maps only
+        // root and the service's user), the peer shows as the overflow uid: who it is cannot be
+        // known here, so the kernel's check of the socket file on connect must have been enough,
+        // which it is only while the file gives others no access.
+        if uid == Self.overflowUID {
+            var info = stat()
+            if lstat(path, &info) == 0, info.st_mode & 0o007 == 0 { return nil }
+        }
+        return (uid, "only root, the daemon's user and members of the control socket's group may use it")
+    }
+
+    /// The uid an unmapped user shows as inside a user namespace (/proc/sys/kernel/overflowuid).
+    static let overflowUID: uid_t = {
+        let fd = open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return 65_534 }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let n = read(fd, &buffer, buffer.count)
+        guard n > 0, let value = UInt32(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: " \n")) else { return 65_534 }
+        return value
+    }()
+
+    /// Whether the user `uid` is in group `group` (the group database's supplementary groups).
+    static func isMember(uid: uid_t, primaryGroup: gid_t, of group: gid_t) -> Bool {
+        var entry = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 16_384)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &result) == 0, result != nil, let name = entry.pw_name else {
+            return false
+        }
+        var count: Int32 = 64
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        if getgrouplist(name, primaryGroup, &groups, &count) < 0 {
+            guard count > 0, count <= 65_536 else { return false }
+            groups = [gid_t](repeating: 0, count: Int(count))
+            guard getgrouplist(name, primaryGroup, &groups, &count) >= 0 else { return false }
+        }
+        return groups.prefix(Int(count)).contains(group)
+    }
+
+    fileprivate func received(line: [UInt8], from client: Client) {
+        let id = client.id
+        let request: ControlRequest
+        switch ControlRequest.parse(line: line) {
+        case .success(let parsed):
+            request = parsed
+        case .failure(let error):
+            client.enqueueReply(error.reply)
+            return
+        }
+        client.pendingReplies += 1
+        let handler = self.handler
+        let order = client.nextRequestNumber()
+        Task(executorPreference: loop) {
+            var answer = await handler.reply(to: request, client: id)
+            if let requestID = request.id { answer["id"] = requestID }
+            let reply = answer
+            self.loop.perform {
+                guard let client = self.clients[id] else { return }
+                client.deliver(reply, order: order)
+            }
+        }
+    }
+
+    fileprivate func drop(_ id: ClientID) {
+        guard let client = clients.removeValue(forKey: id) else { return }
+        client.close()
+        logger.debug("control client \(id) disconnected")
+        let handler = self.handler
+        Task(executorPreference: loop) { await handler.clientClosed(id) }
+    }
+
+    /// One connection; used only on the loop.
+    fileprivate final class Client: @unchecked Sendable {
+        let id: ClientID
+        let fd: Int32
+        private var watch: Watch?
+        private var framer = ControlLineFramer()
+        private var output = FIFOBuffer()
+        private weak var server: ControlServer?
+        private var closed = false
+        /// The client shut down its sending side: once every reply it asked for is written,
+        /// the connection ends.
+        private var inputEnded = false
+        var pendingReplies = 0
+        private var issued = 0
+        private var delivered = 0
+        private var waiting: [Int: JSONObject] = [:]
+        /// Events that came while replies were pending, and their size.
+        private var heldEvents: [String] = []
+        private var heldBytes = 0
+
+        init?(id: ClientID, fd: Int32, loop: EventLoop, server: ControlServer) {
+            self.id = id
+            self.fd = fd
+            self.server = server
+            do {
+                watch = try loop.watch(fd: fd, interest: .readable) { [weak self] ready in
+                    if ready.contains(.writable) { self?.flush() }
+                    if ready.contains(.readable) { self?.readAvailable() }
+                }
+            } catch {
+                return nil
+            }
+        }
+
+        func nextRequestNumber() -> Int {
+            defer { issued += 1 }
+            return issued
+        }
+
+        /// Replies go out in request order, whichever finishes first; events that came while
+        /// replies were pending follow them.
+        func deliver(_ reply: JSONObject, order: Int) {
+            waiting[order] = reply
+            while let next = waiting.removeValue(forKey: delivered) {
+                delivered += 1
+                pendingReplies -= 1
+                enqueueReply(next)
+            }
+            if pendingReplies == 0, !heldEvents.isEmpty {
+                let events = heldEvents
+                heldEvents = []
+                heldBytes = 0
+                for line in events where !enqueue(line) {
+                    server?.logger.warning("control client \(id) stopped reading; disconnected it")
+                    server?.drop(id)
+                    return
+                }
+            }
+            endIfDone()
+        }
+
+        /// Queues an event line, or holds it while replies are pending; false if the client's
+        /// buffer is full.
+        func enqueueEvent(_ line: String) -> Bool {
+            guard pendingReplies > 0 else { return enqueue(line) }
+            guard output.count + heldBytes + line.utf8.count + 1 <= ControlServer.maxPendingBytes else { return false }
+            heldEvents.append(line)
+            heldBytes += line.utf8.count + 1
+            return true
+        }
+
+        func enqueueReply(_ reply: JSONObject) {
+            if !enqueue(JSONValue.object(reply).serialized) { server?.drop(id) }
+        }
+
+        /// Queues a line; false if the buffer is full (the client is not reading).
+        func enqueue(_ line: String) -> Bool {
+            guard !closed else { return true }
+            let bytes = Array(line.utf8) + [0x0A]
+            guard output.count + bytes.count <= ControlServer.maxPendingBytes else { return false }
+            output.append(bytes)
+            flush()
+            return true
+        }
+
+        private func readAvailable() {
+            var chunk = [UInt8](repeating: 0, count: 16_384)
+            while !closed && !inputEnded {
+                let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if count > 0 {
+                    for line in framer.feed(chunk[0..<count]) {
+                        server?.received(line: line, from: self)
+                        if closed { return }
+                    }
+                    if framer.overflowed {
+                        enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply)
+                        inputEnded = true
+                        updateInterest()
+                        endIfDone()
+                        return
+                    }
+                    continue
+                }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 {  // a reset: nobody reads what is left
+                    server?.drop(id)
+                    return
+                }
+                // End of input (perhaps only the client's sending side, as socat does at the end
+                // of its input): a last line without a newline is a request too.
+                if let line = framer.finish() {
+                    server?.received(line: line, from: self)
+                    if closed { return }
+                }
+                inputEnded = true
+                updateInterest()
+                endIfDone()
+                return
+            }
+        }
+
+        /// After the client's input ended: closes once every reply it asked for is written.
+        private func endIfDone() {
+            guard inputEnded, !closed, pendingReplies == 0, output.isEmpty else { return }
+            server?.drop(id)
+        }
+
+        private func flush() {
+            while !closed && !output.isEmpty {
+                let written = output.withFront { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if written > 0 {
+                    output.consume(written)
+                    continue
+                }
+                if written < 0 && errno == EINTR { continue }
+                if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
+                server?.drop(id)
+                return
+            }
+            guard !closed else { return }
+            updateInterest()
+            endIfDone()
+        }
+
+        /// Readable until the input ends; writable only while something waits to be written,
+        /// so an idle client costs nothing.
+        private func updateInterest() {
+            var interest: Watch.Events = inputEnded ? [] : .readable
+            if !output.isEmpty { interest.insert(.writable) }
+            watch?.update(interest)
+        }
+
+        func close() {
+            guard !closed else { return }
+            closed = true
+            watch?.cancel()  // before the descriptor is closed: its number may be reused at once
+            watch = nil
+            Glibc.close(fd)
+        }
+    }
+}
+
+/// Bytes waiting to be written, consumed from the front.
+struct FIFOBuffer {
+    private var bytes: [UInt8] = []
+    private var start = 0
+
+    var count: Int { bytes.count - start }
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ more: [UInt8]) {
+        if start > 0 && start * 2 > bytes.count {
+            bytes.removeFirst(start)
+            start = 0
+        }
+        bytes += more
+    }
+
+    func withFront<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+    }
+
+    mutating func consume(_ count: Int) {
+        start += count
+        if start == bytes.count {
+            bytes = []
+            start = 0
+        }
+    }
+}

@@ -1,0 +1,149 @@
+import ANCS
+public import JSON
+
+/// The MQTT topics of ancsd's MQTT output (docs/mqtt.md). DEVICE is the phone's address in
+/// lower case without colons.
+public struct MQTTTopics: Sendable, Hashable {
+    /// `--mqtt-prefix` (default `ancsd`).
+    public var prefix: String
+
+    public init(prefix: String) { self.prefix = prefix }
+
+    /// `online`, retained; `offline` as the last will.
+    public var status: String { "\(prefix)/status" }
+    /// Every event object, as `--format json` prints it; QoS 1, not retained.
+    public func event(_ device: String) -> String { "\(prefix)/\(device)/event" }
+    /// `connected` / `disconnected`, retained.
+    public func state(_ device: String) -> String { "\(prefix)/\(device)/state" }
+    /// `on` / `off`, retained: whether the phone shares its notifications (`off` from the second
+    /// Control Point write in a row it refused with ATT 0x03; `on` when it accepts one again).
+    public func sharing(_ device: String) -> String { "\(prefix)/\(device)/sharing" }
+    /// The number of notifications the phone holds, retained.
+    public func count(_ device: String) -> String { "\(prefix)/\(device)/count" }
+    /// The latest added notification as one line (`App: Title`), retained.
+    public func latest(_ device: String) -> String { "\(prefix)/\(device)/latest" }
+    /// The latest added notification's event object, retained.
+    public func latestAttributes(_ device: String) -> String { "\(prefix)/\(device)/latest/attributes" }
+    /// Home Assistant's event entity: `{"event_type": CATEGORY, …the event's fields}` per added notification.
+    public func notification(_ device: String) -> String { "\(prefix)/\(device)/notification" }
+    /// With `--mqtt-actions`: `{"uid": N, "action": "positive"|"negative"}`.
+    public func action(_ device: String) -> String { "\(prefix)/\(device)/action" }
+    /// The phone's answer to an action.
+    public func actionResult(_ device: String) -> String { "\(prefix)/\(device)/action/result" }
+    /// What the action subscription listens to.
+    public var actionFilter: String { "\(prefix)/+/action" }
+
+    /// DEVICE for an address: `AA:BB:CC:DD:EE:FF` → `aabbccddeeff`.
+    public static func device(_ address: String) -> String {
+        String(address.lowercased().filter { $0 != ":" })
+    }
+
+    /// The address for DEVICE: `aabbccddeeff` → `AA:BB:CC:DD:EE:FF`; nil if it is not one.
+    public static func address(_ device: String) -> String? {
+        guard device.count == 12, device.allSatisfy(\.isHexDigit) else { return nil }
+        var parts: [String] = []
+        var rest = Substring(device.uppercased())
+        while !rest.isEmpty {
+            parts.append(String(rest.prefix(2)))
+            rest = rest.dropFirst(2)
+        }
+        return parts.joined(separator: ":")
+    }
+
+    /// A topic prefix a user may give: non-empty levels, no wildcards, no leading or trailing `/`.
+    public static func isValidPrefix(_ text: String) -> Bool {
+        !text.isEmpty && !text.contains("+") && !text.contains("#") && !text.contains("\0")
+            && text.split(separator: "/", omittingEmptySubsequences: false).allSatisfy { !$0.isEmpty }
+    }
+}
+
+/// Home Assistant MQTT discovery (https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery):
+/// per phone one device with four entities, each a retained config message at
+/// `DISCOVERY/COMPONENT/ancsd_DEVICE/OBJECT/config`.
+public struct HomeAssistantDiscovery: Sendable {
+    public var topics: MQTTTopics
+    /// The discovery prefix (`homeassistant` by default).
+    public var discoveryPrefix: String
+    public var version: String
+
+    public init(topics: MQTTTopics, discoveryPrefix: String, version: String) {
+        self.topics = topics
+        self.discoveryPrefix = discoveryPrefix
+        self.version = version
+    }
+
+    /// The event types of the event entity: every category name, and `reserved`.
+    public static let eventTypes: [String] = (0...11).compactMap { CategoryID(rawValue: UInt8($0)).name } + ["reserved"]
+
+    /// Home Assistant's own status topic: `online` when it (re)starts and wants discovery again.
+    public var birthTopic: String { "\(discoveryPrefix)/status" }
+
+    /// The configs for one phone: (topic, payload) pairs, all to be published retained.
+    public func configs(address: String, name: String?) -> [(topic: String, payload: JSONValue)] {
+        let device = MQTTTopics.device(address)
+        let node = "ancsd_\(device)"
+        let deviceBlock: JSONValue = [
+            "identifiers": [.string(node)],
+            "connections": [["bluetooth", .string(address.lowercased())]],
+            "name": .string(name.map(EventFormatter.sanitize).flatMap { $0.isEmpty ? nil : $0 } ?? "iPhone \(address)"),
+            "manufacturer": "Apple",
+            "model": "iPhone (ANCS)",
+        ]
+        let origin: JSONValue = ["name": "ancsd", "sw_version": .string(version)]
+        let online: JSONValue = ["topic": .string(topics.status)]
+        let phoneConnected: JSONValue = [
+            "topic": .string(topics.state(device)), "payload_available": "connected", "payload_not_available": "disconnected",
+        ]
+        func config(_ object: String, _ fields: JSONObject, availability: [JSONValue]) -> JSONValue {
+            var out: JSONObject = ["unique_id": .string("\(node)_\(object)")]
+            for (key, value) in fields { out.append(key, value) }
+            out.append("availability", .array(availability))
+            if availability.count > 1 { out.append("availability_mode", "all") }
+            out.append("device", deviceBlock)
+            out.append("origin", origin)
+            return .object(out)
+        }
+        return [
+            ("\(discoveryPrefix)/binary_sensor/\(node)/connected/config", config("connected", [
+                "name": "Connected", "device_class": "connectivity", "state_topic": .string(topics.state(device)),
+                "payload_on": "connected", "payload_off": "disconnected",
+            ], availability: [online])),
+            ("\(discoveryPrefix)/binary_sensor/\(node)/sharing/config", config("sharing", [
+                "name": "Sharing notifications", "icon": "mdi:bell-check", "state_topic": .string(topics.sharing(device)),
+                "payload_on": "on", "payload_off": "off",
+            ], availability: [online, phoneConnected])),
+            ("\(discoveryPrefix)/sensor/\(node)/notifications/config", config("notifications", [
+                "name": "Notifications", "icon": "mdi:bell", "state_topic": .string(topics.count(device)),
+                "state_class": "measurement", "unit_of_measurement": "notifications",
+            ], availability: [online, phoneConnected])),
+            ("\(discoveryPrefix)/sensor/\(node)/latest/config", config("latest", [
+                "name": "Latest notification", "icon": "mdi:message-text", "state_topic": .string(topics.latest(device)),
+                "json_attributes_topic": .string(topics.latestAttributes(device)),
+            ], availability: [online])),
+            ("\(discoveryPrefix)/event/\(node)/notification/config", config("notification", [
+                "name": "Notification", "icon": "mdi:cellphone-message", "state_topic": .string(topics.notification(device)),
+                "event_types": .array(Self.eventTypes.map { .string($0) }),
+            ], availability: [online])),
+        ]
+    }
+
+    /// The latest sensor's state: `App: Title` (or the app alone), sanitized, at most 255
+    /// characters (Home Assistant's limit for a state).
+    public static func latestState(_ event: JSONValue) -> String {
+        let app = event["app_name"]?.stringValue ?? event["app_id"]?.stringValue ?? event["category"]?.stringValue ?? "notification"
+        var text = EventFormatter.sanitize(app)
+        if let title = event["title"]?.stringValue.map(EventFormatter.sanitize), !title.isEmpty { text += ": " + title }
+        if text.unicodeScalars.count > 255 {
+            text = String(String.UnicodeScalarView(text.unicodeScalars.prefix(254))) + "…"
+        }
+        return text
+    }
+
+    /// The event entity's payload for an added notification: `event_type` (its category),
+    /// then the event's fields.
+    public static func eventPayload(_ event: JSONValue) -> JSONValue {
+        var object: JSONObject = ["event_type": .string(event["category"]?.stringValue ?? "reserved")]
+        for (key, value) in event.objectValue ?? [:] { object.append(key, value) }
+        return .object(object)
+    }
+}

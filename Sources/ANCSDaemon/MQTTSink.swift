@@ -1,0 +1,294 @@
+import ANCS
+public import ANCSRuntime
+public import Dispatch
+public import JSON
+public import MQTT
+import Synchronization
+
+/// What `--mqtt` and its companions ask for (docs/mqtt.md).
+public struct MQTTSettings: Sendable, Equatable {
+    public var endpoint: MQTTEndpoint
+    /// `--mqtt-password-file`: read when the output starts; never on the command line.
+    public var passwordFile: String?
+    /// `--mqtt-ca`: the CA certificate file for `mqtts://`.
+    public var caFile: String?
+    public var prefix = "ancsd"
+    /// nil: no Home Assistant discovery (`--mqtt-discovery-prefix none`).
+    public var discoveryPrefix: String? = "homeassistant"
+    /// `--mqtt-actions`: take actions on `PREFIX/DEVICE/action`.
+    public var actions = false
+    /// Messages that wait for the broker at most (the oldest events go first past it).
+    public var queueLimit = 1000
+    public var keepAlive: Int32 = 60
+
+    public init(endpoint: MQTTEndpoint) {
+        self.endpoint = endpoint
+    }
+}
+
+/// The phones' notification counts, for the MQTT count sensor (the Daemon conforms): replays
+/// that `--replays` holds back never reach an output, but the phone holds them all the same.
+public protocol NotificationCounts: Sendable {
+    /// How many notifications phone `device` (`AA:BB:…`) holds now; nil if it is not connected.
+    func notificationCount(device: String) async -> Int?
+}
+
+/// The MQTT output (docs/mqtt.md): every event on `PREFIX/DEVICE/event` (QoS 1), each phone's
+/// state, notification count and latest notification as retained topics, `PREFIX/status`
+/// online with `offline` as the last will, Home Assistant discovery, and with `--mqtt-actions`
+/// actions taken from `PREFIX/DEVICE/action`.
+///
+/// Queue and policy: `send` only formats and hands the messages to the `MQTTClient`, whose
+/// queue holds at most `queueLimit` messages (default 1000) waiting for the broker, in order,
+/// through a broker that is down at the start or restarts; past the bound the oldest events are
+/// dropped (counted and logged), while retained state replaces its own older value. The client
+/// runs on the sink's own serial queue (no thread, no loop thread: a read source, a write
+/// source only while there is something to write, and one keep-alive timer), so no other
+/// output ever waits for MQTT, and `flush` at shutdown may block the daemon's executor.
+public final class MQTTSink: OutputSink {
+    public let name: String
+    public let settings: MQTTSettings
+    private let topics: MQTTTopics
+    private let discovery: HomeAssistantDiscovery?
+    private let client: MQTTClient
+    private let logger: Logger
+    private let queue: DispatchQueue
+
+    private struct Phone {
+        var name: String?
+        var announced = false
+        /// What the retained `sharing` topic says, nil before anything was published there.
+        var sharing: Bool?
+    }
+    private struct State {
+        var context: OutputContext?
+        var phones: [String: Phone] = [:]
+        var stopped = false
+    }
+    private let state = Mutex(State())
+
+    /// `password`: the content of the password file, read by the caller.
+    public init(settings: MQTTSettings, password: String?, version: String, logger: Logger, clientID: String) {
+        self.settings = settings
+        self.logger = logger
+        name = "MQTT \(settings.endpoint)"
+        topics = MQTTTopics(prefix: settings.prefix)
+        discovery = settings.discoveryPrefix.map { HomeAssistantDiscovery(topics: MQTTTopics(prefix: settings.prefix), discoveryPrefix: $0, version: version) }
+        var configuration = MQTTConfiguration(endpoint: settings.endpoint, clientID: clientID)
+        configuration.password = password
+        configuration.caFile = settings.caFile
+        configuration.keepAlive = settings.keepAlive
+        configuration.queueLimit = settings.queueLimit
+        configuration.will = MQTTMessage(topic: topics.status, text: "offline", retain: true)
+        configuration.farewell = MQTTMessage(topic: topics.status, text: "offline", retain: true)
+        queue = DispatchQueue(label: "ancsd.mqtt")
+        let relay = EventRelay()
+        client = MQTTClient(configuration: configuration, queue: queue) { relay.sink?.clientEvent($0) }
+        relay.sink = self
+    }
+
+    /// Breaks the init-time cycle: the client's handler reaches the sink once it exists.
+    private final class EventRelay: @unchecked Sendable {
+        weak var sink: MQTTSink?
+    }
+
+    public func start(_ context: OutputContext) {
+        // A reload that keeps the MQTT settings hands this sink to the new router, which starts
+        // it again: the connection (and the retained `online`) stays.
+        let first = state.withLock { state -> Bool in
+            defer { state.context = context }
+            return state.context == nil
+        }
+        guard first else { return }
+        client.publish(MQTTMessage(topic: topics.status, text: "online", retain: true))
+        if let discovery { client.subscribe(discovery.birthTopic) }
+        if settings.actions { client.subscribe(topics.actionFilter) }
+        logger.info("MQTT: publishing to \(settings.endpoint) under \(settings.prefix)/"
+            + (settings.discoveryPrefix.map { ", Home Assistant discovery under \($0)/" } ?? "")
+            + (settings.actions ? ", actions taken from \(topics.actionFilter)" : ""))
+        client.start()
+    }
+
+    /// Publishes the retained `sharing` state when it differs from what was published last.
+    private func publishSharing(_ allowed: Bool, device: String) {
+        let changed = state.withLock { state -> Bool in
+            guard state.phones[device, default: Phone()].sharing != allowed else { return false }
+            state.phones[device, default: Phone()].sharing = allowed
+            return true
+        }
+        if changed { client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true)) }
+    }
+
+    public func send(_ record: OutputRecord) {
+        let device = MQTTTopics.device(record.device)
+        switch record.event {
+        case .connected(let address, let name):
+            announce(address: address, name: name, force: false)
+            client.publish(MQTTMessage(topic: topics.state(device), text: "connected", retain: true))
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            refreshCount(address: address, device: device, after: [.seconds(3), .seconds(15)])
+        case .disconnected(let address, _):
+            announce(address: address, name: nil, force: false)
+            client.publish(MQTTMessage(topic: topics.state(device), text: "disconnected", retain: true))
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+        case .sharing(let address, let allowed):
+            announce(address: address, name: nil, force: false)
+            publishSharing(allowed, device: device)
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+        case .notification(let event, let address, _):
+            announce(address: address, name: nil, force: false)
+            // A notification whose attributes all came proves the phone shares: the retained
+            // `sharing` topic (Home Assistant's sensor) says so before any episode of it off.
+            if event.notification.attributesComplete { publishSharing(true, device: device) }
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            if event.kind == .added {
+                let json = record.json
+                client.publish(MQTTMessage(topic: topics.latest(device), text: HomeAssistantDiscovery.latestState(json), retain: true))
+                client.publish(MQTTMessage(topic: topics.latestAttributes(device), text: record.jsonLine, retain: true))
+                if discovery != nil {
+                    client.publish(MQTTMessage(topic: topics.notification(device), text: HomeAssistantDiscovery.eventPayload(json).serialized))
+                }
+            }
+            refreshCount(address: address, device: device, after: [])
+        }
+    }
+
+    public func flush(timeout: DispatchTimeInterval) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let delivered = Mutex(false)
+        client.finish(timeout: timeout) { all in
+            delivered.withLock { $0 = all }
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + timeout + .seconds(1))
+        let all = delivered.withLock { $0 }
+        if !all { logger.warning("MQTT: some events were not delivered before stopping (the broker is unreachable)") }
+        return all
+    }
+
+    public func report() async -> JSONObject {
+        let counters = client.snapshot
+        return [
+            "connected": .bool(counters.connected), "connections": .int(counters.connections), "delivered": .int(counters.delivered),
+            "queued": .int(counters.queued), "dropped": .int(counters.dropped),
+        ]
+    }
+
+    /// Disconnects, publishing `offline`. The router calls it only when no router feeds the sink
+    /// any more: a reload that keeps the MQTT settings keeps the sink and does not stop it.
+    public func stop() {
+        let first = state.withLock { state -> Bool in
+            defer { state.stopped = true }
+            return !state.stopped && state.context != nil
+        }
+        if first { client.finish(timeout: .seconds(2)) { _ in } }
+    }
+
+    // MARK: Helpers
+
+    /// Publishes the phone's discovery configs once (again when its name becomes known, or
+    /// when `force`: Home Assistant restarted).
+    private func announce(address: String, name: String?, force: Bool) {
+        guard let discovery else { return }
+        let device = MQTTTopics.device(address)
+        let shouldAnnounce = state.withLock { state -> Bool in
+            var phone = state.phones[device] ?? Phone()
+            let renamed = name != nil && name != phone.name
+            if let name { phone.name = name }
+            defer { phone.announced = true; state.phones[device] = phone }
+            return force || !phone.announced || renamed
+        }
+        guard shouldAnnounce else { return }
+        let knownName = state.withLock { $0.phones[device]?.name }
+        for (topic, payload) in discovery.configs(address: address, name: knownName) {
+            client.publish(MQTTMessage(topic: topic, text: payload.serialized, retain: true))
+        }
+    }
+
+    /// Publishes the phone's notification count now and after each of `delays` (the replays a
+    /// phone sends on connecting may be held back by `--replays` and reach no output).
+    private func refreshCount(address: String, device: String, after delays: [DispatchTimeInterval]) {
+        guard let context = state.withLock({ $0.context }), let counts = context.actions as? any NotificationCounts else { return }
+        let client = self.client, topic = topics.count(device)
+        let publish: @Sendable () -> Void = {
+            Task(executorPreference: context.executor) {
+                guard let count = await counts.notificationCount(device: address) else { return }
+                client.publish(MQTTMessage(topic: topic, text: String(count), retain: true))
+            }
+        }
+        publish()
+        for delay in delays { queue.asyncAfter(deadline: .now() + delay, execute: publish) }
+    }
+
+    private func clientEvent(_ event: MQTTClientEvent) {
+        switch event {
+        case .connected:
+            logger.info("MQTT: connected to \(settings.endpoint)")
+        case .disconnected(let reason, let retry):
+            logger.warning("MQTT: \(settings.endpoint): \(reason); retrying in \(retry)")
+        case .dropped(let count):
+            logger.warning("MQTT: dropped the \(count) oldest events: \(settings.queueLimit) messages were waiting for the broker (unreachable, or slower than the events came)")
+        case .message(let topic, let payload, let retained):
+            if let discovery, topic == discovery.birthTopic {
+                guard String(decoding: payload, as: UTF8.self) == "online" else { return }
+                let phones = state.withLock { $0.phones.keys.compactMap(MQTTTopics.address) }
+                for address in phones { announce(address: address, name: nil, force: true) }
+            } else if settings.actions {
+                guard !retained else {
+                    logger.warning("MQTT: ignored a retained message on \(topic): an action is taken only when it is sent")
+                    return
+                }
+                action(topic: topic, payload: payload)
+            }
+        }
+    }
+
+    /// Takes `{"uid": N, "action": "positive"|"negative"}` from `PREFIX/DEVICE/action`, and
+    /// publishes the phone's answer on `PREFIX/DEVICE/action/result`.
+    private func action(topic: String, payload: [UInt8]) {
+        let prefixLevels = settings.prefix.split(separator: "/", omittingEmptySubsequences: false).count
+        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard levels.count == prefixLevels + 2, levels.last == "action" else { return }
+        let device = String(levels[prefixLevels])
+        let resultTopic = topics.actionResult(device)
+        guard let address = MQTTTopics.address(device) else {
+            return answer(resultTopic, Self.failure("bad_request", "\(device) is not a phone's address in lower case without colons"))
+        }
+        let request: JSONValue
+        do {
+            request = try JSONValue(parsing: payload)
+        } catch {
+            return answer(resultTopic, Self.failure("bad_request", "the action is not JSON: \(error)"))
+        }
+        let uidValue = request["uid"] ?? .null, actionValue = request["action"] ?? .null
+        guard let uid = uidValue.intValue.flatMap(UInt32.init(exactly:)) else {
+            return answer(resultTopic, Self.failure("bad_request", "\"uid\" must be a notification's uid"), uid: uidValue, action: actionValue)
+        }
+        guard let name = actionValue.stringValue, let actionID = ActionID.named(name) else {
+            return answer(resultTopic, Self.failure("bad_request", "\"action\" must be \"positive\" or \"negative\""), uid: uidValue, action: actionValue)
+        }
+        guard let context = state.withLock({ $0.context }) else { return }
+        logger.info("MQTT: \(name) action on \(address) notification \(uid)")
+        Task(executorPreference: context.executor) {
+            let reply = await context.actions.performAction(actionID, uid: uid, device: address)
+            self.answer(resultTopic, reply, uid: uidValue, action: actionValue)
+        }
+    }
+
+    /// Publishes an action's answer: the request's uid and action, then the control socket's reply.
+    private func answer(_ topic: String, _ reply: JSONObject, uid: JSONValue = .null, action: JSONValue = .null) {
+        var object: JSONObject = ["uid": uid, "action": action]
+        for (key, value) in reply { object.append(key, value) }
+        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized))
+    }
+
+    private static func failure(_ code: String, _ message: String) -> JSONObject {
+        ["ok": false, "error": ["code": .string(code), "message": .string(message)]]
+    }
+}
+
+extension Daemon: NotificationCounts {
+    public func notificationCount(device: String) -> Int? {
+        links.values.first { $0.device.address == device && $0.state == .running }?.session.notificationCount
+    }
+}

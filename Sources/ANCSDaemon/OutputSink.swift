@@ -1,0 +1,168 @@
+public import ANCS
+public import ANCSRuntime
+public import Dispatch
+public import JSON
+import Synchronization
+
+/// One output of the daemon: standard output, the FIFO, a control-socket subscriber, a command
+/// per event, MQTT… The `OutputRouter` hands every event to every sink; sinks never know of
+/// each other (the shape of swift-log's `LogHandler`).
+///
+/// Each sink owns its queue, its bound and what it does when the bound is reached, and says so
+/// in its documentation. `send` is called on the daemon's executor for every event and must
+/// return at once: no blocking I/O, no waiting for a reader, a broker or a child process.
+/// Adding an output means writing one conforming type and creating it in `RunCommand.makeOutput`.
+public protocol OutputSink: AnyObject, Sendable {
+    /// A name for log lines ("standard output", the FIFO's path, "exec", "control client 3").
+    var name: String { get }
+
+    /// Called before the first event with the way back into the daemon (sinks that take
+    /// commands, such as MQTT actions, keep `context.actions`): once per router that feeds the
+    /// sink, so again for a sink a reload keeps; make it idempotent. The default does nothing.
+    func start(_ context: OutputContext)
+
+    /// Takes one event. Must not block: queue it, or drop by the sink's own policy.
+    func send(_ event: OutputRecord)
+
+    /// Waits (blocking the caller) until what is queued has been delivered or `timeout` passed;
+    /// true if everything was delivered. Used only at shutdown, off the daemon's executor.
+    /// The default returns true at once.
+    func flush(timeout: DispatchTimeInterval) -> Bool
+
+    /// The router no longer feeds this sink (a reload replaced the outputs, or the daemon is
+    /// ending): release what it holds. Called once, after the last `send`. The default does nothing.
+    func stop()
+
+    /// What `ancsd status` shows of this output besides its name: its counters, and whether a
+    /// network output is connected (never content). Must answer soon: it waits at most for
+    /// the sink's own queue. The default is empty.
+    func report() async -> JSONObject
+}
+
+extension OutputSink {
+    public func start(_ context: OutputContext) {}
+    public func flush(timeout: DispatchTimeInterval) -> Bool { true }
+    public func stop() {}
+    public func report() async -> JSONObject { [:] }
+}
+
+/// What a sink may use from the daemon.
+public struct OutputContext: Sendable {
+    /// Performs phone actions, as the control socket's `action` command does.
+    public var actions: any PhoneActions
+    /// The daemon's executor: a sink that wants to watch descriptors or run timers without a
+    /// thread of its own does so on this loop (`watch`, `makeTimer`). Its handlers must stay short.
+    public var executor: DaemonExecutor
+
+    public init(actions: any PhoneActions, executor: DaemonExecutor) {
+        self.actions = actions
+        self.executor = executor
+    }
+}
+
+/// The way back from an output to a phone.
+public protocol PhoneActions: Sendable {
+    /// Asks phone `device` (an address such as `AA:BB:CC:DD:EE:FF`, any case) to perform
+    /// `action` on its notification `uid`. The answer is the control socket's `action` reply
+    /// (docs/control.md): `{"ok": true, "result": "performed"}`, or `{"ok": false, "error":
+    /// {"code": …, "message": …}}` with the codes `no_such_device`, `no_such_notification`,
+    /// `not_available`, `notification_gone`, `action_failed`, `failed`.
+    func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject
+}
+
+/// One event on its way to the sinks, with its renderings made lazily: the first sink that
+/// asks for the JSON line or the text line formats it, every later one gets the same one.
+public final class OutputRecord: Sendable {
+    public let event: OutputEvent
+    private struct Forms {
+        var json: JSONValue?
+        var jsonLine: String?
+        var textLine: String?
+        /// The lines as UTF-8 bytes with their newline, as the line sinks write them.
+        var jsonBytes: [UInt8]?
+        var textBytes: [UInt8]?
+    }
+    private let forms = Mutex(Forms())
+
+    public init(_ event: OutputEvent) {
+        self.event = event
+    }
+
+    /// The phone's address, as in the event.
+    public var device: String {
+        switch event {
+        case .notification(_, let device, _), .connected(let device, _), .disconnected(let device, _), .sharing(let device, _): device
+        }
+    }
+
+    /// The event's JSON object (docs/output.md).
+    public var json: JSONValue {
+        forms.withLock { forms in
+            if let json = forms.json { return json }
+            let json = EventFormatter.json(event)
+            forms.json = json
+            return json
+        }
+    }
+
+    /// The JSON object on one line, exactly as `--format json` prints it (no newline).
+    public var jsonLine: String {
+        forms.withLock { forms in
+            if let line = forms.jsonLine { return line }
+            let line = forms.jsonBytes.map { String(decoding: $0.dropLast(), as: UTF8.self) } ?? EventFormatter.jsonLine(event)
+            forms.jsonLine = line
+            return line
+        }
+    }
+
+    /// The readable line `--format text` prints (no newline).
+    public var textLine: String {
+        forms.withLock { forms in
+            if let line = forms.textLine { return line }
+            let line = EventFormatter.text(event)
+            forms.textLine = line
+            return line
+        }
+    }
+
+    /// The line in `format`.
+    public func line(_ format: OutputFormat) -> String {
+        switch format {
+        case .json: jsonLine
+        case .text: textLine
+        }
+    }
+
+    /// The line in `format` as UTF-8 bytes followed by a newline: what a line sink writes. The
+    /// JSON line is written straight into its bytes (`EventFormatter.writeJSON`).
+    public func lineBytes(_ format: OutputFormat) -> [UInt8] {
+        forms.withLock { forms in
+            switch format {
+            case .json:
+                if let bytes = forms.jsonBytes { return bytes }
+                var out = JSONWriter(capacity: 512)
+                EventFormatter.writeJSON(event, to: &out)
+                out.newline()
+                let bytes = out.bytes
+                forms.jsonBytes = bytes
+                return bytes
+            case .text:
+                if let bytes = forms.textBytes { return bytes }
+                let line = forms.textLine ?? EventFormatter.text(event)
+                forms.textLine = line
+                let bytes = newlineTerminated(line)
+                forms.textBytes = bytes
+                return bytes
+            }
+        }
+    }
+}
+
+/// `line`'s UTF-8 bytes followed by a newline, as a line sink writes them.
+func newlineTerminated(_ line: String) -> [UInt8] {
+    var bytes = [UInt8]()
+    bytes.reserveCapacity(line.utf8.count + 1)
+    bytes += line.utf8
+    bytes.append(0x0A)
+    return bytes
+}

@@ -1,0 +1,213 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CLinux
+public import ANCSRuntime
+import Synchronization
+
+/// Keeps a long-running daemon's resident memory to what it uses.
+public enum ProcessMemory {
+    /// Makes every thread allocate from glibc's main heap (`M_ARENA_MAX` 1). By default each
+    /// thread that allocates gets an arena of its own, and what it frees stays in that arena's
+    /// free lists: the daemon's few threads (its executor's worker, the output writer, libdbus
+    /// through them) otherwise keep a few hundred kB apart each. They rarely allocate at the same
+    /// moment, so sharing one heap costs no waiting. A thread that has an arena keeps it: call this
+    /// early.
+    public static func useOneMallocArena() {
+        _ = ancsd_use_one_malloc_arena()
+    }
+
+    /// What `releaseStartupText()` released.
+    public struct Release: Sendable, Equatable {
+        /// How many mappings were advised.
+        public var mappings = 0
+        /// Their total size in bytes (resident or not).
+        public var bytes = 0
+    }
+
+    /// Gives back the resident file pages the process needed only to start.
+    ///
+    /// Starting touches code and read-only data all over the binary and its shared libraries
+    /// (the Swift runtime's and standard library's initialisation, the dynamic linker's symbol
+    /// lookups, argument parsing, the bus handshake), and for each page fault the kernel maps the
+    /// 64 KiB of page cache around it (fault-around): after start-up about 6.6 MB of the static
+    /// `ancsd` file's text and 1.7 MB of the libraries' read-only data are resident, most of it
+    /// never used again. This unmaps (`MADV_DONTNEED`) the resident pages of every private,
+    /// non-writable mapping of a file (`r-xp` code, `r--p` read-only data) that holds no private
+    /// copy of a page (`Anonymous: 0 kB`), so every page it drops is exactly the file's page: the
+    /// pages stay in the page cache, and the next use of one maps it back with a minor fault (no
+    /// I/O while the file is cached). Writable mappings, and read-only ones with relocated pages
+    /// (RELRO), are never touched.
+    @discardableResult
+    public static func releaseStartupText() -> Release {
+        var release = Release()
+        for mapping in cleanFileMappings() {
+            guard let start = UnsafeMutableRawPointer(bitPattern: mapping.start) else { continue }
+            let length = Int(mapping.end - mapping.start)
+            if madvise(start, length, MADV_DONTNEED) == 0 {
+                release.mappings += 1
+                release.bytes += length
+            }
+        }
+        return release
+    }
+
+    /// Gives the free pages inside malloc's heaps back to the kernel (`malloc_trim(0)`): after a
+    /// burst, the memory its notifications used stays in malloc's free lists, resident, spread
+    /// between chunks still in use, where glibc's own trimming (only the top of a heap) does not
+    /// reach. True if memory was given back.
+    @discardableResult
+    public static func trimHeap() -> Bool {
+        ancsd_malloc_trim() != 0
+    }
+
+    struct Mapping: Equatable {
+        var start: UInt
+        var end: UInt
+    }
+
+    /// The private non-writable mappings of a file whose pages are all the file's own.
+    static func cleanFileMappings() -> [Mapping] {
+        guard let text = readProcFile("/proc/self/smaps") else { return [] }
+        return parseSmaps(text)
+    }
+
+    /// Parses `/proc/PID/smaps` text into the mappings `releaseStartupText` may advise.
+    static func parseSmaps(_ text: [UInt8]) -> [Mapping] {
+        var result: [Mapping] = []
+        var candidate: Mapping?
+        for line in text.split(separator: 0x0A) {
+            let fields = line.split(separator: 0x20, omittingEmptySubsequences: true)
+            guard let first = fields.first else { continue }
+            if let dash = first.firstIndex(of: 0x2D), fields.count >= 5 {
+                // A mapping's header: start-end perms offset dev inode [path]
+                candidate = nil
+                guard fields.count >= 6, fields[5].first == 0x2F,  // a file's path
+                    Array(fields[1]) == Array("r-xp".utf8) || Array(fields[1]) == Array("r--p".utf8),
+                    let start = hex(first[first.startIndex..<dash]),
+                    let end = hex(first[first.index(after: dash)...]), end > start
+                else { continue }
+                candidate = Mapping(start: start, end: end)
+            } else if Array(first) == Array("Anonymous:".utf8), let mapping = candidate {
+                if fields.count >= 2, Array(fields[1]) == [0x30] { result.append(mapping) }  // "0" kB
+                candidate = nil
+            }
+        }
+        return result
+    }
+
+    private static func hex(_ digits: ArraySlice<UInt8>) -> UInt? {
+        guard !digits.isEmpty, digits.count <= 16 else { return nil }
+        var value: UInt = 0
+        for byte in digits {
+            let digit: UInt8
+            switch byte {
+            case 0x30...0x39: digit = byte - 0x30
+            case 0x61...0x66: digit = byte - 0x61 + 10
+            default: return nil
+            }
+            value = value << 4 | UInt(digit)
+        }
+        return value
+    }
+
+    private static func readProcFile(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var result: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return nil }
+            if count == 0 { return result }
+            result.append(contentsOf: chunk[0..<count])
+        }
+    }
+}
+
+/// Gives back, once the daemon has been quiet for a while, the file pages its work touched again
+/// since the last release and the free pages of malloc's heaps.
+///
+/// After the start-up release (`ProcessMemory.releaseStartupText`) every code path the daemon
+/// runs maps its pages back, 64 KiB per fault, and they stay resident for the life of the
+/// process: over hours the rare paths (a reload, an error answer, an action, a reconnect) add up
+/// to megabytes of code that runs once in a while; and a burst leaves its freed memory resident
+/// in malloc's free lists. This sink gets every event from the output router (attached once
+/// under `key`; a reload carries it over) and, when `quiet` has passed with no event, runs the
+/// same release again (the same minor faults when the code runs again) and
+/// `ProcessMemory.trimHeap()`. One timer at a time: the first event arms it; when it fires it
+/// arms itself again if events came meanwhile, and otherwise releases and stays disarmed. So
+/// while events flow it wakes the daemon once per `quiet`, and an idle daemon has no timer at
+/// all (no wakeups). Work that makes no event (a control request, a queue drained) is not seen:
+/// what it maps in stays until the next event's quiet spell.
+public final class QuietRelease: OutputSink {
+    /// The key it is attached to the output router under.
+    public static let key = "ancsd.quiet-release"
+    public let name = "the release of file pages after a quiet spell"
+    /// How long without an event before the release.
+    public let quiet: Duration
+    private let schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void
+    private let release: @Sendable () -> Void
+    private struct State {
+        var armed = false
+        var busy = false
+    }
+    private let state = Mutex(State())
+
+    /// Releases on the daemon's executor (its timers) `quiet` after the last event.
+    public convenience init(executor: DaemonExecutor, quiet: Duration = .seconds(2)) {
+        self.init(
+            quiet: quiet,
+            schedule: { delay, work in executor.after(delay, work) },
+            release: {
+                ProcessMemory.releaseStartupText()
+                ProcessMemory.trimHeap()
+            })
+    }
+
+    /// `schedule(delay, work)` runs `work` once after `delay`; `release` gives the pages back.
+    init(
+        quiet: Duration, schedule: @escaping @Sendable (Duration, @escaping @Sendable () -> Void) -> Void,
+        release: @escaping @Sendable () -> Void
+    ) {
+        self.quiet = quiet
+        self.schedule = schedule
+        self.release = release
+    }
+
+    public func send(_ event: OutputRecord) {
+        activity()
+    }
+
+    /// Notes an event: arms the timer if it is not armed, else marks the current spell busy.
+    func activity() {
+        let arm = state.withLock { state -> Bool in
+            guard state.armed else {
+                state.armed = true
+                state.busy = false  // this event starts the spell the timer measures
+                return true
+            }
+            state.busy = true
+            return false
+        }
+        if arm { schedule(quiet) { self.fired() } }
+    }
+
+    private func fired() {
+        let again = state.withLock { state -> Bool in
+            if state.busy {
+                state.busy = false
+                return true
+            }
+            state.armed = false
+            return false
+        }
+        if again {
+            schedule(quiet) { self.fired() }
+        } else {
+            release()
+        }
+    }
+}
