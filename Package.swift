@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
@@ -109,7 +109,7 @@ let package = Package(
         .testTarget(
             name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "EventLoop"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
+        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(
