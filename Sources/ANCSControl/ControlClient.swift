@@ -167,7 +167,7 @@ public final class ControlClient: Sendable {
             if newline > lineStart {
                 let line = Array(state.value.input[lineStart..<newline])
                 continuation.yield(ControlIncoming(line: line) { id in
-                    id.integerValue.flatMap { state.value.unanswered.removeValue(forKey: $0) }
+                    id?.integerValue.flatMap { state.value.unanswered.removeValue(forKey: $0) }
                 })
             }
             lineStart = newline + 1

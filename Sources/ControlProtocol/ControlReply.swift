@@ -129,8 +129,8 @@ public enum ControlIncoming: Sendable, Equatable {
     case unreadable(ControlDecodingError)
 
     /// Reads one line (without its newline): a reply when it has `"ok"`, else an event.
-    /// `command` gives the request a reply's `id` answers, if any.
-    public init(line: [UInt8], command: (JSONValue) -> ControlCommand?) {
+    /// `command` gives the request that the reply with this `id` (nil: without one) answers, if any.
+    public init(line: [UInt8], command: (JSONValue?) -> ControlCommand?) {
         let object: JSONObject
         do {
             guard let read = try JSONValue(parsing: line).objectValue else {
@@ -144,12 +144,14 @@ public enum ControlIncoming: Sendable, Equatable {
         }
         do throws(ControlDecodingError) {
             if object["ok"] != nil {
-                self = .reply(try ControlReply(decoding: object, answering: object["id"].flatMap(command)))
+                self = .reply(try ControlReply(decoding: object, answering: command(object["id"])))
             } else {
                 self = .event(try ControlEvent(decoding: object))
             }
         } catch {
-            self = .unreadable(error)
+            var unread = error
+            unread.requestID = object["id"]
+            self = .unreadable(unread)
         }
     }
 }
