@@ -72,7 +72,11 @@ public final class ControlClient: Sendable {
     public static func request(
         _ command: ControlCommand, path: String, timeout: Duration, loop: EventLoop
     ) async throws(ControlClientError) -> ControlAnswer {
-        let client = try connect(path: path, loop: loop).get()
+        let client: ControlClient
+        switch connect(path: path, loop: loop) {
+        case .success(let connected): client = connected
+        case .failure(let error): throw error
+        }
         defer { client.close() }
         return try await client.request(command, timeout: timeout)
     }

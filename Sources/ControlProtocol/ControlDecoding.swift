@@ -40,50 +40,27 @@ struct ControlFields {
         return value
     }
 
-    func string(_ key: String) throws(ControlDecodingError) -> String {
+    func string(_ key: String) throws(ControlDecodingError) -> String { try read(key, "a string", \.stringValue) }
+    func int(_ key: String) throws(ControlDecodingError) -> Int { try read(key, "an integer", \.integerValue) }
+    func bool(_ key: String) throws(ControlDecodingError) -> Bool { try read(key, "a Boolean", \.boolValue) }
+    func array(_ key: String) throws(ControlDecodingError) -> [JSONValue] { try read(key, "an array", \.arrayValue) }
+
+    /// Members that are present either way, null when there is nothing to say.
+    func optionalString(_ key: String) throws(ControlDecodingError) -> String? { try readOptional(key, "a string", \.stringValue) }
+    func optionalInt(_ key: String) throws(ControlDecodingError) -> Int? { try readOptional(key, "an integer", \.integerValue) }
+    func optionalBool(_ key: String) throws(ControlDecodingError) -> Bool? { try readOptional(key, "a Boolean", \.boolValue) }
+
+    private func read<T>(_ key: String, _ expected: String, _ convert: (JSONValue) -> T?) throws(ControlDecodingError) -> T {
         let value = try value(key)
-        guard let text = value.stringValue else { throw wrong(key, value, "a string") }
-        return text
+        guard let converted = convert(value) else { throw wrong(key, value, expected) }
+        return converted
     }
 
-    /// A member that is a string or null (present either way).
-    func optionalString(_ key: String) throws(ControlDecodingError) -> String? {
+    private func readOptional<T>(_ key: String, _ expected: String, _ convert: (JSONValue) -> T?) throws(ControlDecodingError) -> T? {
         let value = try value(key)
         if value == .null { return nil }
-        guard let text = value.stringValue else { throw wrong(key, value, "a string or null") }
-        return text
-    }
-
-    func int(_ key: String) throws(ControlDecodingError) -> Int {
-        let value = try value(key)
-        guard let number = value.integerValue else { throw wrong(key, value, "an integer") }
-        return number
-    }
-
-    func optionalInt(_ key: String) throws(ControlDecodingError) -> Int? {
-        let value = try value(key)
-        if value == .null { return nil }
-        guard let number = value.integerValue else { throw wrong(key, value, "an integer or null") }
-        return number
-    }
-
-    func bool(_ key: String) throws(ControlDecodingError) -> Bool {
-        let value = try value(key)
-        guard let flag = value.boolValue else { throw wrong(key, value, "true or false") }
-        return flag
-    }
-
-    func optionalBool(_ key: String) throws(ControlDecodingError) -> Bool? {
-        let value = try value(key)
-        if value == .null { return nil }
-        guard let flag = value.boolValue else { throw wrong(key, value, "true, false or null") }
-        return flag
-    }
-
-    func array(_ key: String) throws(ControlDecodingError) -> [JSONValue] {
-        let value = try value(key)
-        guard let elements = value.arrayValue else { throw wrong(key, value, "an array") }
-        return elements
+        guard let converted = convert(value) else { throw wrong(key, value, expected + " or null") }
+        return converted
     }
 
     /// The member `key`, an object, named `place` in messages.
