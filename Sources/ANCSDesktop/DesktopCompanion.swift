@@ -122,7 +122,6 @@ public actor DesktopCompanion {
     private var recordOrder: [Int] = []
     private var sweepTimer: LoopTimer?
     private var pending: [Int: Request] = [:]
-    private var nextRequest = 0
     /// Whether the server takes body markup (`GetCapabilities`), once known.
     private var markup: Bool?
     private var serverFailing = false
@@ -218,9 +217,13 @@ public actor DesktopCompanion {
             case .event(let event):
                 await handle(event)
             case .unreadable(let error):
-                // A reply it was: the request is answered, unread. An event: passed over.
-                if let id = error.requestID?.integerValue { pending[id] = nil }
-                logger.warning("\(error); ignored")
+                // A reply it was: the request is answered, unread. An event (of a later
+                // daemon, perhaps): passed over, as one of a type the companion does not use.
+                if let id = error.requestID?.integerValue, pending.removeValue(forKey: id) != nil {
+                    logger.warning("\(error); ignored")
+                } else {
+                    logger.debug("\(error); ignored")
+                }
             }
         }
         link.close()
