@@ -217,8 +217,7 @@ public actor DesktopCompanion {
             case .event(let event):
                 await handle(event)
             case .unreadable(let error):
-                // A reply it was: the request is answered, unread. An event (of a later
-                // daemon, perhaps): passed over, as one of a type the companion does not use.
+                // A reply: its request is answered, unread. An event (a later daemon's?): passed over.
                 if let id = error.requestID?.integerValue, pending.removeValue(forKey: id) != nil {
                     logger.warning("\(error); ignored")
                 } else {
@@ -236,10 +235,7 @@ public actor DesktopCompanion {
     /// Sends a request, remembering what it was for by the `id` it was given.
     private func send(_ request: Request, _ command: ControlCommand) {
         guard let link else { return }
-        guard let id = link.send(command) else {
-            logger.warning("cannot write to ancsd's control socket")
-            return
-        }
+        guard let id = link.send(command) else { return logger.warning("cannot write to ancsd's control socket") }
         pending[id] = request
     }
 
