@@ -126,6 +126,7 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
+            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop", "ANCSDaemon"],
+            swiftSettings: strict),
     ]
 )
