@@ -12,6 +12,7 @@ import PackageDescription
 /// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.
 /// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID, and the UUIDs of ANCS's service and characteristics.
 /// - `JSON`: a small JSON value, parser and writer.
+/// - `SystemCalls`: an owning `FileDescriptor` (EINTR retried, closed once) and `Errno`, swift-system's shape.
 /// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
 /// - `CDBus`: libdbus-1 (pkg-config dbus-1).
 /// - `CMosquitto`: libmosquitto (pkg-config libmosquitto).
@@ -22,7 +23,7 @@ import PackageDescription
 /// Layer 1: protocol state, file formats, the event loop
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
-/// - `ControlProtocol` [JSON]: the control socket's requests and error codes as types, fuzzed alone.
+/// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
 /// - `EventLoop` [CEventLoop]: an epoll run loop on one thread, a serial and task executor with timers.
 ///
 /// Layer 2: transports and the runtime
@@ -30,7 +31,7 @@ import PackageDescription
 /// - `DBus` [CDBus, CEventLoop, EventLoop]: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
 /// - `ANCSRuntime` [EventLoop]: what every ancsd process runs on: the logger, the one executor, file helpers.
-/// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket as its clients see it.
+/// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket's path and `ControlClient`, the one client.
 ///
 /// Layer 3: BlueZ, and what the simulated phones and the tests share
 /// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's objects, GATT client, agent, advertisement, HID accessory.
@@ -78,11 +79,12 @@ let package = Package(
         .target(name: "BluetoothUUIDs", swiftSettings: strict),
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
+        .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["EventLoop"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
@@ -140,15 +142,16 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "BluetoothUUIDsTests", dependencies: ["BluetoothUUIDs"], swiftSettings: strict),
+        .testTarget(name: "SystemCallsTests", dependencies: ["SystemCalls"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "BluetoothUUIDs", "DBus", "TestSupport", "ancs-gatt-phone"],
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "EventLoop"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
+        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(
@@ -159,7 +162,8 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BluetoothUUIDs", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
+            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop", "ANCSDaemon"],
+            swiftSettings: strict),
         .testTarget(name: "LayersTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
     ]
 )

@@ -1,0 +1,59 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import SystemCalls
+import Testing
+
+@Suite struct FileDescriptorTests {
+    /// What is written to one end of a pipe is read from the other; the end of input is 0 bytes
+    /// once the writer is gone.
+    @Test func aPipeCarriesBytesAndEnds() throws {
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        let reader = FileDescriptor(adopting: ends[0])
+        do {
+            let writer = FileDescriptor(adopting: ends[1])
+            try Array("hello".utf8).withUnsafeBytes { try writer.writeAll($0) }
+            try writer.close()
+        }
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let count = try buffer.withUnsafeMutableBytes { try reader.read(into: $0) }
+        #expect(Array(buffer[..<count]) == Array("hello".utf8))
+        #expect(try buffer.withUnsafeMutableBytes { try reader.read(into: $0) } == 0)
+    }
+
+    /// A descriptor is closed when its owner ends, and `release` hands it on open.
+    @Test func theOwnerClosesOnceAndReleaseHandsOn() throws {
+        let path = "/proc/self/status"
+        var raw: Int32 = -1
+        do {
+            let file = try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC)
+            raw = file.rawValue
+            #expect(fcntl(raw, F_GETFD) != -1)
+        }
+        #expect(fcntl(raw, F_GETFD) == -1 && errno == EBADF)
+        let kept = try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC).release()
+        #expect(fcntl(kept, F_GETFD) != -1)
+        close(kept)
+    }
+
+    /// A failed call throws its errno, with strerror's words.
+    @Test func failuresThrowTheirErrno() {
+        #expect(throws: Errno(rawValue: ENOENT)) { _ = try FileDescriptor.open("/nonexistent/ancsd", O_RDONLY) }
+        #expect(Errno(rawValue: ENOENT).description == "No such file or directory")
+    }
+
+    /// A call that EINTR interrupts is made again.
+    @Test func anInterruptedCallIsRetried() throws {
+        var calls = 0
+        let result = try Errno.retrying { () -> Int32 in
+            calls += 1
+            if calls < 3 {
+                errno = EINTR
+                return -1
+            }
+            return 7
+        }
+        #expect(result == 7 && calls == 3)
+    }
+}
