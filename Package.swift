@@ -16,10 +16,11 @@ import PackageDescription
 /// - `CDBus` / `DBus`: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open over glibc, for `--exec`, linking nothing.
-/// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
+/// - `CLinux`: Linux and glibc calls the Glibc module leaves out (pwritev2, mallopt, signalfd), linking nothing.
 /// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
-/// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one executor (an EventLoop).
+/// - `ANCSRuntime`: what every ancsd process runs on: the logger, the one executor (an EventLoop)
+///   and its signals (a signalfd the loop watches).
 /// - `ControlProtocol`: the control socket's requests and error codes as types (docs/control.md),
 ///   stdlib and `JSON` only, so its parser is fuzzed on its own.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
@@ -50,14 +51,14 @@ let package = Package(
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop", "SystemCalls", "CLinux"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
                 "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop",
-                "ControlProtocol",
+                "ControlProtocol", "SystemCalls",
             ],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),

@@ -100,7 +100,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
 }
 
 // A parent may have left signals blocked (a process spawned from a thread that blocks them
-// inherits its mask): ancsd handles SIGTERM, SIGINT, SIGHUP and must receive them.
+// inherits its mask): ancsd handles SIGTERM, SIGINT, SIGHUP and must receive them (`run` and
+// `desktop` block theirs again below, to read them from a signalfd).
 var handledSignals = sigset_t()
 sigemptyset(&handledSignals)
 for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
@@ -118,6 +119,15 @@ func subcommand(of arguments: [String]) -> String? {
 // hold on to what a burst freed (the soak saw +2.4 MB of anonymous memory in other arenas).
 // `decode` keeps an arena per thread for its two busy threads.
 if subcommand(of: Array(CommandLine.arguments.dropFirst())) == "run" { ProcessMemory.useOneMallocArena() }
+
+// `run` and `desktop` read their signals from a signalfd on the event loop (SignalWatch): blocked
+// here, before the loop's thread or any other starts, so every thread inherits the mask and a
+// signal that comes during start-up waits, pending, for the watch.
+switch subcommand(of: Array(CommandLine.arguments.dropFirst())) {
+case "run": SignalWatch.block(RunCommand.handledSignals)
+case "desktop": SignalWatch.block(DesktopCommand.handledSignals)
+default: break
+}
 
 // All asynchronous work runs on one event loop (see DaemonExecutor), never on Swift's global
 // executor: an idle daemon then makes no wakeups.

@@ -168,13 +168,14 @@ import TestSupport
         }
     }
 
-    /// Waits until `process` no longer has the default action for `signal` (/proc/PID/status).
+    /// Waits until `process` no longer has the default action for `signal` (/proc/PID/status):
+    /// blocks it (ancsd run reads it from a signalfd), ignores it or catches it.
     private func waitUntilHandled(_ signal: Int32, by process: ChildProcess) throws {
         let bit = UInt64(1) << UInt64(signal - 1)
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             let status = (try? String(contentsOfFile: "/proc/\(process.pid)/status", encoding: .utf8)) ?? ""
-            for line in status.split(separator: "\n") where line.hasPrefix("SigIgn:") || line.hasPrefix("SigCgt:") {
+            for line in status.split(separator: "\n") where ["SigBlk:", "SigIgn:", "SigCgt:"].contains(where: line.hasPrefix) {
                 if let mask = UInt64(line.split(separator: "\t").last ?? "", radix: 16), mask & bit != 0 { return }
             }
             guard process.isRunning else { throw TestFailure("ancsd ended before it handled signal \(signal): \(process.standardError)") }

@@ -225,7 +225,7 @@ public actor Daemon {
             group.addTask { for await signal in ownerChanges { await self.handleOwnerChange(signal) } }
             group.addTask { await connection.waitUntilDisconnected() }
             if options.advertise {  // pairing support: see Presence.swift
-                let presence = Presence(connection: connection, adapter: options.adapter, accessory: options.accessory, logger: logger)
+                let presence = Presence(connection: connection, loop: executor, adapter: options.adapter, accessory: options.accessory, logger: logger)
                 self.presence = presence
                 tellPresence()
                 group.addTask { await presence.run() }
