@@ -95,18 +95,7 @@ enum DesktopCommand {
         let companion = DesktopCompanion(options: options, logger: logger, executor: executor)
         let task = Task(executorPreference: executor) { try await companion.run() }
         // Blocked since main began (`handledSignals`): one that came before is read now.
-        let signals: SignalWatch
-        do {
-            signals = try SignalWatch(handledSignals, loop: executor) { number in
-                logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
-                task.cancel()
-            }
-        } catch {
-            logger.error("\(error)")
-            task.cancel()
-            _ = try? await task.value
-            return 1
-        }
+        guard let signals = await SignalWatch.stopping(task, on: handledSignals, loop: executor, logger: logger) else { return 1 }
         defer { signals.cancel() }
         do {
             try await task.value

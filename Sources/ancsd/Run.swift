@@ -251,25 +251,14 @@ enum RunCommand {
 
         // The signals are blocked since main began (`handledSignals`): one that came during
         // start-up waited, pending, and is read now; a SIGHUP never killed ancsd.
-        let signals: SignalWatch
-        do {
-            signals = try SignalWatch(handledSignals, loop: executor) { number in
-                if number == SIGHUP {
-                    Task(executorPreference: executor) {
-                        await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier)
-                    }
-                } else {
-                    logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
-                    notifier.stopping()
-                    task.cancel()
+        guard let signals = await SignalWatch.stopping(
+            task, on: handledSignals, loop: executor, logger: logger, stopping: { notifier.stopping() },
+            other: { _ in  // SIGHUP
+                Task(executorPreference: executor) {
+                    await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier)
                 }
-            }
-        } catch {
-            logger.error("\(error)")
-            task.cancel()
-            _ = try? await task.value
-            return 1
-        }
+            })
+        else { return 1 }
         defer { signals.cancel() }
 
         // The watchdog is answered on the daemon's executor, so a wedged daemon stops answering.
