@@ -137,7 +137,9 @@ public actor Daemon {
     }
 
     /// `onLoop(_:)` for a handler that is given a value.
-    nonisolated func onLoop<Value: Sendable>(_ body: @escaping @Sendable (isolated Daemon, Value) -> Void) -> @Sendable (Value) -> Void {
+    nonisolated func onLoop<Value: Sendable>(
+        _ body: @escaping @Sendable (isolated Daemon, Value) -> Void
+    ) -> @Sendable (Value) -> Void {
         { [weak self] value in self?.assumeIsolated { body($0, value) } }
     }
 
@@ -233,7 +235,8 @@ public actor Daemon {
             group.addTask { for await signal in ownerChanges { await self.handleOwnerChange(signal) } }
             group.addTask { await connection.waitUntilDisconnected() }
             if options.advertise {  // pairing support: see Presence.swift
-                let presence = Presence(connection: connection, loop: executor, adapter: options.adapter, accessory: options.accessory, logger: logger)
+                let presence = Presence(
+                    connection: connection, loop: executor, adapter: options.adapter, accessory: options.accessory, logger: logger)
                 self.presence = presence
                 tellPresence()
                 group.addTask { await presence.run() }

@@ -309,8 +309,8 @@ public final class SeenStore {
         var buffer = [UInt8](repeating: 0, count: 65536)
         let limit = 4 * capacity * 17 + 4096  // a file far past the bound is not ours
         while bytes.count <= limit {
-            let n = buffer.withUnsafeMutableBytes { buffer in (try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) }) ?? -1 }
-            guard n > 0 else { break }
+            let n = buffer.withUnsafeMutableBytes { buffer in try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) } }
+            guard let n, n > 0 else { break }
             bytes += buffer[0..<n]
         }
         return bytes

@@ -28,7 +28,8 @@ public struct RecordingOptions: Hashable, Sendable {
 /// Crash-safe by construction: the file is opened with O_APPEND and never rewritten; each line
 /// goes out with one write(2) of the whole line, so a crash or power loss leaves every complete
 /// line readable; it is fsync'ed at most every `syncInterval` while lines come (on `syncLoop`,
-/// off the caller's loop) and at the end of the session. A Control Point line carries the write's answer, so the
+/// off the caller's loop) and at the end of the session (on the caller's loop: once a session,
+/// and done before the daemon exits). A Control Point line carries the write's answer, so the
 /// values that arrive while a write waits for its answer (milliseconds) are held back and written
 /// right after it. Owned and called only by the `Daemon` actor.
 final class SessionRecorder {
