@@ -561,10 +561,8 @@ public actor DesktopCompanion {
         let state = LoopBound(PauseState(), loop: loop)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                loop.execute {
-                    // The timer's handler holds the state until it fires or the pause is cancelled.
-                    let timer = loop.makeTimer { state.value.fire() }
-                    state.value.arm(continuation, timer: timer, after: duration)
+                loop.execute {  // the timer holds the state until it fires or the pause is cancelled
+                    state.value.arm(continuation, timer: loop.makeTimer { state.value.fire() }, after: duration)
                 }
             }
         } onCancel: {
