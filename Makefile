@@ -132,6 +132,7 @@ unit: deps
 
 test:
 	@scripts/install-deps $(TEST_DEPS)
+	scripts/check-concurrency
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build --no-parallel
 

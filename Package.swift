@@ -18,7 +18,7 @@ import PackageDescription
 /// - `CMosquitto`: libmosquitto (pkg-config libmosquitto).
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open for `--exec`, linking nothing.
-/// - `CLinux`: glibc calls the Glibc module leaves out (pwritev2, mallopt), linking nothing.
+/// - `CLinux`: glibc calls the Glibc module leaves out (pwritev2, mallopt, signalfd), linking nothing.
 ///
 /// Layer 1: protocol state, file formats, the event loop
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
@@ -30,7 +30,8 @@ import PackageDescription
 /// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
 /// - `DBus` [CDBus, CEventLoop, EventLoop]: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
-/// - `ANCSRuntime` [EventLoop]: what every ancsd process runs on: the logger, the one executor, file helpers.
+/// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
+///   executor, its signals (a signalfd the loop watches), file helpers.
 /// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket's path and `ControlClient`, the one client.
 ///
 /// Layer 3: BlueZ, and what the simulated phones and the tests share
@@ -40,7 +41,7 @@ import PackageDescription
 ///
 /// Layer 4: the daemon and its companions
 /// - `ANCSDaemon` [ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, CLinux, CSpawn, ControlProtocol, DBus,
-///   EventLoop, JSON, MQTT]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
+///   EventLoop, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
 /// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
 /// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON]: `ancsd desktop`.
 /// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator]: an iPhone on a real bluetoothd.
@@ -82,14 +83,14 @@ let package = Package(
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
-        .target(name: "ANCSRuntime", dependencies: ["EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSRuntime", dependencies: ["EventLoop", "SystemCalls", "CLinux"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
                 "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop",
-                "ControlProtocol",
+                "ControlProtocol", "SystemCalls",
             ],
             swiftSettings: strict),
         .target(name: "ANCSPairing", dependencies: ["ANCSRuntime", "BlueZ", "DBus"], swiftSettings: strict),

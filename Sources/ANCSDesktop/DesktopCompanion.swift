@@ -555,33 +555,34 @@ public actor DesktopCompanion {
 
     /// Waits `duration` (less if the task is cancelled), with a timer on the executor's loop.
     private func pause(_ duration: Duration) async {
-        let state = PauseState()
         let loop = executor
+        let state = LoopBound(PauseState(), loop: loop)
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                loop.execute { state.arm(continuation, after: duration, loop: loop) }
+                loop.execute {  // the timer holds the state until it fires or the pause is cancelled
+                    state.value.arm(continuation, timer: loop.makeTimer { state.value.fire() }, after: duration)
+                }
             }
         } onCancel: {
-            loop.execute { state.fire() }
+            loop.execute { state.value.fire() }
         }
     }
 }
 
-/// A pause's timer and continuation; touched only on the executor's loop.
-private final class PauseState: @unchecked Sendable {
+/// A pause's timer and continuation, on the executor's loop (`LoopBound`).
+private struct PauseState {
     private var continuation: CheckedContinuation<Void, Never>?
     private var timer: LoopTimer?
     private var fired = false
 
-    func arm(_ continuation: CheckedContinuation<Void, Never>, after duration: Duration, loop: EventLoop) {
+    mutating func arm(_ continuation: CheckedContinuation<Void, Never>, timer: LoopTimer, after duration: Duration) {
         guard !fired else { return continuation.resume() }
         self.continuation = continuation
-        let timer = loop.makeTimer { [self] in fire() }
         timer.schedule(after: duration)
         self.timer = timer
     }
 
-    func fire() {
+    mutating func fire() {
         fired = true
         timer?.cancel()
         timer = nil

@@ -12,15 +12,7 @@ public import EventLoop
 /// workqueue monitor, a 1 s repeating timer that wakes the process every second for as long as
 /// it lives (`_dispatch_workq_init_once` → `_dispatch_workq_monitor_pools`).
 ///
-/// Rules that keep an idle daemon at zero wakeups:
-/// - actors of the daemon return this executor as their `unownedExecutor`;
-/// - the top-level task runs in `withTaskExecutorPreference(executor)`, so nonisolated async
-///   functions and task-group children run here too (children inherit the preference);
-/// - unstructured tasks do not inherit a preference: create them with
-///   `Task(executorPreference: executor)`, never plain `Task {}`;
-/// - no `Task.sleep` (it schedules on the global queue): timers are the loop's
-///   (`makeTimer`, `after`);
-/// - descriptors are watched by the loop (`watch`); code that keeps DispatchSources (signals,
-///   MQTT, the control socket, child processes) puts them on a private serial queue of its own,
-///   never on `DispatchQueue.global()`, and reaches the daemon's actors with `execute` or a task.
+/// The rules that keep an idle daemon at zero wakeups (actors, tasks, timers, descriptors,
+/// signals, `LoopBound`) are in ARCHITECTURE.md, "Concurrency"; `scripts/check-concurrency`
+/// (run by `make test`) enforces them.
 public typealias DaemonExecutor = EventLoop

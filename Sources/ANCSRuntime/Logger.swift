@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Synchronization
+import SystemCalls
 
 /// Writes log lines to standard error: with journald priority prefixes (`<6>`) when standard
 /// error is connected to the journal, else with a readable level word. Notification content is
@@ -105,7 +106,7 @@ public func writeStandardError(_ text: String) {
     writeAll(STDERR_FILENO, Array(text.utf8))
 }
 
-/// Writes every byte to a blocking descriptor, retrying on EINTR; false if the write failed.
+/// Writes every byte to a blocking descriptor, retrying on EINTR; false (and `errno`) if a write failed.
 @discardableResult
 public func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
     bytes.withUnsafeBufferPointer { writeAll(fd, $0) }
@@ -117,11 +118,7 @@ public func writeAll(_ fd: Int32, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
     guard let base = bytes.baseAddress else { return true }
     var offset = 0
     while offset < bytes.count {
-        let written = write(fd, base + offset, bytes.count - offset)
-        if written < 0 {
-            if errno == EINTR { continue }
-            return false
-        }
+        guard let written = try? Errno.retrying({ write(fd, base + offset, bytes.count - offset) }) else { return false }
         offset += written
     }
     return true

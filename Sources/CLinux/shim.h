@@ -2,7 +2,7 @@
 #define ANCSD_CLINUX_SHIM_H
 /*
  * Linux and glibc calls that Swift's Glibc module leaves out (pwritev2 and accept4 are declared
- * only under _GNU_SOURCE, mallopt in <malloc.h>). Headers only: the module links nothing beyond glibc.
+ * only under _GNU_SOURCE, mallopt in <malloc.h>, signalfd in <sys/signalfd.h>). Headers only: the module links nothing beyond glibc.
  */
 #include <stddef.h>
 
@@ -41,4 +41,12 @@ static inline int ancsd_malloc_trim(void) { return malloc_trim(0); }
 struct sockaddr;
 int accept4(int fd, struct sockaddr *address, unsigned int *length, int flags);
 static inline int ancsd_accept_cloexec_nonblock(int fd) { return accept4(fd, 0, 0, 02000000 | 04000); }
+
+/* signalfd(2), from <sys/signalfd.h>, which Swift's Glibc module leaves out; `mask` is a
+ * sigset_t (Glibc's). A descriptor, close-on-exec and non-blocking (SFD_CLOEXEC 02000000,
+ * SFD_NONBLOCK 04000), that reads the pending signals of `mask` as 128-byte records whose
+ * first 4 bytes are the signal's number; -1 and errno on failure. */
+int signalfd(int fd, const void *mask, int flags);
+static inline int ancsd_signalfd(const void *mask) { return signalfd(-1, mask, 02000000 | 04000); }
+#define ANCSD_SIGNALFD_RECORD_SIZE 128
 #endif

@@ -18,7 +18,7 @@
  * Runs `/bin/sh -c command` with `envp` in a process group of its own, its standard input
  * `stdin_fd`, standard output `stdout_fd` and standard error `stderr_fd`; every other
  * descriptor closed, every signal at its default action and none blocked (the daemon ignores
- * SIGPIPE, SIGHUP, SIGINT and SIGTERM; a command must not inherit that). Returns 0 and the
+ * SIGPIPE and blocks SIGHUP, SIGINT and SIGTERM; a command must not inherit that). Returns 0 and the
  * child's pid, or an errno value.
  */
 static inline int ancsd_spawn_shell(const char *command, char *const envp[], int stdin_fd, int stdout_fd, int stderr_fd, pid_t *pid) {

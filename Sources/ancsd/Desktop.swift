@@ -5,7 +5,6 @@ import ANCSDesktop
 import ANCSRuntime
 import ANCSSession
 import DBus
-import Dispatch
 
 /// `ancsd desktop`: the phones' notifications as desktop notifications, in a user's session.
 enum DesktopCommand {
@@ -37,6 +36,10 @@ enum DesktopCommand {
                            logged only at debug
       -h, --help           show this help
     """
+
+    /// The signals `desktop` handles: blocked in `main` before any thread starts, read from a
+    /// signalfd on the loop (`SignalWatch`).
+    static let handledSignals = [SIGTERM, SIGINT]
 
     static func parse(_ arguments: [String]) throws(UsageError) -> (DesktopCompanion.Options, LogLevel)? {
         var options = DesktopCompanion.Options()
@@ -91,19 +94,9 @@ enum DesktopCommand {
         let logger = Logger(threshold: level)
         let companion = DesktopCompanion(options: options, logger: logger, executor: executor)
         let task = Task(executorPreference: executor) { try await companion.run() }
-        var sources: [any DispatchSourceSignal] = []
-        let signalQueue = DispatchQueue(label: "ancsd.signals")
-        for number in [SIGTERM, SIGINT] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: signalQueue)
-            source.setEventHandler {
-                logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
-                task.cancel()
-            }
-            source.resume()
-            sources.append(source)
-        }
-        defer { sources.forEach { $0.cancel() } }
+        // Blocked since main began (`handledSignals`): one that came before is read now.
+        guard let signals = await SignalWatch.stopping(task, on: handledSignals, loop: executor, logger: logger) else { return 1 }
+        defer { signals.cancel() }
         do {
             try await task.value
             return 0

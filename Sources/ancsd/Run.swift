@@ -7,17 +7,7 @@ import ANCSSession
 import BlueZ
 import DBus
 import EventLoop
-import Dispatch
 import MQTT
-import Synchronization
-
-/// Signals that came before libdispatch took them over (bit n: signal n): see `SignalRouter`.
-private let earlySignals = Atomic<UInt64>(0)
-
-/// The first handler of SIGTERM, SIGINT and SIGHUP: an atomic OR, which is async-signal-safe.
-private func noteEarlySignal(_ number: Int32) {
-    earlySignals.bitwiseOr(UInt64(1) << UInt64(number), ordering: .sequentiallyConsistent)
-}
 
 /// `ancsd run`: the daemon.
 enum RunCommand {
@@ -44,6 +34,10 @@ enum RunCommand {
         read settings from PATH (default /etc/ancsd/ancsd.conf, if it exists), whose keys are the long options' names \
         ("format = json"); the command line overrides it, SIGHUP re-reads it
         """
+
+    /// The signals `run` handles: blocked in `main` before any thread starts, read from a
+    /// signalfd on the daemon's loop (`SignalWatch`).
+    static let handledSignals = [SIGTERM, SIGINT, SIGHUP]
 
     /// The default configuration file; a missing default file is not an error.
     static let defaultConfigPath = "/etc/ancsd/ancsd.conf"
@@ -115,10 +109,6 @@ enum RunCommand {
     /// does): every job of the daemon then runs on that one event loop, never on Swift's
     /// global executor, whose first use starts libdispatch's 1 Hz workqueue monitor.
     static func run(_ arguments: [String], bus: String?, executor: DaemonExecutor) async -> Int32 {
-        // Taken over first thing: a SIGHUP during start-up must not kill ancsd (the default
-        // action), and a SIGTERM during start-up must still stop it cleanly once it runs.
-        let signals = SignalRouter(loop: executor)
-        defer { signals.cancel() }
         let commandLine: CommandLineSettings
         do {
             guard let parsed = try parse(arguments, bus: bus) else {
@@ -184,17 +174,17 @@ enum RunCommand {
         let task = Task(executorPreference: executor) { try await daemon.run() }
         let reloader = Reloader(commandLine: commandLine, settings: settings, output: output, executor: executor)
 
-        signals.route { number in
-            if number == SIGHUP {
+        // The signals are blocked since main began (`handledSignals`): one that came during
+        // start-up waited, pending, and is read now; a SIGHUP never killed ancsd.
+        guard let signals = await SignalWatch.stopping(
+            task, on: handledSignals, loop: executor, logger: logger, stopping: { notifier.stopping() },
+            other: { _ in  // SIGHUP
                 Task(executorPreference: executor) {
                     await reloader.reload(daemon: daemon, stdout: stdout, logger: logger, notifier: notifier)
                 }
-            } else {
-                logger.info("stopping (\(number == SIGTERM ? "SIGTERM" : "SIGINT"))")
-                notifier.stopping()
-                task.cancel()
-            }
-        }
+            })
+        else { return 1 }
+        defer { signals.cancel() }
 
         // The watchdog is answered on the daemon's executor, so a wedged daemon stops answering.
         // Its timer is the only periodic wakeup, and only when systemd asks for it.
@@ -283,74 +273,6 @@ enum RunCommand {
         guard gethostname(&buffer, buffer.count - 1) == 0 else { return "host" }
         let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         return name.isEmpty ? "host" : name
-    }
-
-    /// SIGTERM, SIGINT and SIGHUP as dispatch sources (on a queue of their own, each signal
-    /// handed to the daemon's loop), from the start of `run`: a signal that comes before
-    /// `route(_:)` gave the handler waits for it.
-    ///
-    /// libdispatch takes a signal over (its own handler and a signalfd) only when its manager
-    /// thread registers the source, a moment after `resume()`: a signal in between met SIG_IGN
-    /// and was lost, so a SIGTERM early in start-up left ancsd running. Until libdispatch's
-    /// handler is in place, `noteEarlySignal` notes the signals; `init` waits for that moment.
-    final class SignalRouter: @unchecked Sendable {  // touched only on `loop`
-        private let loop: DaemonExecutor
-        /// libdispatch's signal sources run here, and hand each signal to the loop.
-        private let queue = DispatchQueue(label: "ancsd.signals")
-        private var sources: [any DispatchSourceSignal] = []
-        private var pending: [Int32] = []
-        private var handler: (@Sendable (Int32) -> Void)?
-        private static let numbers = [SIGTERM, SIGINT, SIGHUP]
-
-        /// Call on `loop`.
-        init(loop: DaemonExecutor) {
-            self.loop = loop
-            _ = earlySignals.load(ordering: .relaxed)  // initialised before the handler can run
-            for number in Self.numbers {
-                var action = sigaction()
-                action.__sigaction_handler.sa_handler = noteEarlySignal
-                sigemptyset(&action.sa_mask)
-                action.sa_flags = SA_RESTART
-                sigaction(number, &action, nil)
-            }
-            for number in Self.numbers {
-                let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-                source.setEventHandler { [weak self] in
-                    guard let self else { return }
-                    self.loop.execute { self.deliver(number) }
-                }
-                source.resume()
-                sources.append(source)
-            }
-            let deadline = ContinuousClock.now + .seconds(2)
-            while Self.numbers.contains(where: Self.isNoted), ContinuousClock.now < deadline { usleep(100) }
-            let early = earlySignals.exchange(0, ordering: .sequentiallyConsistent)
-            pending = Self.numbers.filter { early & (UInt64(1) << UInt64($0)) != 0 }
-        }
-
-        /// True while `number` still has `noteEarlySignal` as its handler.
-        private static func isNoted(_ number: Int32) -> Bool {
-            var current = sigaction()
-            guard sigaction(number, nil, &current) == 0, let installed = current.__sigaction_handler.sa_handler else { return false }
-            return unsafeBitCast(installed, to: Int.self) == unsafeBitCast(noteEarlySignal as @convention(c) (Int32) -> Void, to: Int.self)
-        }
-
-        private func deliver(_ number: Int32) {
-            if let handler { handler(number) } else { pending.append(number) }
-        }
-
-        /// Hands every signal to `handler` from now on, those that came before first.
-        func route(_ handler: @escaping @Sendable (Int32) -> Void) {
-            loop.checkIsolated()
-            self.handler = handler
-            let early = pending
-            pending = []
-            early.forEach(handler)
-        }
-
-        func cancel() {
-            sources.forEach { $0.cancel() }
-        }
     }
 
     /// Re-reads the configuration on SIGHUP and applies it without dropping the phones.

@@ -94,13 +94,6 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
     }
 }
 
-// A parent may have left signals blocked (a process spawned from a thread that blocks them
-// inherits its mask): ancsd handles SIGTERM, SIGINT, SIGHUP and must receive them.
-var handledSignals = sigset_t()
-sigemptyset(&handledSignals)
-for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
-pthread_sigmask(SIG_UNBLOCK, &handledSignals, nil)
-
 /// The subcommand `arguments` (without the program name) run, past a leading `--bus`.
 func subcommand(of arguments: [String]) -> String? {
     guard let first = arguments.first else { return nil }
@@ -114,6 +107,23 @@ func subcommand(of arguments: [String]) -> String? {
 // `decode` keeps an arena per thread for its two busy threads.
 if subcommand(of: Array(CommandLine.arguments.dropFirst())) == "run" { ProcessMemory.useOneMallocArena() }
 
+// `run` and `desktop` read their signals from a signalfd on the event loop (SignalWatch): blocked
+// here, before the loop's thread or any other starts, so every thread inherits the mask and a
+// signal that comes during start-up waits, pending, for the watch (one that came before main, to
+// a process whose parent left it blocked, is pending too: it must not be unblocked here, which
+// would give it its default action). A parent may have left the others blocked (a process spawned
+// from a thread that blocks them inherits its mask): they are unblocked, so ancsd receives them.
+let watchedSignals: [Int32] = switch subcommand(of: Array(CommandLine.arguments.dropFirst())) {
+case "run": RunCommand.handledSignals
+case "desktop": DesktopCommand.handledSignals
+default: []
+}
+var receivedSignals = sigset_t()
+sigemptyset(&receivedSignals)
+for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] where !watchedSignals.contains(number) { sigaddset(&receivedSignals, number) }
+pthread_sigmask(SIG_UNBLOCK, &receivedSignals, nil)
+SignalWatch.block(watchedSignals)
+
 // All asynchronous work runs on one event loop (see DaemonExecutor), never on Swift's global
 // executor: an idle daemon then makes no wakeups.
 let executor: DaemonExecutor
@@ -124,4 +134,14 @@ do {
     _ = write(2, message, message.count)
     exit(1)
 }
-exit(await withTaskExecutorPreference(executor) { await runMain(Array(CommandLine.arguments.dropFirst()), executor: executor) })
+
+/// Runs the command on the loop, which ends the process with its status; the main thread only
+/// waits. Not in `dispatch_main` (what an async main ends in): it parks the main thread in
+/// `sigsuspend` with an empty mask, and a SIGTERM that `run` keeps blocked for its signalfd would
+/// meet that thread and its default action.
+func runOnLoop(_ arguments: [String], executor: DaemonExecutor) -> Never {
+    Task(executorPreference: executor) { exit(await runMain(arguments, executor: executor)) }
+    while true { pause() }
+}
+
+runOnLoop(Array(CommandLine.arguments.dropFirst()), executor: executor)

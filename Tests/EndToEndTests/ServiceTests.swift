@@ -168,13 +168,35 @@ import TestSupport
         }
     }
 
-    /// Waits until `process` no longer has the default action for `signal` (/proc/PID/status).
+    /// SIGTERM, SIGINT and SIGHUP are blocked in every thread of `ancsd run` and caught by none
+    /// (no signal handler: they are read from a signalfd on the loop), so none can meet a thread
+    /// that would give it its default action.
+    @Test func theSignalsAreBlockedInEveryThread() throws {
+        let bus = try PrivateBus()
+        let ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "run", "--format", "json"])
+        try ancsd.waitForStandardError(containing: "bluetoothd is not running", timeout: .seconds(10))
+        let handled = [SIGTERM, SIGINT, SIGHUP].reduce(UInt64(0)) { $0 | UInt64(1) << UInt64($1 - 1) }
+        let threads = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(ancsd.pid)/task")
+        #expect(!threads.isEmpty)
+        for thread in threads {
+            let status = try String(contentsOfFile: "/proc/\(ancsd.pid)/task/\(thread)/status", encoding: .utf8)
+            func mask(_ key: String) -> UInt64? {
+                status.split(separator: "\n").first { $0.hasPrefix(key) }.flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) }
+            }
+            #expect(mask("SigBlk:").map { $0 & handled == handled } == true, "thread \(thread):\n\(status)")
+            #expect(mask("SigCgt:").map { $0 & handled == 0 } == true, "thread \(thread):\n\(status)")
+        }
+        #expect(try ancsd.stop() == 0)
+    }
+
+    /// Waits until `process` no longer has the default action for `signal` (/proc/PID/status):
+    /// blocks it (ancsd run reads it from a signalfd), ignores it or catches it.
     private func waitUntilHandled(_ signal: Int32, by process: ChildProcess) throws {
         let bit = UInt64(1) << UInt64(signal - 1)
         let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             let status = (try? String(contentsOfFile: "/proc/\(process.pid)/status", encoding: .utf8)) ?? ""
-            for line in status.split(separator: "\n") where line.hasPrefix("SigIgn:") || line.hasPrefix("SigCgt:") {
+            for line in status.split(separator: "\n") where ["SigBlk:", "SigIgn:", "SigCgt:"].contains(where: line.hasPrefix) {
                 if let mask = UInt64(line.split(separator: "\t").last ?? "", radix: 16), mask & bit != 0 { return }
             }
             guard process.isRunning else { throw TestFailure("ancsd ended before it handled signal \(signal): \(process.standardError)") }

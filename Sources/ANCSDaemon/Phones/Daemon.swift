@@ -119,16 +119,28 @@ public actor Daemon {
     /// went away or the phone did not answer within 10 s.
     func fetchFullMessage(_ uid: UInt32, on link: PhoneLink) async -> PhoneNotification? {
         let linkID = link.id
-        executor.after(.seconds(10)) { [weak self] in
-            self?.assumeIsolated { daemon in
-                guard let link = daemon.links.values.first(where: { $0.id == linkID }) else { return }
-                for waiter in link.eventWaiters.removeValue(forKey: uid) ?? [] { waiter.resume(returning: link.session.notification(uid: uid)) }
-            }
-        }
+        executor.after(.seconds(10), onLoop { daemon in
+            guard let link = daemon.links.values.first(where: { $0.id == linkID }) else { return }
+            for waiter in link.eventWaiters.removeValue(forKey: uid) ?? [] { waiter.resume(returning: link.session.notification(uid: uid)) }
+        })
         return await withCheckedContinuation { continuation in
             link.eventWaiters[uid, default: []].append(continuation)
             perform(link.session.fetchFullMessage(of: uid, now: link.now), on: link)
         }
+    }
+
+    /// A handler for the loop (a timer's, a descriptor's, a D-Bus reply's) that runs `body` on
+    /// this actor, while it exists. The loop is the actor's executor, so a handler it runs is on
+    /// the actor already: `assumeIsolated` checks that rather than hopping (no task, no turn).
+    nonisolated func onLoop(_ body: @escaping @Sendable (isolated Daemon) -> Void) -> @Sendable () -> Void {
+        { [weak self] in self?.assumeIsolated(body) }
+    }
+
+    /// `onLoop(_:)` for a handler that is given a value.
+    nonisolated func onLoop<Value: Sendable>(
+        _ body: @escaping @Sendable (isolated Daemon, Value) -> Void
+    ) -> @Sendable (Value) -> Void {
+        { [weak self] value in self?.assumeIsolated { body($0, value) } }
     }
 
     /// Answers the watchdog: proves the daemon's executor is not wedged.
@@ -170,9 +182,7 @@ public actor Daemon {
     private func scheduleStatus() {
         guard notifier.isActive, !statusPending, statusLine != sentStatus else { return }
         statusPending = true
-        executor.after(.seconds(1)) { [weak self] in
-            self?.assumeIsolated { $0.sendStatus() }
-        }
+        executor.after(.seconds(1), onLoop { $0.sendStatus() })
     }
 
     private func sendStatus() {
@@ -225,7 +235,8 @@ public actor Daemon {
             group.addTask { for await signal in ownerChanges { await self.handleOwnerChange(signal) } }
             group.addTask { await connection.waitUntilDisconnected() }
             if options.advertise {  // pairing support: see Presence.swift
-                let presence = Presence(connection: connection, adapter: options.adapter, accessory: options.accessory, logger: logger)
+                let presence = Presence(
+                    connection: connection, loop: executor, adapter: options.adapter, accessory: options.accessory, logger: logger)
                 self.presence = presence
                 tellPresence()
                 group.addTask { await presence.run() }
@@ -430,9 +441,7 @@ public actor Daemon {
         let delay = subscribeRetryMilliseconds[path] ?? 500
         subscribeRetryMilliseconds[path] = min(delay * 2, 30_000)
         logger.warning("\(link.device.address): cannot subscribe to ANCS: \(error); trying again in \(Double(delay) / 1000) s")
-        executor.after(.milliseconds(delay)) { [weak self] in
-            self?.assumeIsolated { $0.restartFailedLink(path: path, linkID: linkID) }
-        }
+        executor.after(.milliseconds(delay), onLoop { $0.restartFailedLink(path: path, linkID: linkID) })
     }
 
     /// Ends the StartNotify sessions a failed link holds, waiting for bluetoothd's answers (a
@@ -466,12 +475,8 @@ public actor Daemon {
                 // session, with no task or thread in between.
                 let reader = try NotificationReader(
                     fd: raw, loop: executor,
-                    onValue: { [weak self] value in
-                        self?.assumeIsolated { $0.receive(isDataSource ? .dataSource(value) : .notificationSource(value), linkID: id, path: path) }
-                    },
-                    onClose: { [weak self] reason in
-                        self?.assumeIsolated { $0.receive(.closed(reason), linkID: id, path: path) }
-                    })
+                    onValue: onLoop { $0.receive(isDataSource ? .dataSource($1) : .notificationSource($1), linkID: id, path: path) },
+                    onClose: onLoop { $0.receive(.closed($1), linkID: id, path: path) })
                 link.readers.append(reader)
                 link.delivery[characteristic] = .acquired(mtu: mtu)
                 return
@@ -564,13 +569,11 @@ public actor Daemon {
             stopLink(at: path, reason: "disconnected")
             guard tree.device(at: path)?.connected == true else { return }
             pausedAfterSocketClosed.insert(path)
-            executor.after(Self.socketClosedPause) { [weak self] in
-                self?.assumeIsolated { daemon in
-                    daemon.pausedAfterSocketClosed.remove(path)
-                    daemon.logger.debug("\(path.rawValue): the pause after its closed socket is over")
-                    daemon.reconcile()
-                }
-            }
+            executor.after(Self.socketClosedPause, onLoop { daemon in
+                daemon.pausedAfterSocketClosed.remove(path)
+                daemon.logger.debug("\(path.rawValue): the pause after its closed socket is over")
+                daemon.reconcile()
+            })
         }
     }
 
@@ -732,9 +735,8 @@ public actor Daemon {
             let prepared = try link.controlPointWrite
                 ?? GattClient(connection: connection).prepareWriteRequest(link.characteristics.controlPoint)
             link.controlPointWrite = prepared
-            let call = try GattClient.startWriteRequest(prepared, bytes) { [weak self] outcome in
-                self?.assumeIsolated { $0.writeCompleted(outcome, number: number, linkID: id, path: path) }
-            }
+            let call = try GattClient.startWriteRequest(
+                prepared, bytes, completion: onLoop { $0.writeCompleted($1, number: number, linkID: id, path: path) })
             link.write = (call, connection)
         } catch {
             writeCompleted(.failure(error), number: number, linkID: id, path: path)
@@ -756,9 +758,7 @@ public actor Daemon {
             return  // cancelled with its link
         }
         if startingWrite {
-            executor.execute { [weak self] in
-                self?.assumeIsolated { $0.writeFinished(result, number: number, linkID: linkID, path: path) }
-            }
+            executor.execute(onLoop { $0.writeFinished(result, number: number, linkID: linkID, path: path) })
         } else {
             writeFinished(result, number: number, linkID: linkID, path: path)
         }
@@ -792,9 +792,7 @@ public actor Daemon {
             timer = existing
         } else {
             let id = link.id, path = link.device.path
-            timer = executor.makeTimer { [weak self] in
-                self?.assumeIsolated { $0.timerFired(linkID: id, path: path) }
-            }
+            timer = executor.makeTimer(handler: onLoop { $0.timerFired(linkID: id, path: path) })
             link.timer = timer
         }
         timer.schedule(after: max(.zero, deadline - link.now))

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ANCSRuntime
 import EventLoop
+import SystemCalls
 
 /// Reads the datagrams of an AcquireNotify socket (one per GATT notification) as they come.
 ///
@@ -15,24 +16,30 @@ import EventLoop
 /// because a completed Data Source response is what lets the next Control Point request go out.
 /// One datagram is read per readiness: the loop's level-triggered epoll reports the socket again
 /// while more wait, so no read ends in EAGAIN (one system call fewer per notification).
-final class NotificationReader: @unchecked Sendable {
-    // Mutable state is only touched on the loop.
-    private var watch: Watch?
+final class NotificationReader: Sendable {
     private let fd: Int32
-    private var buffer = [UInt8](repeating: 0, count: 4096)  // > the largest ATT MTU (517)
-    private var closed = false
+    /// What the loop reads with, and the watch while it reads.
+    private let state: LoopBound<State>
 
+    private struct State {
+        var watch: Watch?
+        var buffer = [UInt8](repeating: 0, count: 4096)  // > the largest ATT MTU (517)
+    }
+
+    /// Call on `loop`.
     init(
         fd: Int32, loop: DaemonExecutor, onValue: @escaping @Sendable ([UInt8]) -> Void,
         onClose: @escaping @Sendable (String) -> Void
     ) throws(EventLoop.Failure) {
         self.fd = fd
+        state = LoopBound(State(), loop: loop)
         let flags = fcntl(fd, F_GETFL)
         _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
         do {
-            watch = try loop.watch(fd: fd, interest: .readable, urgent: true) { [weak self] _ in
+            let watch = try loop.watch(fd: fd, interest: .readable, urgent: true) { [weak self] _ in
                 self?.readOne(onValue: onValue, onClose: onClose)
             }
+            state.value.watch = watch
         } catch {
             _ = Glibc.close(fd)
             throw error
@@ -44,27 +51,37 @@ final class NotificationReader: @unchecked Sendable {
     }
 
     private func readOne(onValue: @Sendable ([UInt8]) -> Void, onClose: @Sendable (String) -> Void) {
-        while !closed {
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count > 0 {
-                onValue(Array(buffer[0..<count]))
-                return
+        // Not called once cancelled: the loop checks the watch's interest first.
+        let fd = self.fd
+        let received = state.value.buffer.withUnsafeMutableBytes { buffer in
+            Result { () throws(Errno) -> [UInt8] in
+                let count = try Errno.retrying { recv(fd, buffer.baseAddress, buffer.count, 0) }
+                return Array(buffer.prefix(count))
             }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-            if count < 0 && errno == EINTR { continue }
-            let reason = count == 0 ? "the link closed" : String(cString: strerror(errno))
-            cancel()
-            onClose(reason)
-            return
         }
+        let reason: String
+        switch received {
+        case .success(let value) where !value.isEmpty:
+            return onValue(value)
+        case .failure(let error) where error == .wouldBlock:
+            return
+        case .success:
+            reason = "the link closed"
+        case .failure(let error):
+            reason = error.description
+        }
+        cancel()
+        onClose(reason)
     }
 
-    /// Stops reading and closes the descriptor.
+    /// Stops reading and closes the descriptor; from any thread (at once on the loop).
     func cancel() {
-        guard let watch else { return }
-        self.watch = nil
-        closed = true
-        watch.cancel()
-        _ = Glibc.close(fd)
+        let fd = self.fd
+        state.withValue { state in
+            guard let watch = state.watch else { return }
+            state.watch = nil
+            watch.cancel()
+            _ = Glibc.close(fd)
+        }
     }
 }

@@ -4,6 +4,7 @@ import Glibc
 import ANCSRuntime
 import BlueZ
 import DBus
+import EventLoop
 
 /// What `ancsd run` keeps registered with bluetoothd so bonded phones come back by themselves:
 /// a connectable (not discoverable) LE advertisement that solicits ANCS, the HID accessory
@@ -17,11 +18,14 @@ import DBus
 /// own pairing agent stays the default one, nothing is advertised or served). They are registered
 /// again when bluetoothd calls `Release` and when bluetoothd restarts. Every object answers only
 /// the current owner of `org.bluez`.
+///
+/// The actor runs on the daemon's loop (its executor), which its retry timer shares.
 actor Presence {
     static let agentPath: ObjectPath = "/org/ancsd/run/agent"
     static let advertisementPath: ObjectPath = "/org/ancsd/run/advertisement0"
 
     private let connection: DBusConnection
+    private let loop: EventLoop
     private let adapterName: String?
     private let logger: Logger
     /// What the advertisement and the GATT application show the phone (`--accessory`).
@@ -36,7 +40,8 @@ actor Presence {
     private var agentRegistered = false
     private var registering = false
     private var again = false
-    private var retry: Task<Void, Never>?
+    /// Registers again after a failure or a release; made on the first.
+    private var retry: LoopTimer?
     private var failures = 0
     private var saidNoAdapter = false
     /// The adapters that hold a paired iPhone's bond: only while there is one is anything
@@ -46,8 +51,11 @@ actor Presence {
     private var wanted: Bool { !phoneAdapters.isEmpty }
     private var saidNotWanted = false
 
-    init(connection: DBusConnection, adapter: String?, accessory: AccessoryKind = .hid, logger: Logger) {
+    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    init(connection: DBusConnection, loop: EventLoop, adapter: String?, accessory: AccessoryKind = .hid, logger: Logger) {
         self.connection = connection
+        self.loop = loop
         self.adapterName = adapter
         self.accessory = accessory
         self.logger = logger
@@ -87,8 +95,10 @@ actor Presence {
             for await _ in never {}
             continuation.finish()
         }
-        // Unregister from a task that is not cancelled: calls of a cancelled task fail at once.
-        await Task { await self.unregister() }.value
+        // Unregister from a task that is not cancelled: D-Bus calls of a cancelled task fail at
+        // once, and Swift 6.0 has no way to shield structured code from cancellation. The task
+        // runs on the loop, and is awaited here.
+        await Task(executorPreference: loop) { await self.unregister() }.value
     }
 
     private func ownerChanged(_ signal: Signal) async {
@@ -223,13 +233,15 @@ actor Presence {
         }
     }
 
+    /// Calls `register` after `delay` (a loop timer: nothing runs meanwhile); replaces a retry
+    /// already scheduled.
     private func scheduleRetry(after delay: Duration) {
-        retry?.cancel()
-        retry = Task {
-            try? await Task.sleep(for: delay)
-            guard !Task.isCancelled else { return }
-            await self.register()
+        let timer = retry ?? loop.makeTimer { [weak self, loop] in
+            guard let self else { return }
+            Task(executorPreference: loop) { await self.register() }
         }
+        retry = timer
+        timer.schedule(after: delay)
     }
 
     /// The adapter to advertise on and the name to show: the first adapter holding a paired

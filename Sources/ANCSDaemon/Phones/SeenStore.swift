@@ -3,6 +3,7 @@ import Glibc
 #endif
 public import ANCSRuntime
 public import ANCSSession
+import SystemCalls
 
 /// What a notification shows, reduced to 64 bits: FNV-1a over its app identifier, title,
 /// subtitle, message and date, each with its length (or a marker for "unknown"), so that no
@@ -308,9 +309,8 @@ public final class SeenStore {
         var buffer = [UInt8](repeating: 0, count: 65536)
         let limit = 4 * capacity * 17 + 4096  // a file far past the bound is not ours
         while bytes.count <= limit {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
+            let n = buffer.withUnsafeMutableBytes { buffer in try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) } }
+            guard let n, n > 0 else { break }
             bytes += buffer[0..<n]
         }
         return bytes

@@ -6,7 +6,7 @@ import ANCSCapture
 import ANCSRuntime
 import ANCSSession
 import BlueZ
-import Dispatch
+import EventLoop
 import JSON
 
 /// Where and how `ancsd run --record` writes sessions.
@@ -27,12 +27,21 @@ public struct RecordingOptions: Hashable, Sendable {
 ///
 /// Crash-safe by construction: the file is opened with O_APPEND and never rewritten; each line
 /// goes out with one write(2) of the whole line, so a crash or power loss leaves every complete
-/// line readable; it is fsync'ed at most every `syncInterval` while lines come (off the caller's
-/// thread) and at the end of the session. A Control Point line carries the write's answer, so the
+/// line readable; it is fsync'ed at most every `syncInterval` while lines come (on `syncLoop`,
+/// off the caller's loop) and at the end of the session (on the caller's loop: once a session,
+/// and done before the daemon exits). A Control Point line carries the write's answer, so the
 /// values that arrive while a write waits for its answer (milliseconds) are held back and written
 /// right after it. Owned and called only by the `Daemon` actor.
 final class SessionRecorder {
     static let syncInterval: Duration = .seconds(5)
+
+    /// Where the periodic fsyncs run: a loop of the recorders' own, made by the first recording
+    /// (a daemon that records nothing has no such thread), idle in `epoll_wait` between syncs.
+    /// The lines themselves are written on the daemon's loop: a few hundred bytes appended to
+    /// the page cache, about a microsecond each. An fsync waits for the disk (seconds on a busy
+    /// SD card), which the phones' traffic must not wait for. Nil if it cannot be made: the
+    /// fsyncs then run on the daemon's loop.
+    private static let syncLoop: EventLoop? = try? EventLoop(name: "ancsd-fsync")
 
     let path: String
     private var fd: Int32
@@ -177,27 +186,21 @@ final class SessionRecorder {
         guard fd >= 0 else { return }
         var bytes = Array(text.utf8)
         bytes.append(0x0A)
-        var written = 0
-        while written < bytes.count {
-            let count = bytes[written...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                logger.warning("\(device): stopped recording to \(path): \(String(cString: strerror(errno)))")
-                close(fd)
-                fd = -1
-                return
-            }
-            written += count
+        guard writeAll(fd, bytes) else {
+            logger.warning("\(device): stopped recording to \(path): \(String(cString: strerror(errno)))")
+            close(fd)
+            fd = -1
+            return
         }
         if ContinuousClock.now - lastSync >= Self.syncInterval {
             lastSync = .now
-            let copy = dup(fd)
-            if copy >= 0 {
-                DispatchQueue.global(qos: .utility).async {
-                    fsync(copy)
-                    close(copy)
-                }
+            let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            guard copy >= 0 else { return }
+            let sync: @Sendable () -> Void = {
+                fsync(copy)
+                close(copy)
             }
+            if let loop = Self.syncLoop { loop.execute(sync) } else { sync() }
         }
     }
 

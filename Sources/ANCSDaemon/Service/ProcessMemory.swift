@@ -4,6 +4,7 @@ import Glibc
 import CLinux
 public import ANCSRuntime
 import Synchronization
+import SystemCalls
 
 /// Keeps a long-running daemon's resident memory to what it uses.
 public enum ProcessMemory {
@@ -118,9 +119,8 @@ public enum ProcessMemory {
         var result: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return nil }
+            guard let count = chunk.withUnsafeMutableBytes({ buffer in try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) } })
+            else { return nil }
             if count == 0 { return result }
             result.append(contentsOf: chunk[0..<count])
         }
