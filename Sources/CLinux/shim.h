@@ -30,12 +30,6 @@ int mallopt(int param, int value);
 /* Makes every thread allocate from the main heap: no 64 MiB arena per thread that allocates. */
 static inline int ancsd_use_one_malloc_arena(void) { return mallopt(ANCSD_M_ARENA_MAX, 1); }
 
-/* From <malloc.h> too. */
-int malloc_trim(size_t pad);
-
-/* Gives the whole free pages of every malloc arena back to the kernel, not only the top of the heap. */
-static inline int ancsd_malloc_trim(void) { return malloc_trim(0); }
-
 /* accept4, declared only under _GNU_SOURCE: a new connection that is close-on-exec and
  * non-blocking from the start (SOCK_CLOEXEC 02000000, SOCK_NONBLOCK 04000 on Linux). */
 struct sockaddr;
