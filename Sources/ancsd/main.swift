@@ -106,19 +106,6 @@ sigemptyset(&handledSignals)
 for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] { sigaddset(&handledSignals, number) }
 pthread_sigmask(SIG_UNBLOCK, &handledSignals, nil)
 
-/// The subcommand `arguments` (without the program name) run, past a leading `--bus`.
-func subcommand(of arguments: [String]) -> String? {
-    guard let first = arguments.first else { return nil }
-    if first == "--bus" { return arguments.dropFirst(2).first }
-    return first.hasPrefix("--bus=") ? arguments.dropFirst().first : first
-}
-
-// `run`'s threads share glibc's main heap (ProcessMemory.useOneMallocArena). Set before the event
-// loop's thread starts: a thread that has allocated keeps the arena it got, and the loop's would
-// hold on to what a burst freed (the soak saw +2.4 MB of anonymous memory in other arenas).
-// `decode` keeps an arena per thread for its two busy threads.
-if subcommand(of: Array(CommandLine.arguments.dropFirst())) == "run" { ProcessMemory.useOneMallocArena() }
-
 // All asynchronous work runs on one event loop (see DaemonExecutor), never on Swift's global
 // executor: an idle daemon then makes no wakeups.
 let executor: DaemonExecutor

@@ -1,20 +1,9 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CLinux
 
 /// Keeps a long-running daemon's resident memory to what it uses.
 public enum ProcessMemory {
-    /// Makes every thread allocate from glibc's main heap (`M_ARENA_MAX` 1). By default each
-    /// thread that allocates gets an arena of its own, and what it frees stays in that arena's
-    /// free lists: the daemon's few threads (its executor's worker, the output writer, libdbus
-    /// through them) otherwise keep a few hundred kB apart each. They rarely allocate at the same
-    /// moment, so sharing one heap costs no waiting. A thread that has an arena keeps it: call this
-    /// early.
-    public static func useOneMallocArena() {
-        _ = ancsd_use_one_malloc_arena()
-    }
-
     /// What `releaseStartupText()` released.
     public struct Release: Sendable, Equatable {
         /// How many mappings were advised.
