@@ -233,7 +233,7 @@ enum RunCommand {
         // The file pages only start-up needed are given back (ProcessMemory) on the daemon's
         // loop 200 ms after it is ready, once start-up is over: done at ready itself, or beside
         // it on another thread, it delays the last start-up steps, which widens a shutdown race
-        // (docs/performance.md, "A shutdown race found on the way").
+        // (docs/history/performance.md, "A shutdown race found on the way").
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
             onReady: {
