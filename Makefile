@@ -12,7 +12,7 @@ DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme f
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
 TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark socat util-linux $(DESKTOP_TEST_DEPS) $(MQTT_TEST_DEPS)
-BENCH_DEPS  := $(TEST_DEPS) python3-dbus
+BENCH_DEPS  := $(TEST_DEPS) python3-dbus valgrind
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
 	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
 # The Debian releases whose clean roots get the package and boot it with systemd.
@@ -175,23 +175,30 @@ check-install:
 	@scripts/install-deps $(TEST_DEPS)
 	scripts/check-install
 
-## bench: release-build benchmarks that print their numbers, each hot path against a baseline
-## measured in the same run: the reassembler, ancsd decode (against a Python decoder; btsnoop
-## MB/s against tshark), D-Bus round trips (against python3-dbus), the daemon end to end on the
-## simulator with the static binary that make install ships (latency, burst, RSS, idle wakeups),
-## its latency against the same process chain doing nothing else (Benchmarks/hop-floor).
+## bench: release-build benchmarks of the static binary make install ships (code layout
+## included); each figure of docs/performance.md is printed with its target and PASS or FAIL, as a
+## ratio to a reference measured in the same run where there is one: ancsd decode against a
+## Python decoder, btsnoop MB/s, the daemon end to end on the simulator (latency against
+## Benchmarks/hop-floor, the same process chain doing nothing else; burst, RSS after the burst,
+## idle wakeups), instructions per burst notification (callgrind). Also the reassembler
+## (ancs-bench) and D-Bus round trips (dbus-bench). The figures are listed again at the end. A
+## FAIL does not stop make: wall-clock figures move with whatever else the machine runs.
 # Every product with the same flags (--static-swift-stdlib), so one build serves them all.
 BENCH_BUILD := $(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOUT)
+BENCH_FIGURES := $(CURDIR)/.build/bench-figures.txt
 bench:
 	@scripts/install-deps $(BENCH_DEPS)
+	@mkdir -p .build && rm -f $(BENCH_FIGURES)
 	$(BENCH_BUILD) --product ancs-bench $(BENCH_LINK)
 	$(LAYOUT_BIN)/ancs-bench
 	$(BENCH_BUILD) --product ancsd
-	python3 Benchmarks/decode/decode_bench.py $(LAYOUT_BIN)
+	BENCH_FIGURES=$(BENCH_FIGURES) python3 Benchmarks/decode/decode_bench.py $(LAYOUT_BIN)
 	$(BENCH_BUILD) --product dbus-bench && $(LAYOUT_BIN)/dbus-bench
 	$(BENCH_BUILD) --product ancs-phone-sim
 	$(BENCH_BUILD) --product hop-floor
-	python3 Benchmarks/daemon_bench.py $(LAYOUT_BIN)
+	BENCH_FIGURES=$(BENCH_FIGURES) python3 Benchmarks/daemon_bench.py $(LAYOUT_BIN)
+	BENCH_FIGURES=$(BENCH_FIGURES) python3 Benchmarks/cg_per_notification.py $(LAYOUT_BIN) ancsd
+	@echo "make bench: the figures (docs/performance.md)"; cat $(BENCH_FIGURES)
 
 ## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP
 ## decoders), the JSON parser and writer, the ancs-capture/1 reader, the btsnoop reader and the

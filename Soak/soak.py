@@ -954,8 +954,7 @@ class Run:
             self.empty_fifo()
         elif kind == "mark":
             # Both ends are measured at rest: the phones hold nothing and ancsd has had no event
-            # for MARK_REST seconds, so it has given back the code pages the work before touched
-            # (QuietRelease, 2-4 s after its last event). Later steps keep their spacing.
+            # for MARK_REST seconds. Later steps keep their spacing.
             rest = time.monotonic() + MARK_REST
             while time.monotonic() < rest:
                 time.sleep(0.05)

@@ -2,7 +2,7 @@
 #define ANCSD_CLINUX_SHIM_H
 /*
  * Linux and glibc calls that Swift's Glibc module leaves out (pwritev2 and accept4 are declared
- * only under _GNU_SOURCE, mallopt in <malloc.h>, signalfd in <sys/signalfd.h>). Headers only: the module links nothing beyond glibc.
+ * only under _GNU_SOURCE, signalfd in <sys/signalfd.h>). Headers only: the module links nothing beyond glibc.
  */
 #include <stddef.h>
 
@@ -22,19 +22,6 @@ static inline long ancsd_write_nowait(int fd, const void *bytes, size_t count) {
     struct { const void *base; size_t length; } iov = { bytes, count };  /* struct iovec's layout */
     return pwritev2(fd, (const struct iovec *)(const void *)&iov, 1, -1, ANCSD_RWF_NOWAIT);
 }
-
-/* From <malloc.h>, which Swift's Glibc module leaves out. */
-int mallopt(int param, int value);
-#define ANCSD_M_ARENA_MAX (-8)
-
-/* Makes every thread allocate from the main heap: no 64 MiB arena per thread that allocates. */
-static inline int ancsd_use_one_malloc_arena(void) { return mallopt(ANCSD_M_ARENA_MAX, 1); }
-
-/* From <malloc.h> too. */
-int malloc_trim(size_t pad);
-
-/* Gives the whole free pages of every malloc arena back to the kernel, not only the top of the heap. */
-static inline int ancsd_malloc_trim(void) { return malloc_trim(0); }
 
 /* accept4, declared only under _GNU_SOURCE: a new connection that is close-on-exec and
  * non-blocking from the start (SOCK_CLOEXEC 02000000, SOCK_NONBLOCK 04000 on Linux). */

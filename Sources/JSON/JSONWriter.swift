@@ -345,9 +345,4 @@ extension JSONValue {
         if newline { writer.newline() }
         return writer.bytes
     }
-
-    /// Appends the compact JSON text of this value to `out`.
-    public func write(to out: inout String) {
-        out += serialized
-    }
 }

@@ -145,12 +145,10 @@ enum RunCommand {
             logger.error("\(error)")
             return 2  // a FIFO or an MQTT setting that cannot work: a mistake in the configuration
         }
-        // Code pages that work maps back in are given back again after 2 s without an event.
-        output.attach(QuietRelease(executor: executor), key: QuietRelease.key)
         // The file pages only start-up needed are given back (ProcessMemory) on the daemon's
         // loop 200 ms after it is ready, once start-up is over: done at ready itself, or beside
         // it on another thread, it delays the last start-up steps, which widens a shutdown race
-        // (docs/performance.md, "A shutdown race found on the way").
+        // (docs/history/performance.md, "A shutdown race found on the way").
         let daemon = Daemon(
             options: settings.options, output: output, logger: logger, notifier: notifier, executor: executor,
             onReady: {

@@ -101,12 +101,6 @@ func subcommand(of arguments: [String]) -> String? {
     return first.hasPrefix("--bus=") ? arguments.dropFirst().first : first
 }
 
-// `run`'s threads share glibc's main heap (ProcessMemory.useOneMallocArena). Set before the event
-// loop's thread starts: a thread that has allocated keeps the arena it got, and the loop's would
-// hold on to what a burst freed (the soak saw +2.4 MB of anonymous memory in other arenas).
-// `decode` keeps an arena per thread for its two busy threads.
-if subcommand(of: Array(CommandLine.arguments.dropFirst())) == "run" { ProcessMemory.useOneMallocArena() }
-
 // `run` and `desktop` read their signals from a signalfd on the event loop (SignalWatch): blocked
 // here, before the loop's thread or any other starts, so every thread inherits the mask and a
 // signal that comes during start-up waits, pending, for the watch (one that came before main, to

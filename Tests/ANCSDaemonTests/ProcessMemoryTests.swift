@@ -1,6 +1,5 @@
 @testable import ANCSDaemon
 import Foundation
-import Synchronization
 import Testing
 
 @Suite struct ProcessMemoryTests {
@@ -60,49 +59,6 @@ import Testing
         #expect((1...1000).reduce(0, +) == 500_500)
     }
 
-    /// Free pages between chunks still in use go back to the kernel: 64 MB allocated in 1 KiB
-    /// blocks, all but one block in 64 freed (so the heap's top cannot simply shrink), then trimmed.
-    @Test func trimHeapGivesBackFreePagesInsideTheHeap() throws {
-        var blocks: [UnsafeMutableRawPointer] = []
-        for _ in 0..<65536 {
-            let block = try #require(malloc(1024))
-            memset(block, 0x5A, 1024)
-            blocks.append(block)
-        }
-        var kept: [UnsafeMutableRawPointer] = []
-        for (index, block) in blocks.enumerated() {
-            if index % 64 == 0 { kept.append(block) } else { free(block) }
-        }
-        let before = try statusKB("RssAnon:")
-        ProcessMemory.trimHeap()
-        let after = try statusKB("RssAnon:")
-        for block in kept { free(block) }
-        #expect(before - after > 16 * 1024, "RssAnon \(before) kB before the trim, \(after) kB after")
-    }
-
-    /// No release while events come; one once a spell passes without any; then no timer is left
-    /// (an idle daemon has no wakeups), until the next event arms it again.
-    @Test func quietReleaseWaitsForAQuietSpellThenDisarms() {
-        let clock = ManualTimers()
-        let sink = QuietRelease(quiet: .seconds(2), schedule: clock.schedule, release: clock.release)
-        sink.activity()
-        #expect(clock.armed == 1, "the first event arms the timer")
-        sink.activity()
-        sink.activity()
-        #expect(clock.armed == 1, "later events arm no second timer")
-        clock.fireNext()
-        #expect(clock.releases == 0, "events came during the spell: no release yet")
-        #expect(clock.armed == 1, "and the timer is armed again")
-        clock.fireNext()
-        #expect(clock.releases == 1, "a spell without events: released")
-        #expect(clock.armed == 0, "and nothing is left armed")
-        sink.activity()
-        #expect(clock.armed == 1)
-        clock.fireNext()
-        #expect(clock.releases == 2)
-        #expect(clock.armed == 0)
-    }
-
     private func residentFileKB() throws -> Int {
         try statusKB("RssFile:")
     }
@@ -111,26 +67,5 @@ import Testing
         let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
         let line = try #require(status.split(separator: "\n").first { $0.hasPrefix(field) })
         return try #require(Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]))
-    }
-}
-
-/// Timers the test fires by hand, in order, and a count of releases.
-private final class ManualTimers: Sendable {
-    private let state = Mutex<(pending: [@Sendable () -> Void], released: Int)>(([], 0))
-
-    var armed: Int { state.withLock { $0.pending.count } }
-    var releases: Int { state.withLock { $0.released } }
-
-    var schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void {
-        { _, work in self.state.withLock { $0.pending.append(work) } }
-    }
-
-    var release: @Sendable () -> Void {
-        { self.state.withLock { $0.released += 1 } }
-    }
-
-    func fireNext() {
-        let work = state.withLock { $0.pending.isEmpty ? nil : $0.pending.removeFirst() }
-        work?()
     }
 }

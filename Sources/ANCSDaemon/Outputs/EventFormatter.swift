@@ -27,91 +27,12 @@ public enum EventFormatter {
     /// The version of the JSON output (`"v"`).
     public static let jsonVersion = 1
 
+    /// The event as one line in `format` (no newline).
     public static func line(_ event: OutputEvent, format: OutputFormat) -> String {
         switch format {
-        case .json: jsonLine(event)
+        case .json: json(event).serialized
         case .text: text(event)
         }
-    }
-
-    /// The event's JSON object on one line, as `json(event).serialized` writes it (no newline).
-    public static func jsonLine(_ event: OutputEvent) -> String {
-        var out = JSONWriter(capacity: 512)
-        writeJSON(event, to: &out)
-        return out.withBytes { String(decoding: $0, as: UTF8.self) }
-    }
-
-    /// Appends the event's JSON object to `out`, byte for byte as `json(event)` serializes,
-    /// without building the `JSONValue` tree: the members' names and punctuation are constants.
-    public static func writeJSON(_ event: OutputEvent, to out: inout JSONWriter) {
-        switch event {
-        case .connected(let device, let name):
-            out.appendASCII(#"{"v":1,"type":"connected","device":"#)
-            out.write(device)
-            out.appendASCII(#","name":"#)
-            writeOptional(name, to: &out)
-        case .disconnected(let device, let reason):
-            out.appendASCII(#"{"v":1,"type":"disconnected","device":"#)
-            out.write(device)
-            out.appendASCII(#","reason":"#)
-            writeOptional(reason, to: &out)
-        case .sharing(let device, let allowed):
-            out.appendASCII(#"{"v":1,"type":"sharing","device":"#)
-            out.write(device)
-            out.appendASCII(allowed ? #","state":"on""# : #","state":"off""#)
-        case .notification(let event, let device, let seenBefore):
-            let n = event.notification
-            switch event.kind {
-            case .added: out.appendASCII(#"{"v":1,"type":"added","device":"#)
-            case .modified: out.appendASCII(#"{"v":1,"type":"modified","device":"#)
-            case .removed: out.appendASCII(#"{"v":1,"type":"removed","device":"#)
-            }
-            out.write(device)
-            out.appendASCII(#","uid":"#)
-            out.write(Int(n.uid))
-            out.appendASCII(#","category":"#)
-            out.write(n.category.name ?? "reserved")
-            out.appendASCII(#","category_id":"#)
-            out.write(Int(n.category.rawValue))
-            out.appendASCII(#","category_count":"#)
-            out.write(Int(n.categoryCount))
-            out.appendASCII(#","flags":["#)
-            var first = true
-            for (flag, name) in EventFlags.named where n.flags.contains(flag) {
-                if !first { out.appendASCII(",") }
-                first = false
-                out.write(name)
-            }
-            out.appendASCII(n.isPreExisting ? #"],"pre_existing":true"# : #"],"pre_existing":false"#)
-            out.appendASCII(seenBefore ? #","seen_before":true,"app_id":"# : #","seen_before":false,"app_id":"#)
-            writeOptional(n.appIdentifier, to: &out)
-            out.appendASCII(#","app_name":"#)
-            writeOptional(n.appName, to: &out)
-            out.appendASCII(#","title":"#)
-            writeOptional(n.title, to: &out)
-            out.appendASCII(#","subtitle":"#)
-            writeOptional(n.subtitle, to: &out)
-            out.appendASCII(#","message":"#)
-            writeOptional(n.message, to: &out)
-            out.appendASCII(#","message_size":"#)
-            if let size = n.messageSize { out.write(size) } else { out.appendASCII("null") }
-            switch n.truncated {
-            case true?: out.appendASCII(#","truncated":true,"date":"#)
-            case false?: out.appendASCII(#","truncated":false,"date":"#)
-            case nil: out.appendASCII(#","truncated":null,"date":"#)
-            }
-            if let date = n.date?.date { date.withISO8601 { _ = out.writeString(utf8: $0) } } else { out.appendASCII("null") }
-            out.appendASCII(#","positive_action":"#)
-            writeOptional(n.positiveAction, to: &out)
-            out.appendASCII(#","negative_action":"#)
-            writeOptional(n.negativeAction, to: &out)
-            out.appendASCII(n.attributesComplete ? #","complete":true"# : #","complete":false"#)
-        }
-        out.appendASCII("}")
-    }
-
-    private static func writeOptional(_ text: String?, to out: inout JSONWriter) {
-        if let text { out.write(text) } else { out.appendASCII("null") }
     }
 
     /// The JSON object of an event (docs/output.md, schema in docs/output.schema.json).

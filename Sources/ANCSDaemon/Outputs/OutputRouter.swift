@@ -37,7 +37,7 @@ public final class OutputRouter: Sendable {
         for sink in sinks { sink.start(context) }
     }
 
-    /// Sends one event to every sink; its renderings are made once, by the first sink that wants them.
+    /// Sends one event to every sink, as one record: its JSON line is rendered once, here.
     public func emit(_ event: OutputEvent) {
         let record = OutputRecord(event)
         for sink in sinks { sink.send(record) }

@@ -2,7 +2,6 @@ public import ANCS
 public import ANCSRuntime
 public import Dispatch
 public import JSON
-import Synchronization
 
 /// One output of the daemon: standard output, the FIFO, a control-socket subscriber, a command
 /// per event, MQTT… The `OutputRouter` hands every event to every sink; sinks never know of
@@ -70,22 +69,17 @@ public protocol PhoneActions: Sendable {
     func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject
 }
 
-/// One event on its way to the sinks, with its renderings made lazily: the first sink that
-/// asks for the JSON line or the text line formats it, every later one gets the same one.
+/// One event on its way to the sinks, with its JSON line: the line every JSON output sends
+/// (standard output, the FIFO, exec, MQTT, control subscribers), rendered once when the router
+/// makes the record. Other renderings are made by the sink that wants them.
 public final class OutputRecord: Sendable {
     public let event: OutputEvent
-    private struct Forms {
-        var json: JSONValue?
-        var jsonLine: String?
-        var textLine: String?
-        /// The lines as UTF-8 bytes with their newline, as the line sinks write them.
-        var jsonBytes: [UInt8]?
-        var textBytes: [UInt8]?
-    }
-    private let forms = Mutex(Forms())
+    /// The event's JSON object on one line, exactly as `--format json` prints it (no newline).
+    public let jsonLine: String
 
     public init(_ event: OutputEvent) {
         self.event = event
+        jsonLine = EventFormatter.json(event).serialized
     }
 
     /// The phone's address, as in the event.
@@ -96,65 +90,19 @@ public final class OutputRecord: Sendable {
     }
 
     /// The event's JSON object (docs/output.md).
-    public var json: JSONValue {
-        forms.withLock { forms in
-            if let json = forms.json { return json }
-            let json = EventFormatter.json(event)
-            forms.json = json
-            return json
-        }
-    }
+    public var json: JSONValue { EventFormatter.json(event) }
 
-    /// The JSON object on one line, exactly as `--format json` prints it (no newline).
-    public var jsonLine: String {
-        forms.withLock { forms in
-            if let line = forms.jsonLine { return line }
-            let line = forms.jsonBytes.map { String(decoding: $0.dropLast(), as: UTF8.self) } ?? EventFormatter.jsonLine(event)
-            forms.jsonLine = line
-            return line
-        }
-    }
-
-    /// The readable line `--format text` prints (no newline).
-    public var textLine: String {
-        forms.withLock { forms in
-            if let line = forms.textLine { return line }
-            let line = EventFormatter.text(event)
-            forms.textLine = line
-            return line
-        }
-    }
-
-    /// The line in `format`.
+    /// The line in `format` (no newline).
     public func line(_ format: OutputFormat) -> String {
         switch format {
         case .json: jsonLine
-        case .text: textLine
+        case .text: EventFormatter.text(event)
         }
     }
 
-    /// The line in `format` as UTF-8 bytes followed by a newline: what a line sink writes. The
-    /// JSON line is written straight into its bytes (`EventFormatter.writeJSON`).
+    /// The line in `format` as UTF-8 bytes followed by a newline: what a line sink writes.
     public func lineBytes(_ format: OutputFormat) -> [UInt8] {
-        forms.withLock { forms in
-            switch format {
-            case .json:
-                if let bytes = forms.jsonBytes { return bytes }
-                var out = JSONWriter(capacity: 512)
-                EventFormatter.writeJSON(event, to: &out)
-                out.newline()
-                let bytes = out.bytes
-                forms.jsonBytes = bytes
-                return bytes
-            case .text:
-                if let bytes = forms.textBytes { return bytes }
-                let line = forms.textLine ?? EventFormatter.text(event)
-                forms.textLine = line
-                let bytes = newlineTerminated(line)
-                forms.textBytes = bytes
-                return bytes
-            }
-        }
+        newlineTerminated(line(format))
     }
 }
 

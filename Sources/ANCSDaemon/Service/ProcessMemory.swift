@@ -1,23 +1,10 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CLinux
-public import ANCSRuntime
-import Synchronization
 import SystemCalls
 
 /// Keeps a long-running daemon's resident memory to what it uses.
 public enum ProcessMemory {
-    /// Makes every thread allocate from glibc's main heap (`M_ARENA_MAX` 1). By default each
-    /// thread that allocates gets an arena of its own, and what it frees stays in that arena's
-    /// free lists: the daemon's few threads (its executor's worker, the output writer, libdbus
-    /// through them) otherwise keep a few hundred kB apart each. They rarely allocate at the same
-    /// moment, so sharing one heap costs no waiting. A thread that has an arena keeps it: call this
-    /// early.
-    public static func useOneMallocArena() {
-        _ = ancsd_use_one_malloc_arena()
-    }
-
     /// What `releaseStartupText()` released.
     public struct Release: Sendable, Equatable {
         /// How many mappings were advised.
@@ -51,15 +38,6 @@ public enum ProcessMemory {
             }
         }
         return release
-    }
-
-    /// Gives the free pages inside malloc's heaps back to the kernel (`malloc_trim(0)`): after a
-    /// burst, the memory its notifications used stays in malloc's free lists, resident, spread
-    /// between chunks still in use, where glibc's own trimming (only the top of a heap) does not
-    /// reach. True if memory was given back.
-    @discardableResult
-    public static func trimHeap() -> Bool {
-        ancsd_malloc_trim() != 0
     }
 
     struct Mapping: Equatable {
@@ -123,91 +101,6 @@ public enum ProcessMemory {
             else { return nil }
             if count == 0 { return result }
             result.append(contentsOf: chunk[0..<count])
-        }
-    }
-}
-
-/// Gives back, once the daemon has been quiet for a while, the file pages its work touched again
-/// since the last release and the free pages of malloc's heaps.
-///
-/// After the start-up release (`ProcessMemory.releaseStartupText`) every code path the daemon
-/// runs maps its pages back, 64 KiB per fault, and they stay resident for the life of the
-/// process: over hours the rare paths (a reload, an error answer, an action, a reconnect) add up
-/// to megabytes of code that runs once in a while; and a burst leaves its freed memory resident
-/// in malloc's free lists. This sink gets every event from the output router (attached once
-/// under `key`; a reload carries it over) and, when `quiet` has passed with no event, runs the
-/// same release again (the same minor faults when the code runs again) and
-/// `ProcessMemory.trimHeap()`. One timer at a time: the first event arms it; when it fires it
-/// arms itself again if events came meanwhile, and otherwise releases and stays disarmed. So
-/// while events flow it wakes the daemon once per `quiet`, and an idle daemon has no timer at
-/// all (no wakeups). Work that makes no event (a control request, a queue drained) is not seen:
-/// what it maps in stays until the next event's quiet spell.
-public final class QuietRelease: OutputSink {
-    /// The key it is attached to the output router under.
-    public static let key = "ancsd.quiet-release"
-    public let name = "the release of file pages after a quiet spell"
-    /// How long without an event before the release.
-    public let quiet: Duration
-    private let schedule: @Sendable (Duration, @escaping @Sendable () -> Void) -> Void
-    private let release: @Sendable () -> Void
-    private struct State {
-        var armed = false
-        var busy = false
-    }
-    private let state = Mutex(State())
-
-    /// Releases on the daemon's executor (its timers) `quiet` after the last event.
-    public convenience init(executor: DaemonExecutor, quiet: Duration = .seconds(2)) {
-        self.init(
-            quiet: quiet,
-            schedule: { delay, work in executor.after(delay, work) },
-            release: {
-                ProcessMemory.releaseStartupText()
-                ProcessMemory.trimHeap()
-            })
-    }
-
-    /// `schedule(delay, work)` runs `work` once after `delay`; `release` gives the pages back.
-    init(
-        quiet: Duration, schedule: @escaping @Sendable (Duration, @escaping @Sendable () -> Void) -> Void,
-        release: @escaping @Sendable () -> Void
-    ) {
-        self.quiet = quiet
-        self.schedule = schedule
-        self.release = release
-    }
-
-    public func send(_ event: OutputRecord) {
-        activity()
-    }
-
-    /// Notes an event: arms the timer if it is not armed, else marks the current spell busy.
-    func activity() {
-        let arm = state.withLock { state -> Bool in
-            guard state.armed else {
-                state.armed = true
-                state.busy = false  // this event starts the spell the timer measures
-                return true
-            }
-            state.busy = true
-            return false
-        }
-        if arm { schedule(quiet) { self.fired() } }
-    }
-
-    private func fired() {
-        let again = state.withLock { state -> Bool in
-            if state.busy {
-                state.busy = false
-                return true
-            }
-            state.armed = false
-            return false
-        }
-        if again {
-            schedule(quiet) { self.fired() }
-        } else {
-            release()
         }
     }
 }
