@@ -392,19 +392,8 @@ final class ConnectionCore {
     // `dbus_connection_send`, its reply is caught by serial in `filter` before anything else sees
     // it, and its deadline is one of ours, kept by the connection's one timer.
 
-    /// Where a call's outcome goes (on the loop): the decoded reply, or for a call that
-    /// expects an empty reply, whether it came (checked in place: nothing is decoded).
-    enum Completion {
-        case message(@Sendable (Result<Message, any Error>) -> Void)
-        case empty(@Sendable (Result<Void, any Error>) -> Void)
-
-        func fail(_ error: any Error) {
-            switch self {
-            case .message(let complete): complete(.failure(error))
-            case .empty(let complete): complete(.failure(error))
-            }
-        }
-    }
+    /// Where a call's outcome goes (on the loop): the decoded reply, or an error.
+    typealias Completion = @Sendable (Result<Message, any Error>) -> Void
 
     private struct PendingEntry {
         let id: UInt64
@@ -425,20 +414,20 @@ final class ConnectionCore {
         _ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64,
         continuation: CheckedContinuation<Message, any Error>
     ) {
-        startCall(message, timeoutMilliseconds: timeoutMilliseconds, id: id, complete: .message { continuation.resume(with: $0) })
+        startCall(message, timeoutMilliseconds: timeoutMilliseconds, id: id) { continuation.resume(with: $0) }
     }
 
     /// Sends `message` and calls `complete` on the loop with the reply (or an error): at once
     /// when the call cannot start, otherwise from a later turn of the loop.
-    func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: Completion) {
+    func startCall(_ message: OwnedMessage, timeoutMilliseconds: Int32, id: UInt64, complete: @escaping Completion) {
         // A disconnected connection would queue the message and never answer.
         guard !isClosed, dbus_connection_get_is_connected(raw) != 0 else {
-            return complete.fail(DBusError.disconnected)
+            return complete(.failure(DBusError.disconnected))
         }
-        do { try checkFDs(message) } catch { return complete.fail(error) }
+        do { try checkFDs(message) } catch { return complete(.failure(error)) }
         var serial: UInt32 = 0
         guard dbus_connection_send(raw, message.raw, &serial) != 0 else {
-            return complete.fail(Marshal.outOfMemory)
+            return complete(.failure(Marshal.outOfMemory))
         }
         let deadline: UInt64
         if timeoutMilliseconds == CDBUS_TIMEOUT_INFINITE || timeoutMilliseconds < 0 {
@@ -454,26 +443,16 @@ final class ConnectionCore {
     private func completeCall(_ raw: OpaquePointer) {
         guard let entry = pendingBySerial.removeValue(forKey: dbus_message_get_reply_serial(raw)) else { return }
         disarmIfIdle()
-        if case .empty(let complete) = entry.complete, dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_RETURN {
-            // libdbus gives "" for a message without a body.
-            guard let signature = dbus_message_get_signature(raw), signature.pointee != 0 else {
-                return complete(.success(()))
-            }
-            return complete(.failure(DBusError.unexpectedSignature(expected: "", actual: String(cString: signature))))
-        }
         let message: Message
         do {
             message = try Message.decode(raw)
         } catch {
-            return entry.complete.fail(error)
+            return entry.complete(.failure(error))
         }
         guard message.kind != .error else {
-            return entry.complete.fail(message.error ?? .failed("error reply without a name"))
+            return entry.complete(.failure(message.error ?? .failed("error reply without a name")))
         }
-        switch entry.complete {
-        case .message(let complete): complete(.success(message))
-        case .empty(let complete): complete(.failure(DBusError.unexpectedSignature(expected: "", actual: message.signature.rawValue)))
-        }
+        entry.complete(.success(message))
     }
 
     /// The awaiting task was cancelled: drop the pending call (a reply that still comes is dropped).
@@ -482,7 +461,7 @@ final class ConnectionCore {
             let entry = pendingBySerial.removeValue(forKey: serial)
         else { return }
         disarmIfIdle()
-        entry.complete.fail(CancellationError())
+        entry.complete(.failure(CancellationError()))
     }
 
     /// Fails the calls whose deadline has passed with `.timeout`.
@@ -492,7 +471,7 @@ final class ConnectionCore {
         for serial in due {
             // A completion run earlier in this loop may have cancelled it.
             guard let entry = pendingBySerial.removeValue(forKey: serial) else { continue }
-            entry.complete.fail(DBusError.timeout)
+            entry.complete(.failure(DBusError.timeout))
         }
     }
 
@@ -508,9 +487,6 @@ final class ConnectionCore {
         }
         guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
-        }
-        if type == CDBUS_MESSAGE_TYPE_METHOD_CALL, !directRoutes.isEmpty, dispatchDirect(raw) {
-            return DBUS_HANDLER_RESULT_HANDLED
         }
         let message: Message
         do {
@@ -530,7 +506,7 @@ final class ConnectionCore {
             deliverSignal(message)
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
-        handleMethodCall(message, raw)
+        handleMethodCall(message)
         return DBUS_HANDLER_RESULT_HANDLED
     }
 
@@ -639,31 +615,12 @@ final class ConnectionCore {
     private(set) var exports: [ObjectPath: ExportState] = [:]
     private(set) var managers: Set<ObjectPath> = []
 
-    /// A `direct` method of an exported object, with its names as C strings for `dispatchDirect`.
-    struct DirectRoute {
-        let path: ObjectPath
-        let cPath: [CChar]
-        let cInterface: [CChar]
-        let cMember: [CChar]
-        let method: ExportedMethod
-    }
-
-    /// The `direct` methods of every exported object.
-    private var directRoutes: [DirectRoute] = []
-
     func export(_ object: ExportedObject, at path: ObjectPath) throws(DBusError) {
         guard !isClosed else { throw .disconnected }
         try object.validate()
         guard exports[path] == nil else { throw .invalidArgument("an object is already exported at \(path)") }
         let state = ExportState(object)
         exports[path] = state
-        for iface in object.interfaces {
-            for method in iface.methods where method.isDirect {
-                directRoutes.append(DirectRoute(
-                    path: path, cPath: Array(path.rawValue.utf8CString), cInterface: Array(iface.name.rawValue.utf8CString),
-                    cMember: Array(method.name.rawValue.utf8CString), method: method))
-            }
-        }
         for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
             emit(manager, StandardInterface.objectManager, "InterfacesAdded", [.objectPath(path), interfacesAndProperties(state)])
         }
@@ -671,7 +628,6 @@ final class ConnectionCore {
 
     func unexport(_ path: ObjectPath) {
         guard let state = exports.removeValue(forKey: path) else { return }
-        directRoutes.removeAll { $0.path == path }
         for manager in managers where manager != path && path.isDescendant(ofOrEqualTo: manager) {
             let names = [StandardInterface.introspectable, StandardInterface.properties] + state.object.interfaces.map(\.name.rawValue)
             emit(manager, StandardInterface.objectManager, "InterfacesRemoved", [.objectPath(path), .stringArray(names)])
@@ -730,8 +686,7 @@ final class ConnectionCore {
 
     // MARK: Method calls
 
-    /// `raw` is the call as libdbus received it, valid until this returns.
-    private func handleMethodCall(_ m: Message, _ raw: OpaquePointer) {
+    private func handleMethodCall(_ m: Message) {
         guard let path = m.path, let member = m.member else { return }
         let call = MethodCall(
             sender: m.sender ?? "", path: path, interface: m.interface, member: member,
@@ -786,14 +741,7 @@ final class ConnectionCore {
         case .immediate(let handler):
             do {
                 let result = try handler(call)
-                replyChecked(call, result, method.outputSignature, replyingTo: raw)
-            } catch {
-                replyError(call, error)
-            }
-        case .direct(let handler):
-            do {
-                let result = try handler(ReceivedCall(message: raw))
-                replyChecked(call, result, method.outputSignature, replyingTo: raw)
+                replyChecked(call, result, method.outputSignature)
             } catch {
                 replyError(call, error)
             }
@@ -811,87 +759,22 @@ final class ConnectionCore {
         }
     }
 
-    /// Handles a call of a `direct` method that names its interface, with no `Message` made:
-    /// path, interface, member and signature are compared as the header's C strings. False
-    /// when the call is not one (or its signature is not the method's): the general path
-    /// then handles it, and sends whatever error it deserves.
-    private func dispatchDirect(_ raw: OpaquePointer) -> Bool {
-        guard let member = dbus_message_get_member(raw), let interface = dbus_message_get_interface(raw),
-              let path = dbus_message_get_path(raw), let signature = dbus_message_get_signature(raw),
-              let route = directRoutes.first(where: {
-                  strcmp($0.cMember, member) == 0 && strcmp($0.cInterface, interface) == 0 && strcmp($0.cPath, path) == 0
-              }),
-              case .direct(let handler) = route.method.handler,
-              route.method.inputSignature.rawValue.withCString({ strcmp($0, signature) == 0 })
-        else { return false }
-        func call() -> MethodCall {
-            MethodCall(
-                sender: dbus_message_get_sender(raw).map { String(cString: $0) } ?? "", path: route.path,
-                interface: InterfaceName(unchecked: String(cString: interface)), member: route.method.name,
-                arguments: [], noReplyExpected: dbus_message_get_no_reply(raw) != 0, serial: dbus_message_get_serial(raw))
-        }
-        do {
-            let result = try handler(ReceivedCall(message: raw))
-            if result.isEmpty && route.method.outputSignature.rawValue.isEmpty {
-                replyEmpty(to: raw)  // what `replyChecked` would send, without a `MethodCall` made for it
-            } else {
-                replyChecked(call(), result, route.method.outputSignature, replyingTo: raw)
-            }
-        } catch {
-            replyError(call(), error)
-        }
-        return true
-    }
-
-    /// The last empty method return sent, and to whom: the template of the next one to the
-    /// same caller (a copy with its reply serial set costs less than a new message). Every
-    /// empty reply to a call libdbus received is made this way (`reply`).
-    private var emptyReply: (sender: [CChar], message: OwnedMessage)?
-
-    /// Sends an empty method return for `raw`, a call libdbus received (unless it wants none).
-    private func replyEmpty(to raw: OpaquePointer) {
-        guard dbus_message_get_no_reply(raw) == 0, !isClosed else { return }
-        let sender = dbus_message_get_sender(raw)
-        var message: OwnedMessage?
-        if let sender, let template = emptyReply, strcmp(template.sender, sender) == 0,
-           let copy = dbus_message_copy(template.message.raw) {
-            // A copy has serial 0 (the connection gives it one) and is not locked.
-            let reply = OwnedMessage(adopting: copy)
-            if dbus_message_set_reply_serial(copy, dbus_message_get_serial(raw)) != 0 { message = reply }
-        }
-        if message == nil {
-            guard let created = dbus_message_new_method_return(raw) else { return }
-            let reply = OwnedMessage(adopting: created)
-            if let sender, let copy = dbus_message_copy(created) {
-                emptyReply = (Array(String(cString: sender).utf8CString), OwnedMessage(adopting: copy))
-            }
-            message = reply
-        }
-        if let message { _ = try? send(message) }
-    }
-
-    /// Sends a handler's result, or `Failed` when it has the wrong signature. `raw`: the call's
-    /// libdbus message while it is still alive (an immediate handler's), for a cheaper reply.
-    func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature, replyingTo raw: OpaquePointer? = nil) {
+    /// Sends a handler's result, or `Failed` when it has the wrong signature.
+    func replyChecked(_ call: MethodCall, _ values: [DBusValue], _ output: Signature) {
         var signature = ""
         for v in values { v.appendSignature(to: &signature) }
         guard signature == output.rawValue else {
             return replyError(call, DBusError.Names.failed,
                               "Method handler returned signature '\(signature)' instead of '\(output)'")
         }
-        reply(call, values, replyingTo: raw)
+        reply(call, values)
     }
 
-    func reply(_ call: MethodCall, _ values: [DBusValue], replyingTo raw: OpaquePointer? = nil) {
+    func reply(_ call: MethodCall, _ values: [DBusValue]) {
         guard !call.noReplyExpected, !isClosed else { return }
-        if values.isEmpty, let raw { return replyEmpty(to: raw) }
         do {
-            let message = if let raw {
-                try OwnedMessage.methodReturn(to: raw, arguments: values)
-            } else {
-                try OwnedMessage.methodReturn(
-                    replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
-            }
+            let message = try OwnedMessage.methodReturn(
+                replySerial: call.serial, destination: call.sender.isEmpty ? nil : call.sender, arguments: values)
             try send(message)
         } catch {
             // The handler's values were refused before marshalling: its fault, not the caller's.
@@ -1032,7 +915,7 @@ final class ConnectionCore {
         isClosed = true
         let pending = pendingBySerial.sorted { $0.key < $1.key }
         pendingBySerial = [:]
-        for (_, entry) in pending { entry.complete.fail(DBusError.disconnected) }
+        for (_, entry) in pending { entry.complete(.failure(DBusError.disconnected)) }
         let subs = subscriptions
         subscriptions = [:]
         for (_, sub) in subs {
