@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop", "SystemCalls"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
@@ -82,8 +82,8 @@ let package = Package(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
         .systemLibrary(name: "CEventLoop"),
-        .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: strict),
-        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop"], swiftSettings: strict),
+        .target(name: "EventLoop", dependencies: ["CEventLoop", "SystemCalls"], swiftSettings: strict),
+        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "SystemCalls"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "ANCS"], swiftSettings: strict),
         .executableTarget(
             name: "ancsd",
@@ -95,11 +95,11 @@ let package = Package(
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .executableTarget(name: "hop-floor", dependencies: ["CEventLoop"], path: "Benchmarks/hop-floor", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
-        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
-        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
-        .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
+        .target(name: "PhoneSimulator", dependencies: ["ANCS", "DBus", "EventLoop", "JSON", "SystemCalls"], swiftSettings: strict),
+        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON", "SystemCalls"], swiftSettings: strict),
+        .target(name: "GattPhone", dependencies: ["ANCS", "BlueZ", "DBus", "JSON", "PhoneSimulator", "SystemCalls"], swiftSettings: strict),
         .executableTarget(
-            name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
+            name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON", "SystemCalls"], swiftSettings: strict),
         .testTarget(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),

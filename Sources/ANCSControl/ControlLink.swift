@@ -3,6 +3,7 @@ import Glibc
 #endif
 public import EventLoop
 public import JSON
+import SystemCalls
 
 /// A client connection to the daemon's control socket (docs/control.md), for `ancsd desktop`.
 ///
@@ -17,15 +18,16 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
     /// The lines the daemon sends, without their newline.
     public let lines: AsyncStream<[UInt8]>
     private let continuation: AsyncStream<[UInt8]>.Continuation
-    private let fd: Int32
+    /// The connected socket; shut down by `close()`, closed with the value.
+    private let socket: FileDescriptor
     private let loop: EventLoop
     private var watch: Watch?
     private var input: [UInt8] = []
     private var closed = false
     private var pendingOutput: [UInt8] = []
 
-    private init(fd: Int32, loop: EventLoop) {
-        self.fd = fd
+    private init(socket: consuming FileDescriptor, loop: EventLoop) {
+        self.socket = socket
         self.loop = loop
         (lines, continuation) = AsyncStream.makeStream(of: [UInt8].self)
     }
@@ -39,19 +41,17 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
             return .failure(ControlLinkError("the control socket path is empty or too long: \(path)"))
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { return .failure(ControlLinkError("socket: \(String(cString: strerror(errno)))")) }
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        let made = Glibc.socket(AF_UNIX, type, 0)
+        guard made >= 0 else { return .failure(ControlLinkError("socket: \(Errno.current)")) }
+        let socket = FileDescriptor(adopting: made)
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                Glibc.connect(socket.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        guard connected == 0 else {
-            let reason = String(cString: strerror(errno))
-            Glibc.close(fd)
-            return .failure(ControlLinkError(reason))
-        }
-        let link = ControlLink(fd: fd, loop: loop)
+        guard connected == 0 else { return .failure(ControlLinkError(Errno.current.description)) }
+        let link = ControlLink(socket: socket, loop: loop)
         loop.execute { link.start() }
         return .success(link)
     }
@@ -59,7 +59,7 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
     private func start() {
         guard !closed else { return }
         do {
-            watch = try loop.watch(fd: fd, interest: .readable) { [weak self] _ in self?.readAvailable() }
+            watch = try loop.watch(fd: socket.rawValue, interest: .readable) { [weak self] _ in self?.readAvailable() }
         } catch {
             close()
         }
@@ -72,12 +72,13 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
         guard !closed else { return false }
         pendingOutput += Array(JSONValue.object(request).serialized.utf8) + [0x0A]
         while !pendingOutput.isEmpty {
-            let written = pendingOutput.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if written > 0 {
+            let written = try? Errno.retrying {
+                pendingOutput.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            }
+            if let written, written > 0 {
                 pendingOutput.removeFirst(written)
                 continue
             }
-            if written < 0 && errno == EINTR { continue }
             close()
             return false
         }
@@ -87,7 +88,16 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
     private func readAvailable() {
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while !closed {
-            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let received = Result<Int, Errno> { () throws(Errno) -> Int in
+                try Errno.retrying { chunk.withUnsafeMutableBytes { recv(socket.rawValue, $0.baseAddress, $0.count, 0) } }
+            }
+            let count: Int
+            switch received {
+            case .success(let n): count = n
+            case .failure(let error):
+                if error != .wouldBlock { close() }  // EWOULDBLOCK is EAGAIN on Linux
+                return
+            }
             if count > 0 {
                 var start = input.count
                 input += chunk[0..<count]
@@ -104,21 +114,20 @@ public final class ControlLink: @unchecked Sendable {  // mutable state only on 
                 }
                 continue
             }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-            if count < 0 && errno == EINTR { continue }
-            close()  // end of stream or error
+            close()  // end of stream
             return
         }
     }
 
-    /// Closes the connection and ends `lines`. Call on the loop; again does nothing.
+    /// Closes the connection (the daemon sees its end at once) and ends `lines`. Call on the
+    /// loop; again does nothing. The descriptor itself is closed with the value.
     public func close() {
         guard !closed else { return }
         closed = true
         continuation.finish()
-        watch?.cancel()  // unregistered at once, before the descriptor is closed
+        watch?.cancel()  // unregistered at once
         watch = nil
-        Glibc.close(fd)
+        _ = Glibc.shutdown(socket.rawValue, Int32(SHUT_RDWR))
     }
 
     deinit {

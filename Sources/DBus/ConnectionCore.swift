@@ -24,8 +24,8 @@ final class ConnectionCore {
     var watchIDs: [OpaquePointer: UInt64] = [:]
     /// libdbus's timeouts: a handful at most, so a small array.
     var timeouts: [TimeoutState] = []
-    var timer: Watch?
-    var timerFD: Int32 = -1
+    /// The timerfd of the calls' deadlines and libdbus's timeouts, watched on the loop.
+    var timer: OwnedWatch?
     var armedDeadline: UInt64?
     /// False after the timer fired: the timerfd's state is then re-set unconditionally.
     var armedKnown = true

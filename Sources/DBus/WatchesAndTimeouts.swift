@@ -2,6 +2,26 @@ import CDBus
 import CEventLoop
 import EventLoop
 import Glibc
+import SystemCalls
+
+/// A loop watch on a descriptor it owns: when it ends, the watch is cancelled (at once: the
+/// handler is not called again), then the descriptor closed.
+final class OwnedWatch {
+    let watch: Watch
+    let descriptor: FileDescriptor
+
+    init(
+        _ descriptor: consuming FileDescriptor, on loop: EventLoop, interest: Watch.Events,
+        handler: @escaping @Sendable (Watch.Events) -> Void
+    ) throws(EventLoop.Failure) {
+        watch = try loop.watch(fd: descriptor.rawValue, interest: interest, handler: handler)
+        self.descriptor = descriptor
+    }
+
+    deinit {
+        watch.cancel()
+    }
+}
 
 /// The glue between libdbus and the connection's `EventLoop`: libdbus's watches become loop
 /// watches, and its timeouts and the calls' deadlines share one timer.
@@ -11,7 +31,7 @@ extension ConnectionCore {
     final class WatchState {
         let raw: OpaquePointer
         /// One loop watch per direction libdbus asked for, each on a dup of its fd.
-        var watches: [(watch: Watch, interest: Watch.Events)] = []
+        var watches: [(watch: OwnedWatch, interest: Watch.Events)] = []
         init(raw: OpaquePointer) { self.raw = raw }
     }
 
@@ -26,19 +46,14 @@ extension ConnectionCore {
         // descriptor, and libdbus may give a readable and a writable watch of one socket.
         for (bit, interest) in [(CDBUS_WATCH_READABLE, Watch.Events.readable), (CDBUS_WATCH_WRITABLE, .writable)]
         where flags & bit != 0 {
-            let watchFD = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            guard watchFD >= 0 else {
-                cancel(state)
-                return false
-            }
             do {
+                let dup = FileDescriptor(adopting: try Errno.retrying { fcntl(fd, F_DUPFD_CLOEXEC, 0) })
                 // Registered disabled; `update` turns it on when libdbus enables the watch.
-                let watch = try loop.watch(fd: watchFD, interest: []) { [weak owner] _ in
+                let watch = try OwnedWatch(dup, on: loop, interest: []) { [weak owner] _ in
                     owner?.handle { $0.core.handleWatch(id, bit) }
                 }
                 state.watches.append((watch, interest))
             } catch {
-                close(watchFD)
                 cancel(state)
                 return false
             }
@@ -51,15 +66,11 @@ extension ConnectionCore {
 
     private func update(_ state: WatchState) {
         let enabled = dbus_watch_get_enabled(state.raw) != 0
-        for (watch, interest) in state.watches { watch.update(enabled ? interest : []) }
+        for (owned, interest) in state.watches { owned.watch.update(enabled ? interest : []) }
     }
 
     /// Unregisters at once (libdbus closes its fd right after removing a watch), then closes the dups.
     func cancel(_ state: WatchState) {
-        for (watch, _) in state.watches {
-            watch.cancel()
-            close(watch.fd)
-        }
         state.watches = []
     }
 
@@ -97,21 +108,18 @@ extension ConnectionCore {
         init(raw: OpaquePointer) { self.raw = raw }
     }
 
-
     /// Creates the connection's one timer and watches it on the loop.
     func startTimer() throws(DBusError) {
         let fd = ancs_timerfd()
         guard fd >= 0 else { throw .failed("cannot create a timer: errno \(errno)") }
         let owner = self.owner
         do {
-            timer = try loop.watch(fd: fd, interest: .readable) { [weak owner] _ in
+            timer = try OwnedWatch(FileDescriptor(adopting: fd), on: loop, interest: .readable) { [weak owner] _ in
                 owner?.handle { $0.core.handleTimer() }
             }
         } catch {
-            close(fd)
             throw .failed("cannot watch a timer: \(error)")
         }
-        timerFD = fd
     }
 
     /// Drops every watch and the timer, once libdbus has let go of them (at shutdown).
@@ -120,10 +128,7 @@ extension ConnectionCore {
         watches = [:]
         watchIDs = [:]
         timeouts = []
-        timer?.cancel()
-        if timerFD >= 0 { close(timerFD) }
         timer = nil
-        timerFD = -1
     }
 
     static func now() -> UInt64 { ancs_monotonic_ns() }
@@ -170,10 +175,10 @@ extension ConnectionCore {
     }
 
     private func setTimer(_ deadline: UInt64?) {
-        guard timerFD >= 0, !isClosed else { return }
+        guard let timer, !isClosed else { return }
         armedDeadline = deadline
         armedKnown = true
-        _ = ancs_timerfd_arm(timerFD, deadline.map { max($0, 1) } ?? 0)
+        _ = ancs_timerfd_arm(timer.descriptor.rawValue, deadline.map { max($0, 1) } ?? 0)
     }
 
     /// The earliest deadline of a pending call or an enabled timeout.
@@ -187,7 +192,7 @@ extension ConnectionCore {
     func handleTimer() {
         guard !isClosed else { return }
         var expirations: UInt64 = 0
-        _ = read(timerFD, &expirations, 8)
+        _ = withUnsafeMutableBytes(of: &expirations) { try? timer?.descriptor.read(into: $0) }
         armedKnown = false
         let now = Self.now()
         let due = timeouts.filter { ($0.deadline ?? .max) <= now }
