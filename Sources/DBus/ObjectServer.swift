@@ -236,22 +236,29 @@ extension ConnectionCore {
         return .dictionary(key: Signature(unchecked: "o"), value: Signature(unchecked: "a{sa{sv}}"), entries)
     }
 
+    /// The interface and the property a `Get` or `Set` names; nil once the error is replied.
+    private func lookUpProperty(
+        _ call: MethodCall, _ object: ExportState, _ ifaceName: String, _ name: String
+    ) -> (ExportedInterface, ExportedProperty)? {
+        guard let iface = object.interface(ifaceName) else {
+            replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
+            return nil
+        }
+        guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
+            replyError(call, DBusError.Names.unknownProperty, "No such property '\(name)'")
+            return nil
+        }
+        return (iface, property)
+    }
+
     private func handleProperties(_ call: MethodCall, _ object: ExportState) {
         let args = call.arguments
-        func lookup(_ ifaceName: String) -> ExportedInterface? {
-            object.interface(ifaceName)
-        }
         switch call.member.rawValue {
         case "Get":
             guard args.count == 2, let ifaceName = args[0].stringValue, let name = args[1].stringValue else {
                 return replyError(call, DBusError.Names.invalidArgs, "Get takes (ss)")
             }
-            guard let iface = lookup(ifaceName) else {
-                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
-            }
-            guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
-                return replyError(call, DBusError.Names.unknownProperty, "No such property '\(name)'")
-            }
+            guard let (_, property) = lookUpProperty(call, object, ifaceName, name) else { return }
             guard property.access != .write else {
                 return replyError(call, DBusError.Names.accessDenied, "Property '\(name)' is not readable")
             }
@@ -268,7 +275,7 @@ extension ConnectionCore {
                 }
                 return reply(call, [.variantDictionary([:])])
             }
-            guard let iface = lookup(ifaceName) else {
+            guard let iface = object.interface(ifaceName) else {
                 return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
             }
             reply(call, [object.readableProperties(iface)])
@@ -278,12 +285,7 @@ extension ConnectionCore {
             else {
                 return replyError(call, DBusError.Names.invalidArgs, "Set takes (ssv)")
             }
-            guard let iface = lookup(ifaceName) else {
-                return replyError(call, DBusError.Names.unknownInterface, "No such interface '\(ifaceName)'")
-            }
-            guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
-                return replyError(call, DBusError.Names.unknownProperty, "No such property '\(name)'")
-            }
+            guard let (iface, property) = lookUpProperty(call, object, ifaceName, name) else { return }
             guard property.access != .read else {
                 return replyError(call, DBusError.Names.propertyReadOnly, "Property '\(name)' is read-only")
             }
