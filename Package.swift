@@ -89,7 +89,7 @@ let package = Package(
             name: "ancsd",
             dependencies: [
                 "ANCS", "JSON", "ANCSCapture", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "BlueZ",
-                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT", "ControlProtocol",
+                "DBus", "Btsnoop", "CBluetooth", "EventLoop", "MQTT", "ControlProtocol", "SystemCalls",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),

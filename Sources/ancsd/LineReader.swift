@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ANCSCapture
+import SystemCalls
 
 /// Why a file could not be read.
 struct ReadError: Error, CustomStringConvertible {
@@ -15,7 +16,8 @@ final class LineReader {
     static let maxLineLength = 1 << 20
 
     private let fd: Int32
-    private let ownsDescriptor: Bool
+    /// The file opened for a path, closed with the reader (nil for standard input).
+    private let file: FileDescriptor?
     private var buffer: [UInt8] = []
     private var start = 0
     private var atEOF = false
@@ -25,22 +27,20 @@ final class LineReader {
     init(path: String) throws(ReadError) {
         if path == "-" {
             fd = STDIN_FILENO
-            ownsDescriptor = false
+            file = nil
         } else {
-            let opened = open(path, O_RDONLY | O_CLOEXEC)
-            guard opened >= 0 else { throw ReadError(description: "cannot open \(path): \(systemError())") }
-            var info = stat()
-            if fstat(opened, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
-                close(opened)
+            let opened: FileDescriptor
+            do {
+                opened = try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC)
+            } catch {
+                throw ReadError(description: "cannot open \(path): \(error)")
+            }
+            if let info = try? opened.status(), (info.st_mode & S_IFMT) == S_IFDIR {
                 throw ReadError(description: "cannot read \(path): it is a directory")
             }
-            fd = opened
-            ownsDescriptor = true
+            fd = opened.rawValue
+            file = consume opened
         }
-    }
-
-    deinit {
-        if ownsDescriptor { close(fd) }
     }
 
     /// The next line without its newline (a final line without one counts), or nil at the end.
@@ -149,9 +149,7 @@ final class LineReader {
             buffer.removeFirst(start)
             start = 0
         }
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { return }
+        guard let count = try? Errno.retrying({ chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }) else {
             throw ReadError(description: "read failed: \(systemError())")
         }
         if count == 0 { atEOF = true }
@@ -170,15 +168,11 @@ struct SystemError: Error, CustomStringConvertible {
 
 /// The whole of a small text file (at most 1 MiB), as UTF-8 (invalid bytes repaired).
 func readTextFile(_ path: String) -> Result<String, SystemError> {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return .failure(SystemError(code: errno)) }
-    defer { close(fd) }
+    guard let file = try? FileDescriptor.open(path, O_RDONLY | O_CLOEXEC) else { return .failure(SystemError(code: errno)) }
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 16_384)
     while bytes.count <= 1 << 20 {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { continue }
+        guard let count = try? chunk.withUnsafeMutableBytes({ try file.read(into: $0) }) else {
             return .failure(SystemError(code: errno))
         }
         if count == 0 { return .success(String(decoding: bytes, as: UTF8.self)) }
