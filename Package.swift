@@ -20,10 +20,12 @@ import PackageDescription
 /// - `CMosquitto` / `MQTT`: an MQTT client over libmosquitto, driven by a dispatch queue.
 /// - `ANCSSession`: one phone's ANCS session: notifications, filters, events.
 /// - `ANCSRuntime`: what every ancsd process runs on: the logger and the one executor (an EventLoop).
-/// - `ControlProtocol`: the control socket's requests and error codes as types (docs/control.md),
-///   stdlib and `JSON` only, so its parser is fuzzed on its own.
+/// - `ControlProtocol`: the control socket's requests, replies, errors and events as types, each
+///   writing and reading its JSON (docs/control.md); stdlib and `JSON` only, so its parsers are
+///   fuzzed on their own. The server and the clients build on it.
 /// - `ANCSControl`: the control socket as its clients see it (docs/control.md): its default
-///   path and a non-blocking client connection.
+///   path and `ControlClient`, the one client (typed requests, replies and events), re-exporting
+///   `ControlProtocol`.
 /// - `ANCSDaemon`: the daemon (`ancsd run`): phones over BlueZ, sessions, presence, the control
 ///   server, and the outputs, each an `OutputSink` the `OutputRouter` feeds (docs/outputs.md).
 /// - `ANCSDesktop`: the desktop companion (`ancsd desktop`), a client of the control socket
@@ -52,7 +54,7 @@ let package = Package(
         .target(name: "Btsnoop", dependencies: ["ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["ANCSSession", "EventLoop"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["JSON", "EventLoop", "SystemCalls"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [
@@ -111,9 +113,9 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "EventLoop"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "DBus", "JSON"], swiftSettings: strict),
+        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(
@@ -124,6 +126,7 @@ let package = Package(
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "ANCS", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop"], swiftSettings: strict),
+            name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop", "ANCSDaemon"],
+            swiftSettings: strict),
     ]
 )

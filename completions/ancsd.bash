@@ -14,7 +14,8 @@ _ancsd() {
             [[ $command == capture ]] && COMPREPLY=($(compgen -W "btsnoop capture" -- "$cur")) || COMPREPLY=($(compgen -W "text json" -- "$cur"))
             return ;;
         --log-level) COMPREPLY=($(compgen -W "debug info warning error" -- "$cur")); return ;;
-        --fifo|--config|--control|--record|--output|-o|--mqtt-password-file|--mqtt-ca) _filedir; return ;;
+        --fifo|--config|--control|--output|-o|--mqtt-password-file|--mqtt-ca) _filedir; return ;;
+        --control-group) COMPREPLY=($(compgen -g -- "$cur")); return ;;
         --mqtt) COMPREPLY=($(compgen -W "mqtt:// mqtts://" -- "$cur")); compopt -o nospace; return ;;
         --mqtt-discovery-prefix) COMPREPLY=($(compgen -W "homeassistant none" -- "$cur")); return ;;
         --mqtt-prefix) return ;;
@@ -28,7 +29,7 @@ _ancsd() {
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --accessory --log-level --config --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --alive-check --resubscribe-after --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --accessory --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --alive-check --resubscribe-after --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --log-level --config --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --accessory --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;

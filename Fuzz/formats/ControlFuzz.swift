@@ -6,7 +6,10 @@
 // - the lines depend on how the stream was cut into pieces;
 // - a parsed request, written as a client would (`json`), does not parse back to itself;
 // - a refusal has a code the parser must not give (only bad_request, unknown_command, too_long),
-//   loses a readable `id`, or its reply is not a JSON object with "ok": false that parses back.
+//   loses a readable `id`, or its reply is not a JSON object with "ok": false that parses back;
+// - a line read as a client reads the daemon's (`ControlIncoming`, answering the command byte 0
+//   picks) that reads as a reply or an event does not read back as itself once written
+//   (`json`). (A line of another version of ancsd reads as `unreadable`, never a trap.)
 import ControlProtocol
 import JSON
 
@@ -35,7 +38,13 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     if let last = framer.finish() { lines.append(last) }
     check(lines == wholeLines && framer.overflowed == whole.overflowed, "the lines depend on the pieces")
 
+    let commands: [ControlCommand?] = [
+        .status, .list(device: nil), .get(device: BluetoothAddressText("AA:BB:CC:DD:EE:01")!, uid: 1, full: false),
+        .action(device: BluetoothAddressText("AA:BB:CC:DD:EE:01")!, uid: 1, action: .positive), .subscribe, nil,
+    ]
+    let answering = commands[Int(first) % commands.count]
     for line in lines {
+        checkIncoming(line, answering: answering)
         check(!line.isEmpty && !line.contains(0x0A) && line.count <= ControlRequest.maxLineLength, "a line the server would not read")
         switch ControlRequest.parse(line: line) {
         case .success(let request):
@@ -53,4 +62,17 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     return 0
+}
+
+/// A line read as a client reads it: a reply or event written back reads as itself.
+func checkIncoming(_ line: [UInt8], answering command: ControlCommand?) {
+    let read = ControlIncoming(line: line) { _ in command }
+    let written: JSONObject
+    switch read {
+    case .reply(let reply): written = reply.json
+    case .event(let event): written = event.json
+    case .unreadable: return
+    }
+    let again = ControlIncoming(line: Array(JSONValue.object(written).serialized.utf8)) { _ in command }
+    check(again == read, "read, written and read again changed: \(read) → \(again)")
 }

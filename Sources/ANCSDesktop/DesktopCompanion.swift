@@ -5,7 +5,6 @@ import ANCSControl
 public import ANCSRuntime
 public import DBus
 public import EventLoop
-import JSON
 
 /// `ancsd desktop`: shows the phones' notifications as desktop notifications.
 ///
@@ -106,14 +105,14 @@ public actor DesktopCompanion {
         case list
         /// The `list` after the replays settled: what is still stale goes.
         case sweep
-        case action(Key, String)
+        case action(Key, ControlAction)
     }
 
     private let options: Options
     private let logger: Logger
     private let executor: DaemonExecutor
     private var bus: DBusConnection?
-    private var link: ControlLink?
+    private var link: ControlClient?
     /// Server ID → popup.
     private var popups: [UInt32: Popup] = [:]
     /// Phone notification (of the current session) → the ID of its popup.
@@ -123,7 +122,6 @@ public actor DesktopCompanion {
     private var recordOrder: [Int] = []
     private var sweepTimer: LoopTimer?
     private var pending: [Int: Request] = [:]
-    private var nextRequest = 0
     /// Whether the server takes body markup (`GetCapabilities`), once known.
     private var markup: Bool?
     private var serverFailing = false
@@ -180,14 +178,15 @@ public actor DesktopCompanion {
         var delay = Self.firstRetry
         var failures = 0
         while !Task.isCancelled {
-            switch ControlLink.connect(path: options.controlPath, loop: executor) {
+            switch ControlClient.connect(path: options.controlPath, loop: executor) {
             case .failure(let error):
                 failures += 1
+                let reason = if case .unreachable(_, let reason) = error { reason } else { error.description }
                 if failures == 1 {
-                    let hint = error.description.contains("ermission") ? " (is this user in the socket's group?)" : ""
-                    logger.warning("cannot connect to ancsd at \(options.controlPath): \(error)\(hint); retrying")
+                    let hint = reason.contains("ermission") ? " (is this user in the socket's group?)" : ""
+                    logger.warning("cannot connect to ancsd at \(options.controlPath): \(reason)\(hint); retrying")
                 } else {
-                    logger.debug("cannot connect to ancsd at \(options.controlPath): \(error); retrying in \(delay)")
+                    logger.debug("cannot connect to ancsd at \(options.controlPath): \(reason); retrying in \(delay)")
                 }
             case .success(let link):
                 logger.info("connected to ancsd at \(options.controlPath)")
@@ -204,22 +203,26 @@ public actor DesktopCompanion {
 
     /// One connection: subscribe, list, then every event and reply until it closes. True if
     /// the daemon confirmed the subscription.
-    private func session(_ link: ControlLink) async -> Bool {
+    private func session(_ link: ControlClient) async -> Bool {
         self.link = link
         pending = [:]
         markStale { _ in true }
-        send(.subscribe, ["cmd": "subscribe"])
-        send(.list, ["cmd": "list"])
+        send(.subscribe, .subscribe)
+        send(.list, .list(device: nil))
         var subscribed = false
-        for await line in link.lines {
-            guard let object = (try? JSONValue(parsing: line))?.objectValue else {
-                logger.warning("ancsd sent a line that is not a JSON object; ignored")
-                continue
-            }
-            if object["ok"] != nil {
-                if await handle(reply: object) { subscribed = true }
-            } else {
-                await handle(event: object)
+        for await message in link.incoming {
+            switch message {
+            case .reply(let reply):
+                if await handle(reply) { subscribed = true }
+            case .event(let event):
+                await handle(event)
+            case .unreadable(let error):
+                // A reply: its request is answered, unread. An event (a later daemon's?): passed over.
+                if let id = error.requestID?.integerValue, pending.removeValue(forKey: id) != nil {
+                    logger.warning("\(error); ignored")
+                } else {
+                    logger.debug("\(error); ignored")
+                }
             }
         }
         link.close()
@@ -229,36 +232,37 @@ public actor DesktopCompanion {
         return subscribed
     }
 
-    /// Sends a request with a fresh `id`, remembering what it was for.
-    private func send(_ request: Request, _ fields: JSONObject) {
+    /// Sends a request, remembering what it was for by the `id` it was given.
+    private func send(_ request: Request, _ command: ControlCommand) {
         guard let link else { return }
-        nextRequest += 1
-        pending[nextRequest] = request
-        var object: JSONObject = ["id": .int(nextRequest)]
-        for (key, value) in fields { object.append(key, value) }
-        if !link.send(object) { logger.warning("cannot write to ancsd's control socket") }
+        guard let id = link.send(command) else { return logger.warning("cannot write to ancsd's control socket") }
+        pending[id] = request
     }
 
     /// A reply; true if it confirms the subscription.
-    private func handle(reply object: JSONObject) async -> Bool {
-        guard let id = object["id"]?.intValue, let request = pending.removeValue(forKey: id) else { return false }
-        let ok = object["ok"]?.boolValue == true
-        let error = object["error"].map { "\($0["code"]?.stringValue ?? "?"): \($0["message"]?.stringValue ?? "")" } ?? "no reason given"
-        switch request {
-        case .subscribe:
-            if ok { return true }
-            logger.error("ancsd refused the subscription: \(error)")
-        case .list, .sweep:
-            guard ok else {
-                logger.warning("ancsd refused to list the notifications: \(error)")
-                break
+    private func handle(_ reply: ControlReply) async -> Bool {
+        guard let id = reply.id?.integerValue, let request = pending.removeValue(forKey: id) else { return false }
+        let answer: ControlAnswer
+        switch reply.result {
+        case .success(let value):
+            answer = value
+        case .failure(let error):
+            switch request {
+            case .subscribe: logger.error("ancsd refused the subscription: \(error)")
+            case .list, .sweep: logger.warning("ancsd refused to list the notifications: \(error)")
+            case .action(let key, let action): logger.warning("\(action.rawValue) action on \(key.device) #\(key.uid) failed: \(error)")
             }
+            return false
+        }
+        switch (request, answer) {
+        case (.subscribe, .subscribed):
+            return true
+        case (.list, .list(let phones)), (.sweep, .list(let phones)):
             var count = 0
-            for device in object["devices"]?.arrayValue ?? [] {
-                for entry in device["notifications"]?.arrayValue ?? [] {
-                    guard let entry = entry.objectValue, let notification = DesktopNotification(entry) else { continue }
+            for phone in phones {
+                for entry in phone.notifications {
                     count += 1
-                    await show(notification, why: "listed")
+                    await show(DesktopNotification(entry), why: "listed")
                 }
             }
             if case .list = request { logger.info("ancsd has \(count) notification(s)") }
@@ -267,42 +271,38 @@ public actor DesktopCompanion {
             } else if hasStale {
                 scheduleSweep()
             }
-        case .action(let key, let action):
-            if ok {
-                logger.info("\(action) action on \(key.device) #\(key.uid): \(object["result"]?.stringValue ?? "performed")")
-            } else {
-                logger.warning("\(action) action on \(key.device) #\(key.uid) failed: \(error)")
-            }
+        case (.action(let key, let action), _):
+            logger.info("\(action.rawValue) action on \(key.device) #\(key.uid): performed")
+        default:
+            break  // an answer of another shape: the client reads each as its command's
         }
         return false
     }
 
-    private func handle(event object: JSONObject) async {
-        guard let type = object["type"]?.stringValue, let device = object["device"]?.stringValue else { return }
-        switch type {
-        case "added", "modified":
-            guard let notification = DesktopNotification(object) else { return }
-            await show(notification, why: type)
-        case "removed":
-            guard let uid = object["uid"]?.intValue.flatMap(UInt32.init(exactly:)) else { return }
-            logger.debug("removed \(device) #\(uid)")
-            await close(Key(device: device, uid: uid))
-        case "connected":
+    private func handle(_ event: ControlEvent) async {
+        let device = event.device
+        switch event {
+        case .added(let entry), .modified(let entry):
+            await show(DesktopNotification(entry), why: event.type)
+        case .removed(let entry):
+            logger.debug("removed \(device) #\(entry.uid)")
+            await close(Key(device: device, uid: entry.uid))
+        case .connected:
             logger.info("\(device) connected")
             // It replays what it holds now: give that time before closing what is not found.
             if popups.values.contains(where: { $0.stale.contains { $0.device == device } }) { scheduleSweep() }
-        case "disconnected":
+        case .disconnected(_, let reason):
             // The popups stay until the phone (or the daemon) is back and has replayed; what it
             // no longer has, or all of it if it does not come back, closes after that.
             let count = popupOf.keys.filter { $0.device == device }.count
-            if object["reason"]?.stringValue == Self.daemonStopped {
+            if reason == Self.daemonStopped {
                 logger.info("ancsd stopped; keeping \(device)'s \(count) notification(s) until it is back")
             } else {
                 logger.info("\(device) disconnected; keeping its \(count) notification(s) for \(options.replaySettle) in case it comes back")
             }
             markStale { $0.device == device }
             scheduleSweep()
-        default:
+        case .sharing:
             break
         }
     }
@@ -320,7 +320,7 @@ public actor DesktopCompanion {
 
     private func sweep() {
         guard hasStale, link != nil else { return }
-        send(.sweep, ["cmd": "list"])
+        send(.sweep, .list(device: nil))
     }
 
     private var hasStale: Bool { popups.values.contains { !$0.stale.isEmpty } }
@@ -522,7 +522,7 @@ public actor DesktopCompanion {
             guard let arguments = try? signal.arguments(matching: "us"), let id = arguments[0].uint32Value,
                   let action = arguments[1].stringValue, let popup = popups[id]
             else { return }
-            guard action == "positive" || action == "negative" else {
+            guard let chosen = ControlAction(rawValue: action) else {
                 // A click on the popup itself ("default"): it goes away; the phone is not asked anything.
                 if action == DesktopNotification.defaultAction {
                     logger.debug("popup \(id) clicked: closing it, nothing sent to the phone")
@@ -532,16 +532,14 @@ public actor DesktopCompanion {
                 }
                 return
             }
-            guard link != nil, let key = popup.members.last else {
+            guard link != nil, let key = popup.members.last, let device = BluetoothAddressText(key.device) else {
                 // Shown under an earlier session and not found again yet: its UID may name
                 // another notification now.
                 logger.warning("the phone or ancsd is not back yet: the \(action) action on popup \(id) is lost")
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")
-            send(.action(key, action), [
-                "cmd": "action", "device": .string(key.device), "uid": .int(Int(key.uid)), "action": .string(action),
-            ])
+            send(.action(key, chosen), .action(device: device, uid: key.uid, action: chosen))
         case "NotificationClosed":
             guard let arguments = try? signal.arguments(matching: "uu"), let id = arguments[0].uint32Value,
                   let popup = popups.removeValue(forKey: id)

@@ -1,9 +1,9 @@
+public import ANCSControl
 public import DBus
-public import JSON
 
 /// One phone notification as `ancsd desktop` shows it through `org.freedesktop.Notifications`
 /// (the Desktop Notifications Specification): built from an `added`/`modified` event or a
-/// `list` entry (docs/output.md), turned into the arguments of `Notify`.
+/// `list` entry (`ControlNotification`), turned into the arguments of `Notify`.
 public struct DesktopNotification: Sendable, Equatable {
     /// The phone's Bluetooth address and the notification's UID on it.
     public var device: String
@@ -43,33 +43,30 @@ public struct DesktopNotification: Sendable, Equatable {
         }
     }
 
-    /// The notification an event or a `list` entry describes; nil without a device and UID.
-    public init?(_ object: JSONObject) {
-        guard let device = object["device"]?.stringValue,
-              let uid = object["uid"]?.intValue.flatMap(UInt32.init(exactly:))
-        else { return nil }
-        self.device = device
-        self.uid = uid
-        seenBefore = object["seen_before"]?.boolValue ?? false
-        preExisting = object["pre_existing"]?.boolValue ?? false
-        date = object["date"]?.stringValue ?? ""
-        func text(_ key: String) -> String {
-            Self.clean(object[key]?.stringValue ?? "")
+    /// The notification an event or a `list` entry describes.
+    public init(_ notification: ControlNotification) {
+        device = notification.device
+        uid = notification.uid
+        seenBefore = notification.seenBefore
+        preExisting = notification.preExisting
+        date = notification.date ?? ""
+        func text(_ value: String?) -> String {
+            Self.clean(value ?? "")
         }
-        let appName = [text("app_name"), text("app_id")].first { !$0.isEmpty } ?? "iPhone"
-        let title = text("title"), subtitle = text("subtitle")
+        let appName = [text(notification.appName), text(notification.appID)].first { !$0.isEmpty } ?? "iPhone"
+        let title = text(notification.title), subtitle = text(notification.subtitle)
         let summary = [title, subtitle].filter { !$0.isEmpty }.joined(separator: " — ")
-        let flags = Set(object["flags"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        let flags = Set(notification.flags)
         var actions: [(key: String, label: String)] = []
         if flags.contains("positive_action") {
-            actions.append(("positive", [text("positive_action")].first { !$0.isEmpty } ?? "Accept"))
+            actions.append(("positive", [text(notification.positiveAction)].first { !$0.isEmpty } ?? "Accept"))
         }
         if flags.contains("negative_action") {
-            actions.append(("negative", [text("negative_action")].first { !$0.isEmpty } ?? "Dismiss"))
+            actions.append(("negative", [text(notification.negativeAction)].first { !$0.isEmpty } ?? "Dismiss"))
         }
-        let category = object["category"]?.stringValue ?? ""
+        let category = notification.category
         content = Content(
-            appName: appName, summary: summary.isEmpty ? appName : summary, body: text("message"), actions: actions,
+            appName: appName, summary: summary.isEmpty ? appName : summary, body: text(notification.message), actions: actions,
             icon: Self.icon(category), urgency: Self.urgency(category), category: Self.specificationCategory(category),
             quiet: flags.contains("silent") || preExisting)
     }

@@ -29,6 +29,17 @@ public enum ControlCommand: Sendable, Equatable {
 
     /// The `cmd` values, in the order docs/control.md lists them.
     public static let names = ["list", "get", "action", "status", "subscribe"]
+
+    /// The `cmd` value.
+    public var name: String {
+        switch self {
+        case .status: "status"
+        case .list: "list"
+        case .get: "get"
+        case .action: "action"
+        case .subscribe: "subscribe"
+        }
+    }
 }
 
 /// A notification action a client can ask for.
@@ -162,22 +173,17 @@ extension ControlRequest {
 
     /// The request as a client sends it (canonical: `cmd` first, then its fields, then `id`).
     public var json: JSONObject {
-        var object: JSONObject = [:]
+        var object: JSONObject = ["cmd": .string(command.name)]
         switch command {
-        case .status:
-            object.append("cmd", "status")
-        case .subscribe:
-            object.append("cmd", "subscribe")
+        case .status, .subscribe:
+            break
         case .list(let device):
-            object.append("cmd", "list")
             if let device { object.append("device", .string(device.description)) }
         case .get(let device, let uid, let full):
-            object.append("cmd", "get")
             object.append("device", .string(device.description))
             object.append("uid", .int(Int(uid)))
             if full { object.append("full", true) }
         case .action(let device, let uid, let action):
-            object.append("cmd", "action")
             object.append("device", .string(device.description))
             object.append("uid", .int(Int(uid)))
             object.append("action", .string(action.rawValue))

@@ -1,6 +1,7 @@
+import ANCSControl
 import ANCSDaemon
 import ANCSRuntime
-import BlueZ
+import EventLoop
 import JSON
 
 /// `ancsd list`, `ancsd action` and `ancsd status`: clients of the control socket.
@@ -32,9 +33,9 @@ enum ClientCommands {
     """
 
     struct Options {
-        var control = ControlClient.defaultPath
+        var control = ControlSocket.defaultPath
         var json = false
-        var device: String?
+        var device: BluetoothAddressText?
         var positional: [String] = []
     }
 
@@ -51,7 +52,7 @@ enum ClientCommands {
                 options.json = true
             case .option("--device", let inline) where allowDevice:
                 let value = try scanner.value(of: "--device", inline: inline)
-                guard let address = normalizedAddress(value) else { throw UsageError("--device needs a Bluetooth address, not '\(value)'") }
+                guard let address = BluetoothAddressText(value) else { throw UsageError("--device needs a Bluetooth address, not '\(value)'") }
                 options.device = address
             case .option(let name, _):
                 throw UsageError("unknown option \(name)")
@@ -62,24 +63,20 @@ enum ClientCommands {
         return options
     }
 
-    static func list(_ arguments: [String]) -> Int32 {
+    static func list(_ arguments: [String], loop: EventLoop) async -> Int32 {
         let options: Options
         do {
             guard let parsed = try parse(arguments, command: "list", allowJSON: true, allowDevice: true) else { print(listHelp); return 0 }
             guard parsed.positional.isEmpty else { throw UsageError("list takes no arguments") }
             options = parsed
         } catch { return usageFailure(error, command: "list") }
-        var request: JSONObject = ["cmd": "list"]
-        if let device = options.device { request["device"] = .string(device) }
-        return exchange(options.control, request) { reply in
-            if options.json { print(reply.serialized); return 0 }
-            let devices = reply["devices"]?.arrayValue ?? []
-            if devices.isEmpty { print("no phone connected") }
-            for device in devices {
-                let address = device["device"]?.stringValue ?? "?"
-                let notifications = device["notifications"]?.arrayValue ?? []
-                print("\(address)\(device["name"]?.stringValue.map { " (\(TerminalText.sanitize($0)))" } ?? ""): \(notifications.count) notification(s)")
-                for notification in notifications {
+        return await exchange(options.control, .list(device: options.device), loop: loop) { answer in
+            if options.json { print(JSONValue.object(ControlReply(id: nil, .success(answer)).json).serialized); return 0 }
+            guard case .list(let phones) = answer else { return 1 }
+            if phones.isEmpty { print("no phone connected") }
+            for phone in phones {
+                print("\(phone.device)\(phone.name.map { " (\(TerminalText.sanitize($0)))" } ?? ""): \(phone.notifications.count) notification(s)")
+                for notification in phone.notifications {
                     print("  " + textLine(notification))
                 }
             }
@@ -87,101 +84,102 @@ enum ClientCommands {
         }
     }
 
-    static func action(_ arguments: [String]) -> Int32 {
+    static func action(_ arguments: [String], loop: EventLoop) async -> Int32 {
         let options: Options
-        let device: String, uid: UInt32, action: String
+        let device: BluetoothAddressText, uid: UInt32, action: ControlAction
         do {
             guard let parsed = try parse(arguments, command: "action", allowJSON: false, allowDevice: false) else { print(actionHelp); return 0 }
             guard parsed.positional.count == 3 else { throw UsageError("action needs DEVICE UID positive|negative") }
-            guard let address = normalizedAddress(parsed.positional[0]) else { throw UsageError("'\(parsed.positional[0])' is not a Bluetooth address") }
+            guard let address = BluetoothAddressText(parsed.positional[0]) else { throw UsageError("'\(parsed.positional[0])' is not a Bluetooth address") }
             guard let number = UInt32(parsed.positional[1]) else { throw UsageError("'\(parsed.positional[1])' is not a notification UID") }
-            guard ["positive", "negative"].contains(parsed.positional[2]) else { throw UsageError("the action is positive or negative, not '\(parsed.positional[2])'") }
-            (options, device, uid, action) = (parsed, address, number, parsed.positional[2])
+            guard let chosen = ControlAction(rawValue: parsed.positional[2]) else { throw UsageError("the action is positive or negative, not '\(parsed.positional[2])'") }
+            (options, device, uid, action) = (parsed, address, number, chosen)
         } catch { return usageFailure(error, command: "action") }
-        let request: JSONObject = ["cmd": "action", "device": .string(device), "uid": .int(Int(uid)), "action": .string(action)]
-        return exchange(options.control, request, timeout: 40) { _ in
-            print("\(device): the phone performed the \(action) action on notification \(uid)")
+        return await exchange(options.control, .action(device: device, uid: uid, action: action), timeout: .seconds(40), loop: loop) { _ in
+            print("\(device): the phone performed the \(action.rawValue) action on notification \(uid)")
             return 0
         }
     }
 
-    static func status(_ arguments: [String]) -> Int32 {
+    static func status(_ arguments: [String], loop: EventLoop) async -> Int32 {
         let options: Options
         do {
             guard let parsed = try parse(arguments, command: "status", allowJSON: true, allowDevice: false) else { print(statusHelp); return 0 }
             guard parsed.positional.isEmpty else { throw UsageError("status takes no arguments") }
             options = parsed
         } catch { return usageFailure(error, command: "status") }
-        return exchange(options.control, ["cmd": "status"]) { reply in
-            if options.json { print(reply.serialized); return 0 }
-            print("ancsd \(reply["version"]?.stringValue ?? "?"), up \(reply["uptime_s"]?.intValue ?? 0) s")
-            print("bluetoothd: \(reply["bluetoothd"]?.stringValue ?? "?"); adapters: \(reply["adapters"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ", ") ?? "none")")
-            let devices = reply["devices"]?.arrayValue ?? []
-            if devices.isEmpty { print("no phone connected") }
-            for device in devices {
-                let sharing = device["sharing_allowed"]?.boolValue.map {
+        return await exchange(options.control, .status, loop: loop) { answer in
+            if options.json { print(JSONValue.object(ControlReply(id: nil, .success(answer)).json).serialized); return 0 }
+            guard case .status(let status) = answer else { return 1 }
+            print("ancsd \(status.version), up \(status.uptimeSeconds) s")
+            print("bluetoothd: \(status.bluetoothdRunning ? "running" : "absent"); adapters: \(status.adapters.isEmpty ? "none" : status.adapters.joined(separator: ", "))")
+            if status.devices.isEmpty { print("no phone connected") }
+            for device in status.devices {
+                let sharing = device.sharingAllowed.map {
                     $0 ? "allowed" : "OFF: the phone refuses requests (on the iPhone: Settings > Bluetooth > (i) > Share System Notifications)"
                 } ?? "not known yet"
-                let renewals = device["resubscriptions"]?.intValue ?? 0
-                let shared = device["shared_notify_session"]?.stringValue.map {
+                let shared = device.sharedNotifySession.map {
                     "; another program holds notifications of the \($0): renewing cannot reach the phone"
                 } ?? ""
                 print("""
-                    \(device["device"]?.stringValue ?? "?") \(device["name"]?.stringValue.map { "(\(TerminalText.sanitize($0)))" } ?? "")
-                      connected: \(device["connected"]?.boolValue == true ? "yes" : "no"), subscribed: \(device["subscribed"]?.boolValue == true ? "yes" : "no") (\(device["delivery"]?.stringValue ?? "-"))
-                      session: \(device["session_age_s"]?.intValue ?? 0) s, \(device["notifications"]?.intValue ?? 0) notification(s), \(device["events"]?.intValue ?? 0) event(s)
+                    \(device.device) \(device.name.map { "(\(TerminalText.sanitize($0)))" } ?? "")
+                      connected: \(device.connected ? "yes" : "no"), subscribed: \(device.subscribed ? "yes" : "no") (\(device.delivery ?? "-"))
+                      session: \(device.sessionAgeSeconds) s, \(device.notifications) notification(s), \(device.events) event(s)
                       notification sharing: \(sharing)
-                      subscriptions renewed: \(renewals)\(shared)
-                      filtered out: \(device["filtered"]?.intValue ?? 0), replays held back: \(device["held_back"]?.intValue ?? 0)\(filterMatches(device))
-                      last error: \(device["last_error"]?.stringValue.map(TerminalText.sanitize) ?? "none")
+                      subscriptions renewed: \(device.resubscriptions)\(shared)
+                      filtered out: \(device.filtered), replays held back: \(device.heldBack)\(filterMatches(device))
+                      last error: \(device.lastError.map(TerminalText.sanitize) ?? "none")
                     """)
             }
-            let outputs = reply["outputs"]?.arrayValue ?? []
-            if !outputs.isEmpty { print("outputs:") }
-            for output in outputs { print("  " + outputLine(output)) }
+            if !status.outputs.isEmpty { print("outputs:") }
+            for output in status.outputs { print("  " + outputLine(output)) }
             return 0
         }
     }
 
     /// "exec: started 12, succeeded 11, failed 1, timed out 0, …": an output's name and counters.
-    static func outputLine(_ output: JSONValue) -> String {
-        let members = output.objectValue?.members.filter { $0.key != "name" } ?? []
-        let counters = members.map { member -> String in
-            let value = member.value.boolValue.map { $0 ? "yes" : "no" } ?? member.value.intValue.map(String.init) ?? member.value.serialized
-            return String(member.key.map { $0 == "_" ? " " : $0 }) + " " + value
+    static func outputLine(_ output: ControlOutputStatus) -> String {
+        let counters = output.counters.map { counter -> String in
+            let value: String
+            switch counter.value {
+            case .count(let count): value = String(count)
+            case .state(let state): value = state ? "yes" : "no"
+            }
+            return String(counter.name.map { $0 == "_" ? " " : $0 }) + " " + value
         }
-        return (output["name"]?.stringValue ?? "?") + ": " + counters.joined(separator: ", ")
+        return output.name + ": " + counters.joined(separator: ", ")
     }
 
     /// ", filters matched: only-app com.apple.* 3, ignore-category news 0", or nothing without filters.
-    private static func filterMatches(_ device: JSONValue) -> String {
-        guard let matches = device["filter_matches"]?.objectValue, !matches.members.isEmpty else { return "" }
-        return ", filters matched: " + matches.map { "\($0.key) \($0.value.intValue ?? 0)" }.joined(separator: ", ")
+    private static func filterMatches(_ device: ControlPhoneStatus) -> String {
+        guard !device.filterMatches.isEmpty else { return "" }
+        return ", filters matched: " + device.filterMatches.map { "\($0.filter) \($0.count)" }.joined(separator: ", ")
     }
 
-    /// Sends a request and hands a successful reply to `body`; reports errors (exit 1).
-    private static func exchange(_ path: String, _ request: JSONObject, timeout: Int32 = 15, _ body: (JSONValue) -> Int32) -> Int32 {
-        do {
-            let client = try ControlClient(path: path)
-            let reply = try client.request(request, timeout: timeout)
-            if let (code, message) = controlError(reply) {
-                logError("\(message) (\(code))")
-                return 1
-            }
-            return body(reply)
+    /// Sends a request and hands its answer to `body`; reports errors (exit 1).
+    private static func exchange(
+        _ path: String, _ command: ControlCommand, timeout: Duration = .seconds(15), loop: EventLoop,
+        _ body: (ControlAnswer) -> Int32
+    ) async -> Int32 {
+        do throws(ControlClientError) {
+            return body(try await ControlClient.request(command, path: path, timeout: timeout, loop: loop))
         } catch {
-            logError("\(error)")
+            logError(describe(error, path: path))
             return 1
         }
     }
 
+    /// A client's failure for a person, with what to check when the daemon cannot be reached.
+    static func describe(_ error: ControlClientError, path: String) -> String {
+        guard case .unreachable = error else { return "\(error)" }
+        return "\(error); is \"ancsd run --control \(path)\" running (systemctl status ancsd), and may you use it (group ancsd)?"
+    }
+
     /// A notification as one readable line.
-    static func textLine(_ n: JSONValue) -> String {
-        let app = n["app_name"]?.stringValue ?? n["app_id"]?.stringValue ?? n["category"]?.stringValue ?? "notification"
-        var line = "#\(n["uid"]?.intValue ?? 0)  " + EventFormatter.summary(
-            app: app, title: n["title"]?.stringValue, subtitle: n["subtitle"]?.stringValue,
-            message: n["message"]?.stringValue, truncated: n["truncated"]?.boolValue)
-        let actions = EventFormatter.actionLabels(n["positive_action"]?.stringValue, n["negative_action"]?.stringValue)
+    static func textLine(_ n: ControlNotification) -> String {
+        let app = n.appName ?? n.appID ?? n.category
+        var line = "#\(n.uid)  " + EventFormatter.summary(app: app, title: n.title, subtitle: n.subtitle, message: n.message, truncated: n.truncated)
+        let actions = EventFormatter.actionLabels(n.positiveAction, n.negativeAction)
         if !actions.isEmpty { line += "  [actions: " + actions.joined(separator: "/") + "]" }
         return line
     }

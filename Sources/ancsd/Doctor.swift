@@ -1,9 +1,11 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import ANCSControl
 import ANCSDaemon
 import BlueZ
 import DBus
+import EventLoop
 import JSON
 
 /// `ancsd doctor`: checks the setup and says how to fix each problem. Never shows content.
@@ -28,7 +30,7 @@ enum DoctorCommand {
     }
 
     struct Options {
-        var control = ControlClient.defaultPath
+        var control = ControlSocket.defaultPath
         var fifo = "/run/ancsd/events"
         var bus: BusAddress = .system
     }
@@ -53,7 +55,7 @@ enum DoctorCommand {
 
     // Swift 6.3.1's optimizer crashes (coroutine splitting, swifterror) on typed throws inside
     // this async function, so parsing lives in the synchronous `parse` above.
-    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+    static func run(_ arguments: [String], bus: String?, loop: EventLoop) async -> Int32 {
         let parsed: Result<Options?, UsageError> = Result { () throws(UsageError) in try parse(arguments, bus: bus) }
         let options: Options
         switch parsed {
@@ -67,7 +69,7 @@ enum DoctorCommand {
         }
         let (busAddress, control, fifo) = (options.bus, options.control, options.fifo)
         var checks = await bluetoothChecks(busAddress)
-        checks += daemonChecks(control: control)
+        checks += await daemonChecks(control: control, loop: loop)
         checks.append(fifoCheck(fifo))
         for check in checks {
             print("\(check.ok ? "ok  " : check.warning ? "warn" : "FAIL") \(check.what)")
@@ -108,27 +110,28 @@ enum DoctorCommand {
         return checks
     }
 
-    private static func daemonChecks(control: String) -> [Check] {
-        let reply: JSONValue
-        do {
-            reply = try ControlClient(path: control).request(["cmd": "status"], timeout: 5)
+    private static func daemonChecks(control: String, loop: EventLoop) async -> [Check] {
+        let status: ControlStatus
+        do throws(ControlClientError) {
+            guard case .status(let answer) = try await ControlClient.request(.status, path: control, timeout: .seconds(5), loop: loop) else {
+                throw ControlClientError.unreadable(ControlDecodingError("not a status reply"))
+            }
+            status = answer
         } catch {
             return [Check(ok: false, what: "ancsd answers on \(control)",
                           fix: "start it (systemctl start ancsd) or name its socket with --control; to use it without root, join the group ancsd: \(error)")]
         }
         var checks = [Check(ok: true, what: "ancsd answers on \(control)")]
-        let devices = reply["devices"]?.arrayValue ?? []
-        let denied = devices.filter { $0["sharing_allowed"] == false }.compactMap { $0["device"]?.stringValue }
+        let denied = status.devices.filter { $0.sharingAllowed == false }.map(\.device)
         checks.append(Check(
             ok: denied.isEmpty,
             what: denied.isEmpty ? "the connected phones share their notifications" : "notification sharing is off on \(denied.joined(separator: ", "))",
             fix: "on the iPhone: Settings > Bluetooth > (i) next to this computer > turn on Share System Notifications"))
         // A filter that matched nothing the phone sent in this session is often a typo.
-        for device in devices {
-            let matches = device["filter_matches"]?.objectValue.map { Array($0) } ?? []
-            let idle = matches.filter { $0.value.intValue == 0 }.map(\.key)
-            guard !matches.isEmpty else { continue }
-            let address = device["device"]?.stringValue ?? "?"
+        for device in status.devices {
+            let idle = device.filterMatches.filter { $0.count == 0 }.map(\.filter)
+            guard !device.filterMatches.isEmpty else { continue }
+            let address = device.device
             checks.append(Check(
                 ok: idle.isEmpty,
                 what: idle.isEmpty ? "every filter matched a notification of \(address)"
@@ -136,7 +139,7 @@ enum DoctorCommand {
                 fix: "check the bundle identifiers and category names (\"ancsd list\" shows the apps' app_id); a filter that matches nothing filters nothing",
                 warning: true))
         }
-        return checks + outputChecks(reply["outputs"]?.arrayValue ?? [])
+        return checks + outputChecks(status.outputs.map { .object($0.json) })
     }
 
     /// MQTT not connected fails; events an output dropped and commands that failed are warnings.

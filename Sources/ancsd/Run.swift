@@ -31,93 +31,19 @@ enum RunCommand {
     connectable advertisement so bonded phones reconnect, and refuses every pairing request.
 
     Options:
-      --format text|json   output format: one readable line per event (default on a terminal)
-                           or JSON Lines (default otherwise; see docs/output.md)
-      --fifo PATH          also write events to the named pipe PATH (created if missing); the
-                           daemon never blocks on it, and events written while no reader is
-                           attached wait for the next one, up to a bound
-      --fifo-mode MODE     permissions of a FIFO that ancsd creates, in octal (default 0600)
-      --device ADDR        only this phone (AA:BB:CC:DD:EE:FF); repeat for several
-      --adapter hciN       only phones on this adapter
-      --bus ADDRESS        the D-Bus bus where bluetoothd runs (default: the system bus, or
-                           DBUS_SYSTEM_BUS_ADDRESS)
-      --no-acquire-notify  receive notifications as D-Bus signals (StartNotify) instead of
-                           AcquireNotify sockets
-      --no-advertise       do not register an LE advertisement (connectable, not
-                           discoverable: bonded phones reconnect to it) and a pairing agent
-                           that refuses every pairing request; for desktops where another
-                           agent owns pairing (config: advertise = no)
-      --accessory hid|none what the phone is shown while a paired phone is known: hid
-                           (default) registers a HID-over-GATT media remote that never
-                           sends a key and advertises the HID service, so the bonded phone
-                           reconnects by itself and lists this computer in Settings >
-                           Bluetooth; its keyboard is unaffected. none: only the ANCS
-                           solicitation, for desktops whose own stack already makes the
-                           phone reconnect (config: accessory = none; SIGHUP applies it)
-      --record DIR         write each phone's session to DIR as an ancs-capture/1 file
-                           (ADDRESS_YYYYMMDDTHHMMSSZ.jsonl; see docs/capture-format.md) that
-                           "ancsd decode" and "ancsd replay" read
-      --record-redact      in recorded files, replace the text of titles, subtitles, messages
-                           and action labels with same-length placeholders ("xxx")
-      --control PATH       answer requests on the Unix socket PATH (docs/control.md): what
-                           "ancsd list", "action", "status", "doctor" and "desktop" use
-      --control-group NAME the group that may use the control socket (mode 0660)
-      --only-app PATTERN   show only notifications of apps whose bundle identifier matches
-                           PATTERN ('*' matches any characters: com.apple.*); repeatable
-      --ignore-app PATTERN never show notifications of these apps; repeatable. Only the app
-                           identifier of such a notification is fetched
-      --ignore-category NAME
-                           never show notifications of this category (the output's names:
-                           social, email, news, incoming_call, …, reserved); repeatable. They
-                           are never fetched. Filtered notifications reach no output, no
-                           "list" and no desktop; "ancsd status" counts them
-      --replays all|unseen|none
-                           which notifications the phone replays on connecting (pre_existing)
-                           are printed: all (marked seen_before when shown before), unseen
-                           (default: only those never shown, e.g. arrived while ancsd was
-                           away) or none
-      --state-dir DIR      remember what each phone showed in DIR across restarts (default:
-                           systemd's $STATE_DIRECTORY; without either, until ancsd stops);
-                           at most 4096 fingerprints (no content) per phone, 140 kB a file
-      --alive-check SECONDS
-                           every SECONDS (default 900; 0: never) ask each connected phone for
-                           a notification that cannot exist, behind all other requests; no
-                           answer within 5 s: unsubscribe and subscribe again (the phone
-                           dropped the subscriptions without telling)
-      --resubscribe-after SECONDS
-                           subscribe again after SECONDS without any Notification Source
-                           traffic, whatever the alive check says (default 21600; 0: never)
-      --exec CMD           run CMD through /bin/sh -c for each event: the event's JSON object
-                           (as --format json prints it) on its standard input, ANCSD_TYPE,
-                           ANCSD_DEVICE, ANCSD_UID, ANCSD_APP_ID and ANCSD_CATEGORY in its
-                           environment; one at a time per phone, in order, at most 64
-                           waiting per phone (the oldest dropped); its standard error and a
-                           failing exit status are logged (docs/output.md)
-      --exec-timeout SECONDS
-                           kill the command (and its process group) after SECONDS (default 10)
-      --mqtt URL           also publish events to an MQTT broker: mqtt://[user@]host[:port]
-                           (default port 1883) or mqtts://… (TLS, port 8883); topics
-                           PREFIX/DEVICE/event, …/state, PREFIX/status and Home Assistant
-                           discovery (docs/mqtt.md). While the broker is away, up to 1000
-                           messages wait and are delivered in order; older events are dropped
-      --mqtt-password-file PATH
-                           the broker password for the URL's user: the file's first line
-      --mqtt-ca PATH       the CA certificate that signs the broker's (mqtts://; default: the
-                           system's trusted CAs)
-      --mqtt-prefix PREFIX topic prefix (default ancsd)
-      --mqtt-discovery-prefix PREFIX
-                           Home Assistant's discovery prefix (default homeassistant), or none
-      --mqtt-actions       take actions from PREFIX/DEVICE/action: {"uid": N, "action":
-                           "positive"|"negative"}; the phone's answer goes to …/action/result
-      --log-level LEVEL    debug, info (default), warning or error; notification content is
-                           logged only at debug
-      --config PATH        read settings from PATH (default /etc/ancsd/ancsd.conf, if it
-                           exists); its keys are the long options' names, e.g. "format = json";
-                           the command line overrides it, SIGHUP re-reads it
-      -h, --help           show this help
+    \(Setting.optionsHelp)
+    \(Setting.helpEntry("--config PATH", configHelp))
+    \(Setting.helpEntry("-h, --help", "show this help"))
+
+    \(Setting.reloadHelp)
 
     Logs go to standard error, with journald priorities when run by systemd.
     """
+
+    private static let configHelp = """
+        read settings from PATH (default /etc/ancsd/ancsd.conf, if it exists), whose keys are the long options' names \
+        ("format = json"); the command line overrides it, SIGHUP re-reads it
+        """
 
     /// The default configuration file; a missing default file is not an error.
     static let defaultConfigPath = "/etc/ancsd/ancsd.conf"
@@ -127,6 +53,11 @@ enum RunCommand {
         var configPath: String?
         var pairs: [(key: String, value: String)] = []
     }
+
+    /// The settings' flags (`--no-advertise`) and the key and value each stands for.
+    private static let flags = Dictionary(
+        Setting.all.compactMap { setting in setting.flag.map { ($0.option, (key: setting.key, value: $0.value)) } },
+        uniquingKeysWith: { first, _ in first })
 
     static func parse(_ arguments: [String], bus: String?) throws(UsageError) -> CommandLineSettings? {
         var settings = CommandLineSettings()
@@ -138,14 +69,8 @@ enum RunCommand {
                 return nil
             case .option("--config", let inline):
                 settings.configPath = try scanner.value(of: "--config", inline: inline)
-            case .option("--no-acquire-notify", nil):
-                settings.pairs.append(("acquire-notify", "no"))
-            case .option("--no-advertise", nil):
-                settings.pairs.append(("advertise", "no"))
-            case .option("--record-redact", nil):
-                settings.pairs.append(("record-redact", "yes"))
-            case .option("--mqtt-actions", nil):
-                settings.pairs.append(("mqtt-actions", "yes"))
+            case .option(let name, nil) where flags[name] != nil:
+                if let flag = flags[name] { settings.pairs.append(flag) }
             case .option(let name, let inline) where name.hasPrefix("--") && RunSettings.keys.contains(String(name.dropFirst(2))):
                 settings.pairs.append((String(name.dropFirst(2)), try scanner.value(of: name, inline: inline)))
             case .option(let name, _):
@@ -162,8 +87,8 @@ enum RunCommand {
         return settings
     }
 
-    /// The configuration file's settings with the command line's on top. A `--device`,
-    /// `--only-app`, `--ignore-app` or `--ignore-category` on the command line replaces the file's
+    /// The configuration file's settings with the command line's on top. A list key
+    /// (`Setting.isList`: `--device`, `--only-app`, …) on the command line replaces the file's
     /// list rather than adding to it. Without a state directory, systemd's `$STATE_DIRECTORY`.
     static func load(_ commandLine: CommandLineSettings) throws(SettingError) -> RunSettings {
         var settings = RunSettings()
@@ -456,7 +381,8 @@ enum RunCommand {
             }
             // All or nothing: a reload that cannot apply everything changes nothing, and the
             // next SIGHUP tries the same file again.
-            let restartOnly = RunCommand.restartOnlyChanges(from: settings, to: fresh)
+            let changed = RunSettings.changes(from: settings, to: fresh)
+            let restartOnly = changed.filter { $0.reload == .restart }.map(\.key)
             guard restartOnly.isEmpty else {
                 logger.error("""
                     reload refused, nothing changed: \(restartOnly.joined(separator: ", ")) take\(restartOnly.count == 1 ? "s" : "") \
@@ -466,9 +392,7 @@ enum RunCommand {
                 return
             }
             var newOutput: OutputRouter? = nil
-            if fresh.format != settings.format || fresh.fifoPath != settings.fifoPath || fresh.fifoMode != settings.fifoMode
-                || fresh.execCommand != settings.execCommand || fresh.execTimeout != settings.execTimeout
-                || fresh.mqtt != settings.mqtt {
+            if changed.contains(where: { $0.reload == .outputs }) {
                 do {
                     newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, current: output)
                 } catch {
@@ -481,7 +405,9 @@ enum RunCommand {
             logger.threshold = fresh.logLevel
             settings = fresh
             await daemon.update(options: fresh.options, output: newOutput)
-            logger.info("reloaded the configuration")
+            let keys = changed.map(\.key).joined(separator: ", ")
+            let outputs = newOutput == nil ? "" : "; the outputs were made again"
+            logger.info("reloaded the configuration (\(changed.isEmpty ? "no change" : "changed: \(keys)\(outputs)"))")
             notifier.reloaded(status: await daemon.statusLine)
         }
     }
@@ -493,18 +419,6 @@ enum RunCommand {
         guard stat(path, &info) == 0 else { return systemError() }
         guard (info.st_mode & S_IFMT) == S_IFDIR else { return "it is not a directory" }
         return access(path, W_OK | X_OK) == 0 ? nil : systemError()
-    }
-
-    /// The settings that differ between `old` and `new` and that only a start applies (the
-    /// bus, the control socket, the state directory, the advertisement), by their keys.
-    static func restartOnlyChanges(from old: RunSettings, to new: RunSettings) -> [String] {
-        var keys: [String] = []
-        if old.options.bus != new.options.bus { keys.append("bus") }
-        if old.controlPath != new.controlPath { keys.append("control") }
-        if old.controlGroup != new.controlGroup { keys.append("control-group") }
-        if old.options.stateDirectory != new.options.stateDirectory { keys.append("state-dir") }
-        if old.options.advertise != new.options.advertise { keys.append("advertise") }
-        return keys
     }
 
     private static func describe(_ error: any Error) -> String {

@@ -85,13 +85,13 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
     case "capture":
         return CaptureCommand.run(rest)
     case "list":
-        return ClientCommands.list(rest)
+        return await ClientCommands.list(rest, loop: executor)
     case "action":
-        return ClientCommands.action(rest)
+        return await ClientCommands.action(rest, loop: executor)
     case "status":
-        return ClientCommands.status(rest)
+        return await ClientCommands.status(rest, loop: executor)
     case "doctor":
-        return await DoctorCommand.run(rest, bus: bus)
+        return await DoctorCommand.run(rest, bus: bus, loop: executor)
     case "desktop":
         return await DesktopCommand.run(rest, executor: executor)
     default:

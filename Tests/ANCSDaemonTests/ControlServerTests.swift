@@ -12,10 +12,10 @@ import Testing
 private final class EagerHandler: ControlHandler {
     let server = Mutex<ControlServer?>(nil)
 
-    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject {
-        guard request.command == .subscribe else { return ["ok": true] }
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> Result<ControlAnswer, ControlError> {
+        guard request.command == .subscribe else { return .success(.performed) }
         server.withLock { $0 }?.send(#"{"v":1,"type":"added","uid":7}"#, to: client)
-        return ["ok": true, "subscribed": true]
+        return .success(.subscribed)
     }
 
     func clientClosed(_ client: ControlServer.ClientID) async {}
@@ -97,7 +97,7 @@ struct ControlServerTests {
             Self.send(fd, #"{"cmd":"status","id":\#(round)}"# + "\n")
             let reply = Self.readLine(fd)
             close(fd)
-            if reply != #"{"ok":true,"id":\#(round)}"# { unanswered.append(round) }
+            if reply != #"{"ok":true,"result":"performed","id":\#(round)}"# { unanswered.append(round) }
         }
         #expect(unanswered.isEmpty, "rounds without their reply: \(unanswered)")
         // Every connection let go (the daemon's descriptor count is checked in the end-to-end
@@ -121,7 +121,7 @@ struct ControlServerTests {
         defer { close(fd) }
         Self.send(fd, #"{"cmd":"status","id":1}"# + "\n" + #"{"cmd":"status","id":2}"#)  // the last line without its newline
         shutdown(fd, Int32(SHUT_WR))
-        #expect(Self.readAll(fd) == #"{"ok":true,"id":1}"# + "\n" + #"{"ok":true,"id":2}"# + "\n")
+        #expect(Self.readAll(fd) == #"{"ok":true,"result":"performed","id":1}"# + "\n" + #"{"ok":true,"result":"performed","id":2}"# + "\n")
     }
 
     @Test("a second server on a live socket's path is refused and the first keeps its socket")
@@ -137,7 +137,7 @@ struct ControlServerTests {
         let fd = try #require(Self.connect(to: path), "the first server's socket is still there")
         defer { close(fd) }
         Self.send(fd, #"{"cmd":"status"}"# + "\n")
-        #expect(Self.readLine(fd) == #"{"ok":true}"#)
+        #expect(Self.readLine(fd) == #"{"ok":true,"result":"performed"}"#)
     }
 
     @Test("a stale socket (nobody listens) is replaced; stop removes only the server's own socket")
@@ -267,13 +267,13 @@ struct ControlServerTests {
     }
 }
 
-/// Answers every request `{"ok":true}`, after `delay`.
+/// Answers every request `{"ok":true,"result":"performed"}`, after `delay`.
 private struct Answerer: ControlHandler {
     var delay: Duration = .zero
 
-    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject {
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> Result<ControlAnswer, ControlError> {
         if delay > .zero { try? await Task.sleep(for: delay) }
-        return ["ok": true]
+        return .success(.performed)
     }
 
     func clientClosed(_ client: ControlServer.ClientID) async {}

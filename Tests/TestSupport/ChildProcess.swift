@@ -124,6 +124,7 @@ public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComp
 /// Runs a tool to its end, standard input empty; its exit status and its output (both streams).
 /// `environment`: the tool's whole environment (nil: this process's).
 public func runTool(_ tool: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, text: String) {
+    try UnitRun.needs(tool)
     let process = Process()
     process.executableURL = URL(fileURLWithPath: tool)
     process.arguments = arguments

@@ -82,6 +82,7 @@ public final class MosquittoBroker: Sendable {
 
     /// Starts the broker and waits until it listens.
     public func start() throws {
+        try UnitRun.needs("mosquitto")
         let child = try ChildProcess(URL(fileURLWithPath: "/usr/sbin/mosquitto"), ["-c", directory + "/mosquitto.conf"])
         process.withLock { $0 = child }
         let deadline = ContinuousClock.now + .seconds(10)

@@ -33,6 +33,7 @@ public final class PrivateBus: Sendable {
 
     /// `serviceDirectory`: a directory of D-Bus `.service` files the bus may activate.
     public init(serviceDirectory: String? = nil) throws {
+        try UnitRun.needs("dbus-daemon")
         var template = Array((NSTemporaryDirectory() + "ancsd-bus-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
         directory = String(cString: made)

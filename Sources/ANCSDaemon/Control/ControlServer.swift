@@ -5,14 +5,14 @@ public import ANCSRuntime
 import CLinux
 public import ControlProtocol
 public import EventLoop
-public import JSON
+import JSON
 import Synchronization
 
 /// Answers control requests (docs/control.md); the daemon implements it.
 public protocol ControlHandler: Sendable {
-    /// The reply to one valid request, without its `id` (the server adds it). `client`
-    /// identifies the connection, for subscriptions.
-    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> JSONObject
+    /// The answer to one valid request, or why it failed (the server adds the request's `id`).
+    /// `client` identifies the connection, for subscriptions.
+    func reply(to request: ControlRequest, client: ControlServer.ClientID) async -> Result<ControlAnswer, ControlError>
     /// The client went away: drop its subscription.
     func clientClosed(_ client: ControlServer.ClientID) async
 }
@@ -36,7 +36,7 @@ public struct ControlSocketError: Error, CustomStringConvertible {
 /// credentials (SO_PEERCRED) are checked too: root, ancsd's own user, or a member of the
 /// socket's group. When descriptors run out, accepting pauses for a second (logged once per
 /// shortage) rather than spinning on a listener that stays readable.
-public final class ControlServer: @unchecked Sendable {  // mutable state only on `loop`
+public final class ControlServer: Sendable {
     /// Identifies one client connection.
     public typealias ClientID = UInt64
 
@@ -59,14 +59,19 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     private let allowedGroup: gid_t
     private let handler: any ControlHandler
     fileprivate let logger: Logger
-    private var listenerWatch: Watch?
-    private var clients: [ClientID: Client] = [:]
-    private var nextID: ClientID = 0
-    private var stopped = false
-    /// Accepting is paused: descriptors ran out (said once per shortage).
-    private var shortage = false
-    /// Peers refused, by uid: each is logged once.
-    private var refusedUIDs: Set<uid_t> = []
+    private let state: LoopBound<State>
+
+    /// What changes as clients come and go.
+    private struct State {
+        var listenerWatch: Watch?
+        var clients: [ClientID: Client] = [:]
+        var nextID: ClientID = 0
+        var stopped = false
+        /// Accepting is paused: descriptors ran out (said once per shortage).
+        var shortage = false
+        /// Peers refused, by uid: each is logged once.
+        var refusedUIDs: Set<uid_t> = []
+    }
 
     /// Creates the socket at `path` with `mode` and, if given, `group` (else the group the file
     /// is made with: the daemon's, or the directory's if it is set-group-ID).
@@ -82,6 +87,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         self.loop = loop
         self.handler = handler
         self.logger = logger
+        state = LoopBound(State(), loop: loop)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -162,9 +168,9 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// Starts accepting clients.
     public func start() {
         loop.perform { [self] in
-            guard !stopped else { return }
-            listenerWatch = try? loop.watch(fd: listener, interest: .readable) { [weak self] _ in self?.acceptClients() }
-            if listenerWatch == nil { logger.error("cannot watch the control socket \(path)") }
+            guard !state.value.stopped else { return }
+            state.value.listenerWatch = try? loop.watch(fd: listener, interest: .readable) { [weak self] _ in self?.acceptClients() }
+            if state.value.listenerWatch == nil { logger.error("cannot watch the control socket \(path)") }
         }
     }
 
@@ -172,16 +178,16 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// Safe from any thread, the loop's included.
     public func stop() {
         loop.perform { [self] in
-            guard !stopped else { return }
-            stopped = true
+            guard !state.value.stopped else { return }
+            state.value.stopped = true
             var info = stat()
             if lstat(path, &info) == 0, UInt64(info.st_dev) == identity.device, UInt64(info.st_ino) == identity.inode {
                 unlink(path)
             }
-            listenerWatch?.cancel()
-            listenerWatch = nil
-            for client in clients.values { client.close() }
-            clients = [:]
+            state.value.listenerWatch?.cancel()
+            state.value.listenerWatch = nil
+            for client in state.value.clients.values { client.close() }
+            state.value.clients = [:]
             close(listener)
         }
     }
@@ -192,7 +198,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     @discardableResult
     public func send(_ line: String, to id: ClientID) -> Bool {
         loop.perform { [weak self] in
-            guard let self, let client = self.clients[id] else { return }
+            guard let self, let client = self.state.value.clients[id] else { return }
             if !client.enqueueEvent(line) {
                 self.logger.warning("control client \(id) stopped reading; disconnected it")
                 self.drop(id)
@@ -204,16 +210,16 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// How many clients are connected (read on the loop).
     public var clientCount: Int {
         get async {
-            await withCheckedContinuation { done in loop.execute { done.resume(returning: self.clients.count) } }
+            await withCheckedContinuation { done in loop.execute { done.resume(returning: self.state.value.clients.count) } }
         }
     }
 
     private func acceptClients() {
-        while !stopped {
+        while !state.value.stopped {
             let fd = ancsd_accept_cloexec_nonblock(listener)
             if fd >= 0 {
-                if shortage {
-                    shortage = false
+                if state.value.shortage {
+                    state.value.shortage = false
                     logger.info("control socket: descriptors are free again; serving clients")
                 }
                 admit(fd)
@@ -234,18 +240,18 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
     /// Out of descriptors (EMFILE, ENFILE) or memory: the waiting connection cannot be taken,
     /// and the listener stays readable; accepting pauses instead of spinning.
     private func pauseAccepting(reason: String) {
-        if !shortage {
-            shortage = true
+        if !state.value.shortage {
+            state.value.shortage = true
             logger.warning("""
-                control socket: cannot accept clients (\(reason), \(clients.count) connected); pausing \
+                control socket: cannot accept clients (\(reason), \(state.value.clients.count) connected); pausing \
                 \(Self.shortagePause) at a time until it can
                 """)
         }
-        listenerWatch?.update([])
+        state.value.listenerWatch?.update([])
         loop.after(Self.shortagePause) { [weak self] in
             self?.loop.perform { [weak self] in
-                guard let self, !self.stopped else { return }
-                self.listenerWatch?.update(.readable)
+                guard let self, !self.state.value.stopped else { return }
+                self.state.value.listenerWatch?.update(.readable)
             }
         }
     }
@@ -255,18 +261,18 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             let line = Array((JSONValue.object(ControlError(.forbidden, refusal.message).reply(id: nil)).serialized + "\n").utf8)
             _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             close(fd)
-            if refusedUIDs.insert(refusal.uid).inserted, refusedUIDs.count <= 64 {
+            if state.value.refusedUIDs.insert(refusal.uid).inserted, state.value.refusedUIDs.count <= 64 {
                 logger.warning("control socket: refused a client of uid \(refusal.uid): \(refusal.message)")
             }
             return
         }
-        nextID += 1
-        let id = nextID
+        state.value.nextID += 1
+        let id = state.value.nextID
         guard let client = Client(id: id, fd: fd, loop: loop, server: self) else {
             close(fd)
             return
         }
-        clients[id] = client
+        state.value.clients[id] = client
         logger.debug("control client \(id) connected")
     }
 
@@ -335,26 +341,31 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
         let handler = self.handler
         let order = client.nextRequestNumber()
         Task(executorPreference: loop) {
-            var answer = await handler.reply(to: request, client: id)
-            if let requestID = request.id { answer["id"] = requestID }
-            let reply = answer
+            let reply = ControlReply(id: request.id, await handler.reply(to: request, client: id)).json
             self.loop.perform {
-                guard let client = self.clients[id] else { return }
+                guard let client = self.state.value.clients[id] else { return }
                 client.deliver(reply, order: order)
             }
         }
     }
 
     fileprivate func drop(_ id: ClientID) {
-        guard let client = clients.removeValue(forKey: id) else { return }
+        guard let client = state.value.clients.removeValue(forKey: id) else { return }
         client.close()
         logger.debug("control client \(id) disconnected")
         let handler = self.handler
         Task(executorPreference: loop) { await handler.clientClosed(id) }
     }
 
-    /// One connection; used only on the loop.
-    fileprivate final class Client: @unchecked Sendable {
+    /// Its watch reported the client's descriptor ready.
+    private func clientReady(_ id: ClientID, _ ready: Watch.Events) {
+        guard let client = state.value.clients[id] else { return }
+        if ready.contains(.writable) { client.flush() }
+        if ready.contains(.readable) { client.readAvailable() }
+    }
+
+    /// One connection: reached only through the server's loop-bound state.
+    fileprivate final class Client {
         let id: ClientID
         let fd: Int32
         private var watch: Watch?
@@ -378,10 +389,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             self.fd = fd
             self.server = server
             do {
-                watch = try loop.watch(fd: fd, interest: .readable) { [weak self] ready in
-                    if ready.contains(.writable) { self?.flush() }
-                    if ready.contains(.readable) { self?.readAvailable() }
-                }
+                watch = try loop.watch(fd: fd, interest: .readable) { [weak server] ready in server?.clientReady(id, ready) }
             } catch {
                 return nil
             }
@@ -438,7 +446,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             return true
         }
 
-        private func readAvailable() {
+        func readAvailable() {
             var chunk = [UInt8](repeating: 0, count: 16_384)
             while !closed && !inputEnded {
                 let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
@@ -481,7 +489,7 @@ public final class ControlServer: @unchecked Sendable {  // mutable state only o
             server?.drop(id)
         }
 
-        private func flush() {
+        func flush() {
             while !closed && !output.isEmpty {
                 let written = output.withFront { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if written > 0 {
