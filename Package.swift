@@ -24,11 +24,11 @@ import PackageDescription
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
 /// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
-/// - `EventLoop` [CEventLoop]: an epoll run loop on one thread, a serial and task executor with timers.
+/// - `EventLoop` [CEventLoop, SystemCalls]: an epoll run loop on one thread, a serial and task executor with timers.
 ///
 /// Layer 2: transports and the runtime
 /// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
-/// - `DBus` [CDBus, CEventLoop, EventLoop]: a Swift D-Bus layer over libdbus-1, on an event loop.
+/// - `DBus` [CDBus, CEventLoop, EventLoop, SystemCalls]: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
 /// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
 ///   executor, its signals (a signalfd the loop watches), file helpers.
@@ -36,7 +36,7 @@ import PackageDescription
 ///
 /// Layer 3: BlueZ, and what the simulated phones and the tests share
 /// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's objects, GATT client, agent, advertisement, HID accessory.
-/// - `PhoneSimulator` [ANCS, BluetoothUUIDs, DBus, EventLoop, JSON]: simulated iPhones and bluetoothd.
+/// - `PhoneSimulator` [ANCS, BluetoothUUIDs, DBus, EventLoop, JSON, SystemCalls]: simulated iPhones and bluetoothd.
 /// - `TestSupport` [Btsnoop, JSON]: child processes, private buses, brokers, snoop files for the tests.
 ///
 /// Layer 4: the daemon and its companions
@@ -44,17 +44,18 @@ import PackageDescription
 ///   EventLoop, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
 /// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
 /// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON]: `ancsd desktop`.
-/// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator]: an iPhone on a real bluetoothd.
+/// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator, SystemCalls]: an iPhone on a real bluetoothd.
 ///
 /// Layer 5: tools over captures
-/// - `CaptureTools` [ANCS, ANCSCapture, ANCSDaemon, ANCSRuntime, ANCSSession, Btsnoop, CBluetooth, JSON]:
+/// - `CaptureTools` [ANCS, ANCSCapture, ANCSDaemon, ANCSRuntime, ANCSSession, Btsnoop, CBluetooth, JSON,
+///   SystemCalls]:
 ///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
 ///
 /// Layer 6: programs (argument parsing, `--help` and wiring)
 /// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, Btsnoop,
-///   CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT]: the executable.
-/// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator]: the simulated phone, for `make demo` and the tests.
-/// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator]: the GATT phone, for the system test.
+///   CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT, SystemCalls]: the executable.
+/// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator, SystemCalls]: the simulated phone, for `make demo` and the tests.
+/// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator, SystemCalls]: the GATT phone, for the system test.
 /// - `ancs-bench` [ANCS]: the protocol core's benchmark.
 /// - `dbus-bench` [DBus]: the D-Bus layer's benchmark.
 /// - `hop-floor` [CEventLoop]: what a hop between threads costs, the floor under the event loop's.
@@ -96,7 +97,7 @@ let package = Package(
         .target(name: "ANCSPairing", dependencies: ["ANCSRuntime", "BlueZ", "DBus"], swiftSettings: strict),
         .target(
             name: "CaptureTools",
-            dependencies: ["ANCS", "ANCSCapture", "ANCSDaemon", "ANCSRuntime", "ANCSSession", "Btsnoop", "CBluetooth", "JSON"],
+            dependencies: ["ANCS", "ANCSCapture", "ANCSDaemon", "ANCSRuntime", "ANCSSession", "Btsnoop", "CBluetooth", "JSON", "SystemCalls"],
             swiftSettings: strict),
         .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
         .systemLibrary(
@@ -120,24 +121,24 @@ let package = Package(
             name: "dbus-bench", dependencies: ["DBus"], path: "Benchmarks/dbus-bench", exclude: ["echo_bench.py"],
             swiftSettings: strict),
         .systemLibrary(name: "CEventLoop"),
-        .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: strict),
-        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop"], swiftSettings: strict),
+        .target(name: "EventLoop", dependencies: ["CEventLoop", "SystemCalls"], swiftSettings: strict),
+        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "SystemCalls"], swiftSettings: strict),
         .target(name: "BlueZ", dependencies: ["DBus", "BluetoothUUIDs"], swiftSettings: strict),
         .executableTarget(
             name: "ancsd",
             dependencies: [
                 "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
-                "Btsnoop", "CaptureTools", "EventLoop", "MQTT",
+                "Btsnoop", "CaptureTools", "EventLoop", "MQTT", "SystemCalls",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
         .executableTarget(name: "hop-floor", dependencies: ["CEventLoop"], path: "Benchmarks/hop-floor", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Btsnoop", "JSON"], path: "Tests/TestSupport", swiftSettings: strict),
-        .target(name: "PhoneSimulator", dependencies: ["ANCS", "BluetoothUUIDs", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
-        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
-        .target(name: "GattPhone", dependencies: ["ANCS", "BluetoothUUIDs", "BlueZ", "DBus", "JSON", "PhoneSimulator"], swiftSettings: strict),
+        .target(name: "PhoneSimulator", dependencies: ["ANCS", "BluetoothUUIDs", "DBus", "EventLoop", "JSON", "SystemCalls"], swiftSettings: strict),
+        .executableTarget(name: "ancs-phone-sim", dependencies: ["PhoneSimulator", "DBus", "JSON", "SystemCalls"], swiftSettings: strict),
+        .target(name: "GattPhone", dependencies: ["ANCS", "BluetoothUUIDs", "BlueZ", "DBus", "JSON", "PhoneSimulator", "SystemCalls"], swiftSettings: strict),
         .executableTarget(
-            name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON"], swiftSettings: strict),
+            name: "ancs-gatt-phone", dependencies: ["GattPhone", "PhoneSimulator", "DBus", "JSON", "SystemCalls"], swiftSettings: strict),
         .testTarget(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import SystemCalls
 
 /// Why a file could not be read, or a descriptor used.
 public struct ReadError: Error, CustomStringConvertible {
@@ -20,19 +21,10 @@ public struct SystemError: Error, CustomStringConvertible {
 
 /// The whole of a small text file (at most 1 MiB), as UTF-8 (invalid bytes repaired).
 public func readTextFile(_ path: String) -> Result<String, SystemError> {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return .failure(SystemError(code: errno)) }
-    defer { close(fd) }
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 16_384)
-    while bytes.count <= 1 << 20 {
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { continue }
-            return .failure(SystemError(code: errno))
-        }
-        if count == 0 { return .success(String(decoding: bytes, as: UTF8.self)) }
-        bytes += chunk[0..<count]
+    do {
+        let file = try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC)
+        return .success(String(decoding: try file.readToEnd(limit: 1 << 20), as: UTF8.self))
+    } catch {
+        return .failure(SystemError(code: error.rawValue))
     }
-    return .failure(SystemError(code: EFBIG))
 }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ANCSRuntime
 import CBluetooth
+import SystemCalls
 
 /// Why the capture cannot write its output or catch its signals.
 public struct CaptureError: Error, CustomStringConvertible {
@@ -16,33 +17,34 @@ public final class CaptureOutput {
     /// "standard output" or the path, for messages.
     public let name: String
     let fd: Int32
-    private let ownsDescriptor: Bool
+    /// The file created for a path, closed with the output (nil for a descriptor not ours).
+    private let file: FileDescriptor?
     private var pending: [UInt8] = []
 
     /// Opens `path`, or standard output for `-`.
     public init(path: String) throws(CaptureError) {
         if path == "-" {
             fd = STDOUT_FILENO
-            ownsDescriptor = false
+            file = nil
             name = "standard output"
             return
         }
-        let opened = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard opened >= 0 else { throw CaptureError(description: "cannot create \(path): \(systemError())") }
-        fd = opened
-        ownsDescriptor = true
+        let opened: FileDescriptor
+        do {
+            opened = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, permissions: 0o600)
+        } catch {
+            throw CaptureError(description: "cannot create \(path): \(error)")
+        }
+        fd = opened.rawValue
+        file = consume opened
         name = path
     }
 
     /// Writes to a descriptor that stays open (a pipe, in tests).
     init(descriptor: Int32, name: String) {
         fd = descriptor
-        ownsDescriptor = false
+        file = nil
         self.name = name
-    }
-
-    deinit {
-        if ownsDescriptor { close(fd) }
     }
 
     /// True if the output is a terminal.
@@ -60,13 +62,12 @@ public final class CaptureOutput {
         var offset = 0
         defer { pending.removeFirst(offset) }
         while offset < pending.count {
-            let written = pending[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if written > 0 {
+            let written = try? Errno.retrying { pending[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } }
+            if let written, written > 0 {
                 offset += written
                 continue
             }
             switch errno {
-            case EINTR: continue
             case EAGAIN, EWOULDBLOCK:
                 var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
                 _ = poll(&entry, 1, -1)
@@ -88,24 +89,22 @@ public final class CaptureOutput {
 /// SIGINT and SIGTERM as a readable pipe, for poll: CBluetooth's C handler writes each signal's
 /// number to it. Until `restore()`, the signals no longer end the process. One at a time.
 public final class StopSignals {
-    let fd: Int32
-    private let writeEnd: Int32
+    private let readEnd: FileDescriptor
+    private let writeEnd: FileDescriptor
+    var fd: Int32 { readEnd.rawValue }
     private var restored = false
 
     public init() throws(CaptureError) {
         var ends: [Int32] = [-1, -1]
         guard pipe(&ends) == 0 else { throw CaptureError(description: "cannot create a pipe for signals: \(systemError())") }
-        fd = ends[0]
-        writeEnd = ends[1]
+        readEnd = FileDescriptor(adopting: ends[0])
+        writeEnd = FileDescriptor(adopting: ends[1])
         for end in ends {
             _ = fcntl(end, F_SETFD, FD_CLOEXEC)
             _ = fcntl(end, F_SETFL, O_NONBLOCK)  // the handler never blocks; take() never waits
         }
-        guard cbt_catch_stop_signals(writeEnd) == 0 else {
-            let message = systemError()
-            close(fd)
-            close(writeEnd)
-            throw CaptureError(description: "cannot catch SIGINT and SIGTERM: \(message)")
+        guard cbt_catch_stop_signals(writeEnd.rawValue) == 0 else {
+            throw CaptureError(description: "cannot catch SIGINT and SIGTERM: \(systemError())")
         }
     }
 
@@ -117,12 +116,10 @@ public final class StopSignals {
         return read(fd, &byte, 1) == 1 ? Int32(byte) : nil
     }
 
-    /// Gives SIGINT and SIGTERM their previous actions back and closes the pipe.
+    /// Gives SIGINT and SIGTERM their previous actions back (the pipe closes with the value).
     public func restore() {
         guard !restored else { return }
         restored = true
         cbt_release_stop_signals()
-        close(fd)
-        close(writeEnd)
     }
 }

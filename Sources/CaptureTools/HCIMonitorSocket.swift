@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Btsnoop
 import CBluetooth
+import SystemCalls
 
 /// Why the HCI monitor channel cannot be opened or read.
 public struct MonitorSocketError: Error, CustomStringConvertible {
@@ -36,50 +37,48 @@ struct MonitorDatagram {
 /// frame per datagram. On bind the kernel replays NEW_INDEX, OPEN_INDEX and INDEX_INFO for the
 /// controllers that exist. Non-blocking: poll `fd`, then `receive()` until it returns nil.
 public final class HCIMonitorSocket {
-    let fd: Int32
+    private let socket: FileDescriptor
+    var fd: Int32 { socket.rawValue }
     private var buffer = [UInt8](repeating: 0, count: MonitorFrame.maxDatagramLength + 1)
 
     /// Opens and binds the channel (all controllers: the monitor channel takes no other).
     public init() throws(MonitorSocketError) {
-        let fd = socket(CBT_AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), CBT_BTPROTO_HCI)
-        guard fd >= 0 else { throw MonitorSocketError(call: "socket(AF_BLUETOOTH, SOCK_RAW, BTPROTO_HCI)", errno: errno) }
+        let made = Glibc.socket(CBT_AF_BLUETOOTH, Int32(SOCK_RAW.rawValue) | Int32(SOCK_CLOEXEC.rawValue), CBT_BTPROTO_HCI)
+        guard made >= 0 else { throw MonitorSocketError(call: "socket(AF_BLUETOOTH, SOCK_RAW, BTPROTO_HCI)", errno: errno) }
+        let socket = FileDescriptor(adopting: made)
+        let fd = socket.rawValue
         var address = sockaddr_hci(hci_family: sa_family_t(CBT_AF_BLUETOOTH), hci_dev: CBT_HCI_DEV_NONE, hci_channel: CBT_HCI_CHANNEL_MONITOR)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_hci>.size)) }
         }
-        guard bound == 0 else {
-            let code = errno
-            close(fd)
-            throw MonitorSocketError(call: "bind(HCI_CHANNEL_MONITOR)", errno: code)
-        }
+        guard bound == 0 else { throw MonitorSocketError(call: "bind(HCI_CHANNEL_MONITOR)", errno: errno) }
         // Kernel receive times, as btmon takes them; without them, the time of reading.
         var on: Int32 = 1
         _ = setsockopt(fd, SOL_SOCKET, SO_TIMESTAMP, &on, socklen_t(MemoryLayout<Int32>.size))
-        self.fd = fd
+        self.socket = socket
     }
 
     /// Takes over a descriptor that delivers monitor frames as datagrams (a socket pair, in tests).
     init(descriptor: Int32) {
-        fd = descriptor
+        socket = FileDescriptor(adopting: descriptor)
     }
-
-    deinit { close(fd) }
 
     /// The next datagram waiting, or nil when none is. EINTR is retried; ENETDOWN and ENODEV
     /// (a controller went away) are not the channel's end and also give nil. Throws on other
     /// errors.
     func receive() throws(MonitorSocketError) -> MonitorDatagram? {
-        while true {
-            var microseconds: Int64 = -1
-            let capacity = buffer.count
-            let length = buffer.withUnsafeMutableBytes { cbt_recv_timestamped(fd, $0.baseAddress, capacity, &microseconds) }
-            if length < 0 {
-                switch errno {
-                case EINTR: continue
-                case EAGAIN, EWOULDBLOCK, ENETDOWN, ENODEV: return nil
-                case let code: throw MonitorSocketError(call: "recvmsg", errno: code)
-                }
+        var microseconds: Int64 = -1
+        let capacity = buffer.count
+        let received = Result { () throws(Errno) -> Int in
+            try Errno.retrying { buffer.withUnsafeMutableBytes { cbt_recv_timestamped(fd, $0.baseAddress, capacity, &microseconds) } }
+        }
+        switch received {
+        case .failure(let error):
+            switch error.rawValue {
+            case EAGAIN, EWOULDBLOCK, ENETDOWN, ENODEV: return nil
+            case let code: throw MonitorSocketError(call: "recvmsg", errno: code)
             }
+        case .success(let length):
             let kept = min(length, capacity)
             return MonitorDatagram(bytes: Array(buffer[0..<kept]), length: length,
                                    unixMicroseconds: microseconds >= 0 ? microseconds : Self.now())

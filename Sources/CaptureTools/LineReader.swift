@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ANCSCapture
 import ANCSRuntime
+import SystemCalls
 
 /// Reads a file or standard input line by line, as bytes, with a bound on the line length so a
 /// file without newlines cannot exhaust memory.
@@ -11,7 +12,8 @@ final class LineReader {
     static let maxLineLength = 1 << 20
 
     private let fd: Int32
-    private let ownsDescriptor: Bool
+    /// The file opened for a path, closed with the reader (nil for standard input).
+    private let file: FileDescriptor?
     private var buffer: [UInt8] = []
     private var start = 0
     private var atEOF = false
@@ -21,22 +23,20 @@ final class LineReader {
     init(path: String) throws(ReadError) {
         if path == "-" {
             fd = STDIN_FILENO
-            ownsDescriptor = false
+            file = nil
         } else {
-            let opened = open(path, O_RDONLY | O_CLOEXEC)
-            guard opened >= 0 else { throw ReadError(description: "cannot open \(path): \(systemError())") }
-            var info = stat()
-            if fstat(opened, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
-                close(opened)
+            let opened: FileDescriptor
+            do {
+                opened = try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC)
+            } catch {
+                throw ReadError(description: "cannot open \(path): \(error)")
+            }
+            if let info = try? opened.status(), (info.st_mode & S_IFMT) == S_IFDIR {
                 throw ReadError(description: "cannot read \(path): it is a directory")
             }
-            fd = opened
-            ownsDescriptor = true
+            fd = opened.rawValue
+            file = consume opened
         }
-    }
-
-    deinit {
-        if ownsDescriptor { close(fd) }
     }
 
     /// The next line without its newline (a final line without one counts), or nil at the end.
@@ -145,9 +145,7 @@ final class LineReader {
             buffer.removeFirst(start)
             start = 0
         }
-        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 {
-            if errno == EINTR { return }
+        guard let count = try? Errno.retrying({ chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) } }) else {
             throw ReadError(description: "read failed: \(systemError())")
         }
         if count == 0 { atEOF = true }

@@ -28,11 +28,7 @@ public struct ExportedMethod: Sendable {
     enum Handler: Sendable {
         case immediate(@Sendable (MethodCall) throws -> [DBusValue])
         case async(@Sendable (MethodCall) async throws -> [DBusValue])
-        case direct(@Sendable (ReceivedCall) throws -> [DBusValue])
     }
-
-    /// True for a `direct` method.
-    var isDirect: Bool { if case .direct = handler { true } else { false } }
 
     /// The method name.
     public let name: MemberName
@@ -71,20 +67,6 @@ public struct ExportedMethod: Sendable {
         ExportedMethod(
             name: name, inputSignature: input, outputSignature: output, inputNames: inputNames,
             outputNames: outputNames, handler: .immediate(handler))
-    }
-
-    /// An `immediate` method whose handler reads its arguments from the received message
-    /// itself (`ReceivedCall`), for a hot path: no `DBusValue` is built for them. A call
-    /// that names its interface is found by comparing the message's header strings. Replies
-    /// and errors are those of an `immediate` method.
-    public static func direct(
-        _ name: MemberName, input: Signature = .empty, output: Signature = .empty,
-        inputNames: [String] = [], outputNames: [String] = [],
-        handler: @escaping @Sendable (ReceivedCall) throws -> [DBusValue]
-    ) -> ExportedMethod {
-        ExportedMethod(
-            name: name, inputSignature: input, outputSignature: output, inputNames: inputNames,
-            outputNames: outputNames, handler: .direct(handler))
     }
 
     private init(

@@ -98,25 +98,7 @@ final class OwnedMessage: @unchecked Sendable {
         destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
-        let signature = try DBusValue.validate(arguments: arguments)
-        if let bytes = Wire.methodCall(
-            destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
-            member: member.rawValue, signature: signature, arguments: arguments,
-            flags: (noReply ? Wire.noReplyExpected : 0) | (autoStart ? 0 : Wire.noAutoStart)),
-           let raw = Wire.message(from: bytes) {
-            return OwnedMessage(adopting: raw)
-        }
-        return try iteratorMethodCall(
-            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
-            noReply: noReply, autoStart: autoStart)
-    }
-
-    /// `methodCall` built with libdbus's iterators, for what `Wire` does not write. `arguments`
-    /// must have been validated (`DBusValue.validate`): libdbus aborts on anything invalid.
-    static func iteratorMethodCall(
-        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
-        arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
-    ) throws(DBusError) -> OwnedMessage {
+        _ = try DBusValue.validate(arguments: arguments)
         let created = withOptionalCString(destination?.rawValue) { dest in
             withOptionalCString(interface?.rawValue) { iface in
                 dbus_message_new_method_call(dest, path.rawValue, iface, member.rawValue)
@@ -154,17 +136,6 @@ final class OwnedMessage: @unchecked Sendable {
         guard let created = dbus_message_new(CDBUS_MESSAGE_TYPE_METHOD_RETURN) else { throw Marshal.outOfMemory }
         let message = OwnedMessage(adopting: created)
         try message.address(replySerial: replySerial, destination: destination)
-        try Marshal.append(arguments, to: message.raw)
-        return message
-    }
-
-    /// A method return for `call`, a message libdbus received (its sender and serial were
-    /// checked then): `dbus_message_new_method_return` writes the header in one go, where
-    /// `methodReturn(replySerial:destination:arguments:)` rewrites it twice.
-    static func methodReturn(to call: OpaquePointer, arguments: [DBusValue]) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
-        guard let created = dbus_message_new_method_return(call) else { throw Marshal.outOfMemory }
-        let message = OwnedMessage(adopting: created)
         try Marshal.append(arguments, to: message.raw)
         return message
     }

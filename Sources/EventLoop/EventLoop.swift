@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CEventLoop
 import Synchronization
+import SystemCalls
 
 /// A serial executor that is one thread running an epoll loop of its own: the jobs of the actors
 /// and tasks that use it, the handlers of the descriptors it watches and its timers all run on
@@ -46,9 +47,14 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     private static let timerToken: UInt64 = 1
 
     private let name: String
-    private let epollFD: Int32
-    private let wakeFD: Int32
-    private let timerFD: Int32
+    /// The loop's own descriptors, closed with it: the epoll set, the eventfd that wakes it, and
+    /// the timerfd of its timers.
+    private let epoll: FileDescriptor
+    private let wakeEvent: FileDescriptor
+    private let timerEvent: FileDescriptor
+    private var epollFD: Int32 { epoll.rawValue }
+    private var wakeFD: Int32 { wakeEvent.rawValue }
+    private var timerFD: Int32 { timerEvent.rawValue }
     private let inbox = Mutex(Inbox())
     /// Held by whoever runs the loop's work: the loop's thread between two waits, or a thread
     /// inside `perform`. Everything below is touched only by the holder.
@@ -65,20 +71,13 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     /// Starts a loop on a new thread named `name` (at most 15 bytes are kept).
     public init(name: String) throws(Failure) {
         self.name = name
-        epollFD = ancs_epoll_create()
-        wakeFD = ancs_eventfd()
-        timerFD = ancs_timerfd()
-        guard epollFD >= 0, wakeFD >= 0, timerFD >= 0 else {
-            let failure = Failure("cannot create the event loop's descriptors")
-            for fd in [epollFD, wakeFD, timerFD] where fd >= 0 { close(fd) }
-            throw failure
-        }
-        guard ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_ADD), wakeFD, UInt32(ANCS_EPOLLIN), Self.wakeToken) == 0,
-            ancs_epoll_ctl(epollFD, Int32(ANCS_EPOLL_CTL_ADD), timerFD, UInt32(ANCS_EPOLLIN), Self.timerToken) == 0
+        epoll = try Self.adopt(ancs_epoll_create())
+        wakeEvent = try Self.adopt(ancs_eventfd())
+        timerEvent = try Self.adopt(ancs_timerfd())
+        guard ancs_epoll_ctl(epoll.rawValue, Int32(ANCS_EPOLL_CTL_ADD), wakeEvent.rawValue, UInt32(ANCS_EPOLLIN), Self.wakeToken) == 0,
+            ancs_epoll_ctl(epoll.rawValue, Int32(ANCS_EPOLL_CTL_ADD), timerEvent.rawValue, UInt32(ANCS_EPOLLIN), Self.timerToken) == 0
         else {
-            let failure = Failure("cannot watch the event loop's descriptors")
-            for fd in [epollFD, wakeFD, timerFD] { close(fd) }
-            throw failure
+            throw Failure("cannot watch the event loop's descriptors")
         }
         var thread = pthread_t()
         // The thread keeps the loop alive until it stops.
@@ -98,10 +97,10 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         pthread_detach(thread)
     }
 
-    deinit {
-        close(epollFD)
-        close(wakeFD)
-        close(timerFD)
+    /// Owns `fd`, one of the loop's own descriptors just made (or throws if it could not be).
+    private static func adopt(_ fd: Int32) throws(Failure) -> FileDescriptor {
+        guard fd >= 0 else { throw Failure("cannot create the event loop's descriptors") }
+        return FileDescriptor(adopting: fd)
     }
 
     /// Lets the loop's thread finish: it runs what is already enqueued, then exits.

@@ -4,6 +4,7 @@ import DBus
 import Dispatch
 import Glibc
 import JSON
+import SystemCalls
 
 /// The strict phone's side of the link (`PhonePolicy.strict`): what iOS does towards an
 /// accessory, on a real bluetoothd.
@@ -168,8 +169,8 @@ extension GattPhone {
             let unique = uevent.split(separator: "\n").first { $0.hasPrefix("HID_UNIQ=") }.map { String($0.dropFirst(9)) }
             guard unique?.uppercased() == configuration.peer else { continue }
             guard let map = Self.contents(of: "/sys/class/hidraw/\(node)/device/report_descriptor") else { continue }
-            let fd = open("/dev/\(node)", O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { continue }
+            guard let device = try? FileDescriptor.open("/dev/\(node)", O_RDONLY | O_CLOEXEC) else { continue }
+            let fd = device.release()  // the reader below owns it
             state.withLock { _ = $0.hidrawWatched.insert(node) }
             var fields: JSONObject = ["node": .string(node), "bytes": .int(map.count), "hex": .string(hex(map))]
             if let descriptor = try? HIDReportDescriptor(map) {
@@ -180,15 +181,14 @@ extension GattPhone {
             }
             event("report_map", fields)
             DispatchQueue(label: "ancs-gatt-phone.\(node)").async { [self] in
+                let device = FileDescriptor(adopting: fd)
                 var buffer = [UInt8](repeating: 0, count: 512)
                 while true {
-                    let n = read(fd, &buffer, buffer.count)
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0 else { break }
+                    guard let n = try? buffer.withUnsafeMutableBytes({ try device.read(into: $0) }), n > 0 else { break }
                     let count = state.withLock { s -> Int in s.inputReports += 1; return s.inputReports }
                     event("input_report", ["node": .string(node), "hex": .string(hex(Array(buffer[0..<n]))), "count": .int(count)])
                 }
-                close(fd)
+                try? device.close()
                 state.withLock { _ = $0.hidrawWatched.remove(node) }
                 event("hid_device_gone", ["node": .string(node)])
                 // The HID host lets the device go with the link: if it is back already, the
@@ -211,18 +211,9 @@ extension GattPhone {
         return names.sorted()
     }
 
+    /// A whole file; what was read before an error; nil when it cannot be opened.
     static func contents(of path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            out += buffer[0..<n]
-        }
-        return out
+        guard let file = try? FileDescriptor.open(path, O_RDONLY | O_CLOEXEC) else { return nil }
+        return (try? file.readToEnd()) ?? []
     }
 }

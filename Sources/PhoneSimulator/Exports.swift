@@ -283,10 +283,9 @@ extension PhoneSimulator {
                     try self.requireConnected(device)
                     throw BlueZError.notPermitted("Read not permitted")
                 },
-                // The hot path of a burst (one call per notification): it reads its two
-                // arguments from the message, and enters the connection's isolation only
-                // when it changes what shows on D-Bus.
-                .direct("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
+                // One call per notification of a burst: it enters the connection's isolation
+                // only when it changes what shows on D-Bus.
+                .immediate("WriteValue", input: "aya{sv}") { [weak self, weak conn] call in
                     guard let self, let conn else { throw BlueZError.failed("Not available") }
                     return try self.writeValue(call, device, characteristic, conn)
                 },
@@ -441,14 +440,14 @@ extension PhoneSimulator {
         note(device, "cp", fields)
     }
 
-    /// Runs on the connection's loop (a `direct` handler). The `type` option is the last
+    /// Runs on the connection's loop (an `immediate` handler). The `type` option is the last
     /// entry of that name whose value (through nested variants) is a string; any other
     /// value counts as no `type`.
     private func writeValue(
-        _ call: ReceivedCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
     ) throws -> [DBusValue] {
-        let value = call.byteArray(at: 0) ?? []
-        let type = call.stringOption("type", at: 1)
+        let value = call.arguments.first?.bytes ?? []
+        let type = call.arguments.last.flatMap { Self.stringOption("type", in: $0) }
         let (changes, dropLink) = try state.withLock { s throws -> ([PropertyChange], Bool) in
             // The phone's state is changed in place: a copy would retain every field of it.
             try answerWrite(value, type: type, characteristic, device, &s.devices[device])
@@ -464,6 +463,16 @@ extension PhoneSimulator {
             }
         }
         return []
+    }
+
+    /// In an `a{sv}`: the value of the last entry named `key`, through any nested variants, if
+    /// it is a string.
+    private static func stringOption(_ key: String, in options: DBusValue) -> String? {
+        guard case .dictionary(_, _, let entries) = options,
+              var value = entries.last(where: { $0.key.stringValue == key })?.value
+        else { return nil }
+        while case .variant(let inner) = value { value = inner }
+        return value.stringValue
     }
 
     /// How phone `device` (`d`, under the lock) answers a write: the property changes to show

@@ -2,6 +2,7 @@ import DBus
 import Glibc
 public import JSON
 import Synchronization
+import SystemCalls
 
 extension DBusConnection {
     /// Runs `body` inside the connection's isolation (on its queue), so simulator state and
@@ -27,24 +28,28 @@ public func monotonicNanoseconds() -> UInt64 {
 /// once, after the waiting ones, so the file keeps their order.
 public final class Timeline: Sendable {
     private struct File {
-        var fd: Int32
+        /// False after `close`: nothing is recorded any more.
+        var isOpen = true
         /// Deferred lines not written yet.
         var pending: [UInt8] = []
     }
 
-    private let file: Mutex<File>
+    private let descriptor: FileDescriptor
+    private let file = Mutex(File())
 
     /// Opens (creating, appending to) `path`; nil if it cannot be opened.
     public init?(path: String) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return nil }
-        file = Mutex(File(fd: fd))
+        do {
+            descriptor = try FileDescriptor.open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, permissions: 0o644)
+        } catch {
+            return nil
+        }
     }
 
     /// Records a Notification Source event sent; deferred until `flush`.
     func record(uid: UInt32, event: String, at t: UInt64) {
         file.withLock { f in
-            guard f.fd >= 0 else { return }
+            guard f.isOpen else { return }
             f.pending.append(contentsOf: #"{"uid":"#.utf8)
             Self.appendDecimal(UInt64(uid), to: &f.pending)
             f.pending.append(contentsOf: #","event":""#.utf8)
@@ -59,27 +64,22 @@ public final class Timeline: Sendable {
     public func record(_ object: JSONObject, deferred: Bool = false) {
         let line = JSONValue.object(object).serializedBytes(newline: true)
         file.withLock { f in
-            guard f.fd >= 0 else { return }
+            guard f.isOpen else { return }
             f.pending.append(contentsOf: line)
-            if !deferred { Self.writePending(&f) }
+            if !deferred { writePending(&f) }
         }
     }
 
     /// Writes the deferred lines.
     public func flush() {
         file.withLock { f in
-            if f.fd >= 0, !f.pending.isEmpty { Self.writePending(&f) }
+            if f.isOpen, !f.pending.isEmpty { writePending(&f) }
         }
     }
 
-    private static func writePending(_ f: inout File) {
-        var offset = 0
-        while offset < f.pending.count {
-            let n = f.pending[offset...].withUnsafeBytes { write(f.fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            offset += n
-        }
+    private func writePending(_ f: inout File) {
+        // A line that cannot be written is lost, as the file is only a record for tests.
+        _ = f.pending.withUnsafeBytes { try? descriptor.writeAll($0) }
         f.pending.removeAll(keepingCapacity: f.pending.count <= 1 << 16)
     }
 
@@ -89,13 +89,12 @@ public final class Timeline: Sendable {
         out.append(UInt8(ascii: "0") + UInt8(value % 10))
     }
 
-    /// Writes the deferred lines and closes the file.
+    /// Writes the deferred lines; later ones are dropped. The descriptor closes with the value.
     public func close() {
         file.withLock { f in
-            guard f.fd >= 0 else { return }
-            if !f.pending.isEmpty { Self.writePending(&f) }
-            _ = Glibc.close(f.fd)
-            f.fd = -1
+            guard f.isOpen else { return }
+            if !f.pending.isEmpty { writePending(&f) }
+            f.isOpen = false
         }
     }
 

@@ -45,6 +45,19 @@ public struct FileDescriptor: ~Copyable, Sendable {
         try Errno.retrying { Glibc.read(rawValue, buffer.baseAddress, buffer.count) }
     }
 
+    /// Reads until the end of the input (a whole file); more than `limit` bytes throw EFBIG.
+    public func readToEnd(limit: Int = .max) throws(Errno) -> [UInt8] {
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 1)
+        defer { chunk.deallocate() }
+        var out: [UInt8] = []
+        while true {
+            let count = try read(into: chunk)
+            if count == 0 { return out }
+            out += chunk[0..<count]
+            if out.count > limit { throw Errno(rawValue: EFBIG) }
+        }
+    }
+
     /// Writes some of `bytes` and says how many (a non-blocking descriptor may take fewer).
     public func write(_ bytes: UnsafeRawBufferPointer) throws(Errno) -> Int {
         try Errno.retrying { Glibc.write(rawValue, bytes.baseAddress, bytes.count) }

@@ -6,6 +6,7 @@ import Glibc
 import JSON
 import PhoneSimulator
 import Synchronization
+import SystemCalls
 
 let usage = """
     usage: ancs-gatt-phone --adapter hciN --peer ADDRESS [--lenient] [--bus ADDRESS]
@@ -70,10 +71,9 @@ let report: @Sendable (JSONObject) -> Void = { object in
     output.withLock { _ in
         var offset = 0
         while offset < line.count {
-            let n = line[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            offset += n
+            let written = try? Errno.retrying { line[offset...].withUnsafeBytes { write(1, $0.baseAddress, $0.count) } }
+            guard let written, written > 0 else { return }
+            offset += written
         }
     }
 }
@@ -100,8 +100,7 @@ final class StandardInputLines: @unchecked Sendable {
                 number += 1
                 return (number, String(decoding: pending, as: UTF8.self))
             }
-            let n = read(0, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
+            let n = (try? Errno.retrying { read(0, &buffer, buffer.count) }) ?? -1
             if n <= 0 { atEnd = true } else { pending += buffer[0..<n] }
         }
     }

@@ -4,6 +4,7 @@ import Dispatch
 import Glibc
 import JSON
 import PhoneSimulator
+import SystemCalls
 
 let usage = """
     usage: ancs-phone-sim --scenario FILE [--bus ADDRESS] [--timeline FILE] [--events FILE] [--follow]
@@ -56,23 +57,12 @@ while let argument = arguments.popFirst() {
 }
 guard let scenarioPath else { fail(2, "--scenario is required\n\n" + usage) }
 
-/// Reads a whole file; nil if it cannot be read.
-func readFile(_ path: String) -> [UInt8]? {
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var out: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = read(fd, &buffer, buffer.count)
-        if n < 0 && errno == EINTR { continue }
-        guard n >= 0 else { return nil }
-        if n == 0 { return out }
-        out += buffer[0..<n]
-    }
+let bytes: [UInt8]
+do {
+    bytes = try FileDescriptor.open(scenarioPath, O_RDONLY | O_CLOEXEC).readToEnd()
+} catch {
+    fail(2, "cannot read \(scenarioPath): \(error)")
 }
-
-guard let bytes = readFile(scenarioPath) else { fail(2, "cannot read \(scenarioPath): \(String(cString: strerror(errno)))") }
 let scenario: Scenario
 do {
     scenario = try Scenario(parsing: String(decoding: bytes, as: UTF8.self))

@@ -84,7 +84,7 @@ struct ControlMessageTests {
     @Test("every event line the daemon streams reads as a ControlEvent written back byte for byte")
     func eventsRoundTrip() throws {
         for event in VariedEvents.events {
-            let line = EventFormatter.jsonLine(event)
+            let line = EventFormatter.line(event, format: .json)
             let read = ControlIncoming(line: Array(line.utf8)) { _ in nil }
             guard case .event(let typed) = read else {
                 Issue.record("not read as an event: \(read) from \(line)")

@@ -69,6 +69,12 @@ func echoObject() -> ExportedObject {
             call.arguments
         })
     }
+    for (i, value) in sampleValues.enumerated() {
+        methods.append(.immediate(
+            MemberName(validating: "AfterBytes\(i)")!, input: Signature(validating: "ay" + value.signature.rawValue)!,
+            output: Signature(validating: "ay" + value.signature.rawValue)!
+        ) { $0.arguments })
+    }
     methods.append(ExportedMethod("EchoAsync", input: "v", output: "v") { call in
         await Task.yield()
         return call.arguments
@@ -105,6 +111,23 @@ extension DBusTests {
                     destination: pair.serverName, path: echoPath, interface: "com.example.Echo",
                     member: "EchoAll", arguments: all)
                 #expect(reply.arguments == all)
+            }
+        }
+
+        /// A byte array, then any value (as in BlueZ's `WriteValue(ay, a{sv})`): the array's
+        /// length puts the value at every alignment.
+        @Test func everyTypeAfterByteArraysOfEveryLength() async throws {
+            try await withPair { pair in
+                try await pair.server.export(echoObject(), at: echoPath)
+                for (i, value) in sampleValues.enumerated() {
+                    for count in 0..<8 {
+                        let arguments: [DBusValue] = [.byteArray(Array(repeating: 0xA5, count: count)), value]
+                        let reply = try await pair.client.call(
+                            destination: pair.serverName, path: echoPath, interface: "com.example.Echo",
+                            member: MemberName(validating: "AfterBytes\(i)")!, arguments: arguments)
+                        #expect(reply.arguments == arguments, "value \(i) after \(count) bytes")
+                    }
+                }
             }
         }
 

@@ -22,6 +22,22 @@ import Testing
         #expect(try buffer.withUnsafeMutableBytes { try reader.read(into: $0) } == 0)
     }
 
+    /// `readToEnd` gathers reads of any size, past its 64 KiB chunk, until the end of input.
+    @Test func readToEndReadsAWholeFile() throws {
+        var template = Array("/tmp/ancsd-systemcalls-XXXXXX".utf8CString)
+        let made = mkstemp(&template)
+        #expect(made >= 0)
+        let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        defer { unlink(path) }
+        let bytes = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let writer = FileDescriptor(adopting: made)
+        try bytes.withUnsafeBytes { try writer.writeAll($0) }
+        try writer.close()
+        #expect(try FileDescriptor.open(path, O_RDONLY | O_CLOEXEC).readToEnd() == bytes)
+        let empty = try FileDescriptor.open("/dev/null", O_RDONLY | O_CLOEXEC).readToEnd()
+        #expect(empty.isEmpty)
+    }
+
     /// A descriptor is closed when its owner ends, and `release` hands it on open.
     @Test func theOwnerClosesOnceAndReleaseHandsOn() throws {
         let path = "/proc/self/status"
