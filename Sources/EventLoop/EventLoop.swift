@@ -21,6 +21,9 @@ import SystemCalls
 /// - Cancel a watch before closing its descriptor (`Watch.cancel` unregisters it at once).
 /// - A loop runs until `shutdown()`; work enqueued after that is never run, so shut a loop down
 ///   only when nothing can reach it any more (its owner's deinit).
+/// - Whatever runs on it reads the time from `now`, so that a loop made with `clock: .virtual`
+///   (tests) moves it for everything at once: there only `advance(by:)` moves the clock and
+///   fires the timers; descriptors and work are served as on any loop.
 public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     /// Why a loop, a watch or a timer could not be set up.
     public struct Failure: Error, CustomStringConvertible, Sendable {
@@ -28,6 +31,14 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         init(_ what: String) {
             description = "\(what): \(String(cString: strerror(errno)))"
         }
+    }
+
+    /// Where a loop's time comes from.
+    public enum ClockKind: Sendable {
+        /// `ContinuousClock`, the timers on a timerfd: every loop that is not a test's.
+        case continuous
+        /// A clock that stands still until `advance(by:)` moves it; timers fire only then.
+        case virtual
     }
 
     private enum Work {
@@ -67,10 +78,22 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     private var timers: [UInt64: LoopTimer] = [:]
     private var armedDeadline: UInt64 = 0
     private let nextToken = Atomic<UInt64>(2)
+    /// Made with `clock: .virtual`.
+    public let isVirtual: Bool
+    /// The virtual clock's reading: nanoseconds on the timers' scale (from 1: no deadline is 0),
+    /// written only by `advance`, holding the loop.
+    private let virtualNanoseconds = Atomic<UInt64>(1)
+    /// The instant the virtual clock starts from.
+    private let virtualOrigin: ContinuousClock.Instant
+    /// A virtual loop's `observeTurns` handler.
+    private var turnObserver: (@Sendable () -> Void)?
 
-    /// Starts a loop on a new thread named `name` (at most 15 bytes are kept).
-    public init(name: String) throws(Failure) {
+    /// Starts a loop on a new thread named `name` (at most 15 bytes are kept), its time from
+    /// `clock`.
+    public init(name: String, clock: ClockKind = .continuous) throws(Failure) {
         self.name = name
+        isVirtual = clock == .virtual
+        virtualOrigin = .now
         epoll = try Self.adopt(ancs_epoll_create())
         wakeEvent = try Self.adopt(ancs_eventfd())
         timerEvent = try Self.adopt(ancs_timerfd())
@@ -107,6 +130,62 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     public func shutdown() {
         inbox.withLock { $0.stopping = true }
         wake()
+    }
+
+    // MARK: Time
+
+    /// The loop's time: `ContinuousClock.now`, or on a virtual loop the instant it was made
+    /// plus what `advance(by:)` added. Read from any thread.
+    public var now: ContinuousClock.Instant {
+        guard isVirtual else { return .now }
+        return virtualOrigin + .nanoseconds(virtualNanoseconds.load(ordering: .acquiring) - 1)
+    }
+
+    /// The timers' clock, in nanoseconds: CLOCK_MONOTONIC (the timerfd's), or the virtual one.
+    fileprivate var timerNanoseconds: UInt64 {
+        isVirtual ? virtualNanoseconds.load(ordering: .acquiring) : ancs_monotonic_ns()
+    }
+
+    /// Moves a virtual loop's clock `duration` forward and runs, on the loop, every timer that
+    /// comes due meanwhile in deadline order (timers of equal deadline in the order they were
+    /// made), each with the clock at its deadline and after what the timer before it made
+    /// runnable; a timer its handler schedules within the span fires too. Returns once they
+    /// have run, the clock at the end of the span. Work that waits for I/O (a bus reply) goes
+    /// on as usual: only the timers are the caller's to drive.
+    public func advance(by duration: Duration) async {
+        precondition(isVirtual, "advance(by:) moves the clock of a loop made with clock: .virtual only")
+        let span = LoopTimer.nanoseconds(duration)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            execute { [self] in
+                let target = virtualNanoseconds.load(ordering: .acquiring) &+ span
+                advanceStep(to: target) { done.resume() }
+            }
+        }
+    }
+
+    /// One step of `advance`, holding the loop: waits for the runnable work to be done, fires
+    /// the earliest timer due by `target`, and comes back after what it made runnable.
+    private func advanceStep(to target: UInt64, _ done: @escaping @Sendable () -> Void) {
+        let again = Work.block { [self] in advanceStep(to: target, done) }
+        guard local.isEmpty else { return local.append(again) }
+        let next = timers.values.filter { $0.deadline <= target }.min { ($0.deadline, $0.id) < ($1.deadline, $1.id) }
+        guard let next else {
+            virtualNanoseconds.store(target, ordering: .releasing)
+            return done()
+        }
+        if next.deadline > virtualNanoseconds.load(ordering: .acquiring) {
+            virtualNanoseconds.store(next.deadline, ordering: .releasing)
+        }
+        fire(next, now: virtualNanoseconds.load(ordering: .acquiring))
+        local.append(again)
+    }
+
+    /// On a virtual loop, calls `body` on the loop at the end of every turn (after the
+    /// descriptors that were ready, the work that was enqueued and what they made runnable):
+    /// where a test checks its conditions once per message its code received, instead of polling.
+    public func observeTurns(_ body: @escaping @Sendable () -> Void) {
+        precondition(isVirtual, "observeTurns is for loops made with clock: .virtual")
+        perform { self.turnObserver = body }
     }
 
     // MARK: Whose turn it is
@@ -220,6 +299,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             owning {
                 watches = [:]
                 timers = [:]
+                turnObserver = nil
             }
         }
         var ready = [ancs_ready](repeating: ancs_ready(), count: 64)
@@ -233,6 +313,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
                 }
                 local.append(contentsOf: taken)
                 moreWork = runLocal()
+                if isVirtual { turnObserver?() }
                 return stopping && !moreWork
             }
             if stop { break }
@@ -285,6 +366,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
                     fireTimers()
                     moreWork = runLocal()
                 }
+                if isVirtual { turnObserver?() }
             }
         }
     }
@@ -351,8 +433,10 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         rearm()
     }
 
-    /// Sets the timerfd to the earliest deadline (or disarms it): no timer, no wakeup.
+    /// Sets the timerfd to the earliest deadline (or disarms it): no timer, no wakeup. A
+    /// virtual loop's timers wait for `advance`.
     private func rearm() {
+        guard !isVirtual else { return }
         var earliest = UInt64.max
         for timer in timers.values where timer.deadline < earliest { earliest = timer.deadline }
         let wanted = earliest == .max ? 0 : earliest
@@ -365,16 +449,21 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         let now = ancs_monotonic_ns()
         let due = timers.values.filter { $0.deadline <= now }.sorted { $0.deadline < $1.deadline }
         for timer in due where timers[timer.id] === timer && timer.deadline <= now {
-            if timer.interval > 0 {
-                timer.deadline = max(timer.deadline + timer.interval, now + 1)
-            } else {
-                timer.deadline = .max
-                timers[timer.id] = nil
-            }
-            timer.fire()
+            fire(timer, now: now)
             _ = runLocal()
         }
         rearm()
+    }
+
+    /// Runs a due timer's handler, after setting its next deadline (or disarming it).
+    private func fire(_ timer: LoopTimer, now: UInt64) {
+        if timer.interval > 0 {
+            timer.deadline = max(timer.deadline + timer.interval, now + 1)
+        } else {
+            timer.deadline = .max
+            timers[timer.id] = nil
+        }
+        timer.fire()
     }
 
     fileprivate func newToken() -> UInt64 { nextToken.wrappingAdd(1, ordering: .relaxed).oldValue }
@@ -480,7 +569,7 @@ public final class LoopTimer: @unchecked Sendable {  // mutable state only while
 
     /// Fires `delay` from now, then every `repeating` if given; replaces an earlier schedule.
     public func schedule(after delay: Duration, repeating: Duration? = nil) {
-        let start = ancs_monotonic_ns() &+ Self.nanoseconds(delay)
+        let start = loop.timerNanoseconds &+ Self.nanoseconds(delay)
         let every = repeating.map(Self.nanoseconds) ?? 0
         loop.perform { [self] in
             deadline = max(start, 1)
@@ -499,7 +588,7 @@ public final class LoopTimer: @unchecked Sendable {  // mutable state only while
 
     fileprivate func fire() { handler() }
 
-    private static func nanoseconds(_ duration: Duration) -> UInt64 {
+    fileprivate static func nanoseconds(_ duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components
         guard seconds >= 0 else { return 0 }
         let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)

@@ -300,7 +300,11 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         defer { loop.shutdown() }
         // The thread names itself first thing: after one round trip it has.
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in loop.execute { continuation.resume() } }
-        let tid = try #require(threadID(named: "idle-test"))
+        // Looked up again if missed: a listing of /proc/self/task can skip a thread while other
+        // threads exit (the loops of tests running in parallel).
+        var found: String?
+        for _ in 0..<5 where found == nil { found = threadID(named: "idle-test") }
+        let tid = try #require(found)
         let timer = loop.makeTimer {}
         timer.schedule(after: .seconds(3600))
         func switches() -> Int? { voluntarySwitches(ofThread: tid) }

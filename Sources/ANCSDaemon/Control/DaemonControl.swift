@@ -54,7 +54,7 @@ extension Daemon: ControlHandler, PhoneActions {
     private func status() async -> ControlStatus {
         ControlStatus(
             version: Daemon.version,
-            uptimeSeconds: Int((ContinuousClock.now - started).components.seconds),
+            uptimeSeconds: Int(uptime.components.seconds),
             bluetoothdRunning: bluetoothdPresent,
             adapters: tree.adapters.map { $0.rawValue.split(separator: "/").last.map(String.init) ?? $0.rawValue },
             devices: links.values.sorted { $0.device.address < $1.device.address }.map { link in

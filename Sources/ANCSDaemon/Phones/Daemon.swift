@@ -29,8 +29,8 @@ public actor Daemon {
     var nextLinkID: UInt64 = 0
     /// True while bluetoothd owns its bus name.
     var bluetoothdPresent = false
-    /// When the daemon started, for `status`.
-    let started = ContinuousClock.now
+    /// When the daemon started, for `status`, on its loop's clock (as every time it reads).
+    let started: ContinuousClock.Instant
     /// The control socket, once `attach(control:)` gave it.
     private var control: ControlServer?
     private var ignoredDevices: Set<ObjectPath> = []
@@ -75,6 +75,7 @@ public actor Daemon {
         executor: DaemonExecutor, onReady: (@Sendable () -> Void)? = nil
     ) {
         self.executor = executor
+        started = executor.now
         self.options = options
         self.output = output
         self.logger = logger
@@ -142,6 +143,9 @@ public actor Daemon {
     ) -> @Sendable (Value) -> Void {
         { [weak self] value in self?.assumeIsolated { body($0, value) } }
     }
+
+    /// How long the daemon has run, on its loop's clock.
+    var uptime: Duration { executor.now - started }
 
     /// Answers the watchdog: proves the daemon's executor is not wedged.
     public func ping() -> Bool { true }
@@ -396,7 +400,8 @@ public actor Daemon {
     private func startLink(_ device: BlueZDevice, _ characteristics: ANCSCharacteristics) {
         nextLinkID += 1
         let link = PhoneLink(
-            id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session, replays: options.replays)
+            id: nextLinkID, device: device, characteristics: characteristics, configuration: options.session, replays: options.replays,
+            clock: executor)
         links[device.path] = link
         link.recorder = SessionRecorder.start(device: device, options: options.recording, logger: logger)
         let id = link.id, path = device.path

@@ -32,6 +32,8 @@ final class PhoneLink {
     /// object path) is what every output, the seen store, `list` and the recorder use.
     var device: BlueZDevice
     let characteristics: ANCSCharacteristics
+    /// The daemon's loop, whose clock the session runs on.
+    private let clock: EventLoop
     let start: ContinuousClock.Instant
     var session: ANCSSession
     var state = State.subscribing
@@ -81,17 +83,21 @@ final class PhoneLink {
     /// Writes the session to a capture file (`--record`).
     var recorder: SessionRecorder?
 
-    init(id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration, replays: ReplayPolicy) {
+    init(
+        id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration, replays: ReplayPolicy,
+        clock: EventLoop
+    ) {
         self.id = id
+        self.clock = clock
         gate = ReplayGate(policy: replays)
         self.device = device
         self.characteristics = characteristics
-        start = .now
+        start = clock.now
         session = ANCSSession(configuration: configuration)
     }
 
-    /// Time on the session's clock.
-    var now: Duration { ContinuousClock.now - start }
+    /// Time on the session's clock: the loop's, from the link's start.
+    var now: Duration { clock.now - start }
 
     /// True for the Notification Source or Data Source of this link delivered by signals.
     func receivesSignals(for path: ObjectPath) -> Bool {
