@@ -151,7 +151,8 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop"],
+            name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop",
+                "PhoneSimulator"],
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),

@@ -326,6 +326,7 @@ extension PhoneSimulator {
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
             if d.refusedSubscriptions > 0 {
                 d.refusedSubscriptions -= 1
+                log("\(d.settings.name): StartNotify refused (refuse_subscribe, \(d.refusedSubscriptions) more)")
                 throw BlueZError.notPermitted("Notify acquired")
             }
             if sub.clients.contains(call.sender) { return [] }
@@ -373,6 +374,7 @@ extension PhoneSimulator {
             if sub.acquired != nil { throw BlueZError.notPermitted("Notify acquired") }
             if d.refusedSubscriptions > 0, characteristic.notifies {
                 d.refusedSubscriptions -= 1
+                log("\(d.settings.name): AcquireNotify refused (refuse_subscribe, \(d.refusedSubscriptions) more)")
                 throw BlueZError.notPermitted("Notify acquired")
             }
             if !sub.clients.isEmpty { throw BlueZError.inProgress }
