@@ -75,7 +75,9 @@ struct DaemonOnVirtualTimeTests {
     }
 
     /// Another program ends ancsd's acquired Notification Source socket (bluetoothd ends it for
-    /// whoever asks) while the phone stays connected: no session for `socketClosedPause`, then one.
+    /// whoever asks) while the phone stays connected: no session for `socketClosedPause`, even
+    /// when the phone's properties change meanwhile (each change makes the daemon look at the
+    /// phone again), then one.
     @Test func aClosedSocketOnAConnectedPhoneWaitsItsPauseForANewSession() async throws {
         try await Harness.with(phoneFirst: [.add(Self.grace)]) { h in
             try await h.until("subscribed, the replay shown") { Harness.settled($0) && h.events.notifications.count == 1 }
@@ -86,11 +88,15 @@ struct DaemonOnVirtualTimeTests {
             _ = try await other.call(
                 destination: "org.bluez", path: source, interface: "org.bluez.GattCharacteristic1", member: "StopNotify",
                 timeout: .seconds(5))
-            await other.close()
             try await h.until("the link stopped") { Harness.link($0) == nil }
             #expect(await h.read { $0.tree.device(at: Harness.phonePath)?.connected } == true, "the phone is still connected")
+            try await other.setProperty(
+                destination: "org.bluez", path: Harness.phonePath, interface: "org.bluez.Device1", name: "Trusted", value: .bool(false))
+            await other.close()
+            try await h.until("the daemon saw the phone change") { $0.tree.device(at: Harness.phonePath)?.trusted == false }
+            #expect(await h.read { Self.attempts($0) } == (1, false) && h.events.connections == 1, "no session at once")
             await h.advance(by: Daemon.socketClosedPause - .milliseconds(1))
-            #expect(await h.read { Harness.link($0) == nil && $0.nextLinkID == 1 }, "no session within the pause")
+            #expect(await h.read { Self.attempts($0) } == (1, false) && h.events.connections == 1, "no session within the pause")
             await h.advance(by: .milliseconds(1))
             try await h.until("a new session") { Harness.settled($0) && $0.nextLinkID == 2 }
             #expect(h.events.connections == 2)
