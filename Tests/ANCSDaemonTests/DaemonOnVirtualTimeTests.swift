@@ -26,6 +26,13 @@ struct DaemonOnVirtualTimeTests {
     static let requestTimeout = SessionConfiguration().requestTimeout
     static let sixHours = SessionConfiguration().resubscribeAfter ?? .seconds(21600)
 
+    /// The daemon's options with notifications by AcquireNotify (sockets) or StartNotify (signals).
+    static func delivery(acquire: Bool) -> DaemonOptions {
+        var options = DaemonOptions()
+        options.preferAcquireNotify = acquire
+        return options
+    }
+
     /// How many links the daemon has made, and whether the phone's failed.
     static func attempts(_ daemon: isolated Daemon) -> (made: UInt64, failed: Bool) {
         guard let link = Harness.link(daemon) else { return (daemon.nextLinkID, false) }
@@ -33,8 +40,8 @@ struct DaemonOnVirtualTimeTests {
         return (daemon.nextLinkID, false)
     }
 
-    @Test func aNotificationIsShownEndToEnd() async throws {
-        try await Harness.with { h in
+    @Test(arguments: [true, false]) func aNotificationIsShownEndToEnd(acquire: Bool) async throws {
+        try await Harness.with(options: Self.delivery(acquire: acquire)) { h in
             try await h.until("subscribed") { Harness.settled($0) }
             #expect(h.events.connections == 1)
             try await h.phone(.add(Self.grace))
@@ -108,8 +115,8 @@ struct DaemonOnVirtualTimeTests {
     /// Every 15 minutes the daemon probes the phone; a phone that answers keeps its
     /// subscriptions, one that answers nothing (`silent_drop_all`) has them renewed after the
     /// request timeout, and then shows what it sends again.
-    @Test func anUnansweredAliveCheckRenewsTheSubscriptions() async throws {
-        try await Harness.with { h in
+    @Test(arguments: [true, false]) func anUnansweredAliveCheckRenewsTheSubscriptions(acquire: Bool) async throws {
+        try await Harness.with(options: Self.delivery(acquire: acquire)) { h in
             try await h.until("subscribed") { Harness.settled($0) }
             let writes = await h.read { Harness.link($0)?.session.writesIssued ?? 0 }
             await h.advance(by: Self.aliveCheck - .milliseconds(1))
@@ -139,8 +146,8 @@ struct DaemonOnVirtualTimeTests {
     /// (`silent_drop`) passes every alive check; after 6 hours without Notification Source
     /// traffic the daemon renews the subscriptions anyway, and the notification that came
     /// meanwhile is shown.
-    @Test func sixHoursWithoutNotificationSourceTrafficForceARenewal() async throws {
-        try await Harness.with { h in
+    @Test(arguments: [true, false]) func sixHoursWithoutNotificationSourceTrafficForceARenewal(acquire: Bool) async throws {
+        try await Harness.with(options: Self.delivery(acquire: acquire)) { h in
             try await h.until("subscribed") { Harness.settled($0) }
             try await h.phone(.silentDrop)
             try await h.phone(.add(Self.grace))
@@ -166,8 +173,8 @@ struct DaemonOnVirtualTimeTests {
     /// After a renewal the phone replays what it holds, under the same UIDs: what was shown
     /// before is not shown again, what came while the push was dead is shown, and what went
     /// away meanwhile is shown removed once the replay is over (1 s without a replayed event).
-    @Test func theReplayAfterARenewalShowsNothingTwice() async throws {
-        try await Harness.with(phoneFirst: [.add(Self.grace), .add(Self.alan)]) { h in
+    @Test(arguments: [true, false]) func theReplayAfterARenewalShowsNothingTwice(acquire: Bool) async throws {
+        try await Harness.with(options: Self.delivery(acquire: acquire), phoneFirst: [.add(Self.grace), .add(Self.alan)]) { h in
             try await h.until("subscribed, the replay shown") { Harness.settled($0) && h.events.notifications.count == 2 }
             try await h.phone(.silentDropAll)
             try await h.phone(.remove(uid: Self.alan.uid))

@@ -19,8 +19,9 @@ import TestSupport
 /// a closed socket, request timeouts, the alive check, the forced re-subscription) fire only when
 /// the test calls `advance(by:)`, and `until` checks its condition on the daemon's loop after
 /// every turn of it (each message the daemon received, each timer) and after every line the
-/// simulator logs, instead of polling. Only the simulator keeps real time (its 40 ms between a
-/// link's sockets closing and `Connected` going false).
+/// simulator logs, instead of polling. Real time is left only where the daemon does not keep
+/// it: the simulator's own loop (its 40 ms between a link's sockets closing and `Connected` going
+/// false) and the D-Bus layer's call timeouts (25 s, never reached here).
 ///
 /// Set `ANCSD_TEST_LOG=debug` to see the daemon's log.
 final class InProcessDaemon: Sendable {
