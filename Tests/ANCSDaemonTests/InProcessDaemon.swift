@@ -153,9 +153,10 @@ final class InProcessDaemon: Sendable {
     // MARK: Waiting
 
     /// Returns once `condition` holds on the daemon (checked on its loop after each turn and
-    /// each line the simulator logs); fails after `seconds` of real time.
+    /// each line the simulator logs); fails after `seconds` of real time (generous: a loaded
+    /// machine can stall a test for seconds, and only a failing test waits that long).
     func until(
-        _ what: String, within seconds: Double = 10, _ condition: @escaping @Sendable (isolated Daemon) -> Bool
+        _ what: String, within seconds: Double = 60, _ condition: @escaping @Sendable (isolated Daemon) -> Bool
     ) async throws {
         let met = await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let id = waiters.withLock { w in
@@ -172,7 +173,7 @@ final class InProcessDaemon: Sendable {
     }
 
     /// Returns once the simulator has logged a line containing `text` `count` times.
-    func untilPhoneSaid(_ text: String, times count: Int = 1, within seconds: Double = 10) async throws {
+    func untilPhoneSaid(_ text: String, times count: Int = 1, within seconds: Double = 60) async throws {
         try await until("the phone said \"\(text)\" \(count) time(s)", within: seconds) { _ in self.phoneSaid(text) >= count }
     }
 
