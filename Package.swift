@@ -24,7 +24,8 @@ import PackageDescription
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
 /// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
-/// - `EventLoop` [CEventLoop, SystemCalls]: an epoll run loop on one thread, a serial and task executor with timers.
+/// - `EventLoop` [CEventLoop, SystemCalls]: an epoll run loop on one thread, a serial and task executor with timers
+///   (on a virtual clock that only a test moves, if made so).
 ///
 /// Layer 2: transports and the runtime
 /// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
