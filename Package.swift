@@ -111,7 +111,7 @@ let package = Package(
             pkgConfig: "libmosquitto",
             providers: [.apt(["libmosquitto-dev"])]
         ),
-        .target(name: "MQTT", dependencies: ["CMosquitto"], swiftSettings: strict),
+        .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop", "SystemCalls"], swiftSettings: strict),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
         // Headers only: posix_spawn and pidfd_open for --exec, over glibc.
@@ -156,7 +156,7 @@ let package = Package(
                 "PhoneSimulator"],
             swiftSettings: strict),
         .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
-        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON", "TestSupport"],

@@ -2,7 +2,8 @@
 import Glibc
 #endif
 import CMosquitto
-public import Dispatch
+public import EventLoop
+import SystemCalls
 import Synchronization
 
 /// How an `MQTTClient` connects.
@@ -26,8 +27,8 @@ public struct MQTTConfiguration: Sendable {
     /// is dropped and counted.
     public var queueLimit = 1000
     /// Reconnect delays: doubled from `minimumRetry` after each failed attempt up to `maximumRetry`.
-    public var minimumRetry: DispatchTimeInterval = .milliseconds(500)
-    public var maximumRetry: DispatchTimeInterval = .seconds(60)
+    public var minimumRetry: Duration = .milliseconds(500)
+    public var maximumRetry: Duration = .seconds(60)
 
     public init(endpoint: MQTTEndpoint, clientID: String) {
         self.endpoint = endpoint
@@ -50,13 +51,13 @@ public enum MQTTClientEvent: Sendable {
     case dropped(Int)
 }
 
-/// An MQTT client on libmosquitto, driven by one serial dispatch queue (the daemon's executor):
-/// no thread of its own, no polling.
+/// An MQTT client on libmosquitto, driven by an `EventLoop` (the daemon's): no thread of its
+/// own, no polling.
 ///
-/// The socket is watched by a dispatch read source, and by a write source only while
-/// libmosquitto has bytes to send (`mosquitto_want_write`). One timer calls
-/// `mosquitto_loop_misc` a keep-alive period after the last traffic, so an idle connection
-/// wakes the process once per keep-alive (the PINGREQ) and once for its answer.
+/// The socket is a watch of the loop, readable always and writable only while libmosquitto
+/// has bytes to send (`mosquitto_want_write`). One loop timer calls `mosquitto_loop_misc` a
+/// keep-alive period after the last traffic, so an idle connection wakes the process once per
+/// keep-alive (the PINGREQ) and once for its answer.
 ///
 /// Messages wait in the client's own bounded queue, in order, until the broker acknowledges
 /// them (QoS 1) or they are written (QoS 0); at most `window` are handed to libmosquitto at a
@@ -70,54 +71,23 @@ public enum MQTTClientEvent: Sendable {
 /// tries only a name's first address, so a broker that listens on IPv4 only would otherwise
 /// never be reached by `mqtt://localhost`. The family that last worked is tried first.
 ///
-/// Every method may be called from any thread; the work happens on `queue`, and `onEvent` is
-/// called there.
-public final class MQTTClient: @unchecked Sendable {
+/// Every method may be called from any thread; the work happens on `loop`, after what is
+/// already enqueued there, and `onEvent` is called there. Connecting resolves the broker's
+/// name on the loop (a blocking `getaddrinfo`, as libmosquitto's connect does).
+public final class MQTTClient: Sendable {
     public let configuration: MQTTConfiguration
-    public let queue: DispatchQueue
-    private let onEvent: @Sendable (MQTTClientEvent) -> Void
+    /// The loop the client's socket, timers and callbacks run on.
+    public let loop: EventLoop
+    /// The connection's state: touched only on `loop`, which every access checks.
+    private let engine: LoopBound<Engine>
+    private let board: CounterBoard
 
     /// Messages handed to libmosquitto and not yet acknowledged, at most.
     public static let window = 20
 
-    private struct Entry {
-        var message: MQTTMessage
-        /// libmosquitto's message id once handed to it.
-        var mid: Int32?
-        var done = false
-    }
-
-    // All state below is touched on `queue` only.
-    private var handle: OpaquePointer?
-    private var pending: [Entry] = []
-    private var head = 0
-    private var handed = 0
-    private var connected = false
-    /// The TCP connect is under way: libmosquitto 2.0.11 does not notice a non-blocking
-    /// connect that fails (refused by the second address of a name), so the client checks
-    /// the socket itself until the connection is made.
-    private var connectPending = false
-    private var stopped = false
-    /// The address families still to try in this round of attempts (see the type's comment);
-    /// empty when the name has one family, or a literal address: libmosquitto chooses.
-    private var familiesLeft: [Int32] = []
-    /// The family of the attempt under way (nil: libmosquitto's choice), and of the last that worked.
-    private var attemptFamily: Int32?
-    private var workingFamily: Int32?
-    /// Why the earlier families of this round failed.
-    private var roundFailures: [String] = []
-    private var subscriptions: [String] = []
-    private var watch: SocketWatch?
-    private var keepAliveTimer: (any DispatchSourceTimer)?
-    private var retryTimer: (any DispatchSourceTimer)?
-    private var retryDelay: DispatchTimeInterval
-    private var lostReason: String?
-    private var droppedSinceReport = 0
-    private var lastDropReport: ContinuousClock.Instant?
-    private var finishing: (timer: any DispatchSourceTimer, done: @Sendable (Bool) -> Void)?
-    private var counters = Counters()
-    /// `counters` with `queued` and `connected`, for `snapshot`.
-    private let shared = Mutex(Counters())
+    /// While connected, drops are reported at most this often (a broker slower than a burst
+    /// would otherwise make a report per message).
+    public static let dropReportInterval: Duration = .seconds(10)
 
     /// What the client did so far.
     public struct Counters: Sendable, Equatable {
@@ -130,66 +100,166 @@ public final class MQTTClient: @unchecked Sendable {
         public init() {}
     }
 
-    public init(configuration: MQTTConfiguration, queue: DispatchQueue, onEvent: @escaping @Sendable (MQTTClientEvent) -> Void) {
+    public init(configuration: MQTTConfiguration, loop: EventLoop, onEvent: @escaping @Sendable (MQTTClientEvent) -> Void) {
         self.configuration = configuration
-        self.queue = queue
-        self.onEvent = onEvent
-        retryDelay = configuration.minimumRetry
+        self.loop = loop
+        let board = CounterBoard()
+        self.board = board
+        engine = LoopBound(Engine(configuration: configuration, loop: loop, board: board, onEvent: onEvent), loop: loop)
         MQTTLibrary.initialize()
-    }
-
-    deinit {
-        if let handle { mosquitto_destroy(handle) }
     }
 
     /// Starts connecting; later failures are retried with backoff.
     public func start() {
-        queue.async { self.connect() }
+        onLoop { $0.connect() }
     }
 
     /// Queues a message; it is delivered once connected, in order with the others.
     public func publish(_ message: MQTTMessage) {
-        queue.async { self.enqueue(message) }
+        onLoop { $0.enqueue(message) }
     }
 
     /// Subscribes to `filter` (QoS 1) now and after every reconnect.
     public func subscribe(_ filter: String) {
-        queue.async {
-            guard !self.subscriptions.contains(filter) else { return }
-            self.subscriptions.append(filter)
-            if self.connected, let handle = self.handle {
-                mosquitto_subscribe(handle, nil, filter, 1)
-                self.afterIO()
-            }
+        onLoop { $0.subscribe(filter) }
+    }
+
+    /// The counters as the loop last left them: read at once from any thread, never waiting
+    /// for the loop (which may be inside a slow name lookup).
+    public var snapshot: Counters { board.counters.withLock { $0 } }
+
+    /// Publishes the farewell message, waits until the queue is delivered or `timeout` passes,
+    /// then disconnects cleanly (so the broker does not send the will) and stops.
+    /// `done(true)` when everything queued was delivered; called on the loop.
+    public func finish(timeout: Duration, done: @escaping @Sendable (Bool) -> Void) {
+        let engine = self.engine
+        loop.execute { engine.value.finish(timeout: timeout, keeping: engine, done: done) }
+    }
+
+    /// Stops at once: no farewell, no flush.
+    public func stop() {
+        onLoop { $0.shutDown() }
+    }
+
+    /// Runs `body` with the engine on the loop, after what is already enqueued there (never at
+    /// once: a caller inside `onEvent` is inside a libmosquitto callback).
+    private func onLoop(_ body: @escaping @Sendable (Engine) -> Void) {
+        let engine = self.engine
+        loop.execute { body(engine.value) }
+    }
+}
+
+/// The counters the loop publishes for `MQTTClient.snapshot`.
+private final class CounterBoard: Sendable {
+    let counters = Mutex(MQTTClient.Counters())
+}
+
+/// A reference to the engine that does not keep it alive: what the loop's watch and timers hold.
+private final class EngineReference {
+    weak var engine: Engine?
+}
+
+/// The client's connection and queue, on its loop only (`MQTTClient` reaches it through a
+/// `LoopBound`; the loop's handlers through a weak `EngineReference`, itself loop-bound).
+private final class Engine {
+    typealias Counters = MQTTClient.Counters
+
+    private struct Entry {
+        var message: MQTTMessage
+        /// libmosquitto's message id once handed to it.
+        var mid: Int32?
+        var done = false
+    }
+
+    let configuration: MQTTConfiguration
+    private let loop: EventLoop
+    private let board: CounterBoard
+    private let onEvent: @Sendable (MQTTClientEvent) -> Void
+    private let reference: LoopBound<EngineReference>
+    private var handle: OpaquePointer?
+    private var pending: [Entry] = []
+    private var head = 0
+    private var handed = 0
+    private var connected = false
+    /// The TCP connect is under way: libmosquitto 2.0.11 does not notice a non-blocking
+    /// connect that fails (refused by the second address of a name), so the client checks
+    /// the socket itself until the connection is made.
+    private var connectPending = false
+    private var stopped = false
+    /// The address families still to try in this round of attempts (see `MQTTClient`'s
+    /// comment); empty when the name has one family, or a literal address: libmosquitto chooses.
+    private var familiesLeft: [Int32] = []
+    /// The family of the attempt under way (nil: libmosquitto's choice), and of the last that worked.
+    private var attemptFamily: Int32?
+    private var workingFamily: Int32?
+    /// Why the earlier families of this round failed.
+    private var roundFailures: [String] = []
+    private var subscriptions: [String] = []
+    private var socket: SocketWatch?
+    private var keepAliveTimer: LoopTimer?
+    private var retryTimer: LoopTimer?
+    private var retryDelay: Duration
+    private var lostReason: String?
+    private var droppedSinceReport = 0
+    private var lastDropReport: ContinuousClock.Instant?
+    private var finishing: (timer: LoopTimer, done: @Sendable (Bool) -> Void)?
+    private var counters = Counters()
+
+    init(configuration: MQTTConfiguration, loop: EventLoop, board: CounterBoard, onEvent: @escaping @Sendable (MQTTClientEvent) -> Void) {
+        self.configuration = configuration
+        self.loop = loop
+        self.board = board
+        self.onEvent = onEvent
+        retryDelay = configuration.minimumRetry
+        let reference = EngineReference()
+        self.reference = LoopBound(reference, loop: loop)
+        reference.engine = self  // before anything else can reach the reference
+    }
+
+    deinit {
+        // The last `MQTTClient` went away without `stop`: nothing reaches this engine any more.
+        socket = nil
+        keepAliveTimer?.cancel()
+        retryTimer?.cancel()
+        if let handle { mosquitto_destroy(handle) }
+    }
+
+    /// A handler for the loop that calls `body` with the engine, if it still lives.
+    private func handler(_ body: @escaping @Sendable (Engine) -> Void) -> @Sendable () -> Void {
+        let reference = self.reference
+        return { if let engine = reference.value.engine { body(engine) } }
+    }
+
+    /// Runs `body` on the loop after what is enqueued there (not from inside a libmosquitto callback).
+    private func later(_ body: @escaping @Sendable (Engine) -> Void) {
+        loop.execute(handler(body))
+    }
+
+    func subscribe(_ filter: String) {
+        guard !subscriptions.contains(filter) else { return }
+        subscriptions.append(filter)
+        if connected, let handle {
+            mosquitto_subscribe(handle, nil, filter, 1)
+            afterIO()
         }
     }
 
-    /// The counters as the queue last left them: read at once from any thread, never waiting
-    /// for the queue (which may be inside a slow name lookup).
-    public var snapshot: Counters { shared.withLock { $0 } }
-
-    /// Publishes the counters for `snapshot`; called on the queue after each change.
+    /// Publishes the counters for `snapshot`; called on the loop after each change.
     private func share() {
         var current = counters
         current.queued = pending.count - head
         current.connected = connected
-        shared.withLock { $0 = current }
+        board.counters.withLock { $0 = current }
     }
 
-    /// Publishes the farewell message, waits until the queue is delivered or `timeout` passes,
-    /// then disconnects cleanly (so the broker does not send the will) and stops.
-    /// `done(true)` when everything queued was delivered.
-    public func finish(timeout: DispatchTimeInterval, done: @escaping @Sendable (Bool) -> Void) {
-        queue.async {
-            guard !self.stopped, self.finishing == nil else { return done(self.isEmpty) }
-            if let farewell = self.configuration.farewell { self.enqueue(farewell) }
-            let timer = DispatchSource.makeTimerSource(queue: self.queue)
-            timer.setEventHandler { [unowned self] in self.finished() }
-            timer.schedule(deadline: .now() + timeout)
-            timer.resume()
-            self.finishing = (timer, done)
-            if self.isEmpty || !self.connected { self.finished() }
-        }
+    /// `MQTTClient.finish`; `keeping` holds the engine until it is done.
+    func finish(timeout: Duration, keeping engine: LoopBound<Engine>, done: @escaping @Sendable (Bool) -> Void) {
+        guard !stopped, finishing == nil else { return done(isEmpty) }
+        if let farewell = configuration.farewell { enqueue(farewell) }
+        let timer = loop.makeTimer { engine.value.finished() }
+        timer.schedule(after: timeout)
+        finishing = (timer, done)
+        if isEmpty || !connected { finished() }
     }
 
     /// Ends a `finish`: disconnects and reports whether everything was delivered. Never called
@@ -203,16 +273,11 @@ public final class MQTTClient: @unchecked Sendable {
         done(empty)
     }
 
-    /// Stops at once: no farewell, no flush.
-    public func stop() {
-        queue.async { self.shutDown() }
-    }
-
     // MARK: Queue
 
     private var isEmpty: Bool { head == pending.count }
 
-    private func enqueue(_ message: MQTTMessage) {
+    func enqueue(_ message: MQTTMessage) {
         guard !stopped else { return }
         if message.retain, let index = pending[head...].firstIndex(where: { $0.mid == nil && $0.message.retain && $0.message.topic == message.topic }) {
             pending.remove(at: index)
@@ -226,16 +291,12 @@ public final class MQTTClient: @unchecked Sendable {
             counters.dropped += 1
             droppedSinceReport += 1
         }
-        if droppedSinceReport > 0, connected, lastDropReport.map({ ContinuousClock.now - $0 >= Self.dropReportInterval }) ?? true {
+        if droppedSinceReport > 0, connected, lastDropReport.map({ ContinuousClock.now - $0 >= MQTTClient.dropReportInterval }) ?? true {
             reportDrops()
         }
         share()
         handOver()
     }
-
-    /// While connected, drops are reported at most this often (a broker slower than a burst
-    /// would otherwise make a report per message).
-    public static let dropReportInterval: Duration = .seconds(10)
 
     /// Tells the owner how many messages were dropped since the last report, if any.
     private func reportDrops() {
@@ -249,7 +310,7 @@ public final class MQTTClient: @unchecked Sendable {
     private func handOver() {
         guard connected, let handle else { return }
         var index = head
-        while handed < Self.window, index < pending.count {
+        while handed < MQTTClient.window, index < pending.count {
             if pending[index].mid == nil, !pending[index].done {
                 var mid: Int32 = 0
                 let message = pending[index].message
@@ -288,15 +349,15 @@ public final class MQTTClient: @unchecked Sendable {
         if isEmpty { reportDrops() }
         share()
         if isEmpty, finishing != nil {
-            queue.async { self.finished() }  // not from inside libmosquitto's callback
-        } else if handed < Self.window / 2 {
-            queue.async { self.handOver() }
+            later { $0.finished() }  // not from inside libmosquitto's callback
+        } else if handed < MQTTClient.window / 2 {
+            later { $0.handOver() }
         }
     }
 
     // MARK: Connection
 
-    private func connect() {
+    func connect() {
         guard !stopped, handle == nil else { return }
         lostReason = nil
         let configuration = self.configuration
@@ -322,17 +383,17 @@ public final class MQTTClient: @unchecked Sendable {
             }
         }
         mosquitto_connect_callback_set(handle) { _, context, rc in
-            MQTTClient.from(context)?.connectAnswered(rc)
+            Engine.from(context)?.connectAnswered(rc)
         }
         mosquitto_disconnect_callback_set(handle) { _, context, rc in
-            guard let client = MQTTClient.from(context), client.lostReason == nil else { return }
-            client.lostReason = MQTTClient.describe(rc)
+            guard let client = Engine.from(context), client.lostReason == nil else { return }
+            client.lostReason = Engine.describe(rc)
         }
         mosquitto_publish_callback_set(handle) { _, context, mid in
-            MQTTClient.from(context)?.acknowledged(mid)
+            Engine.from(context)?.acknowledged(mid)
         }
         mosquitto_message_callback_set(handle) { _, context, message in
-            guard let client = MQTTClient.from(context), let message = message?.pointee, let topic = message.topic else { return }
+            guard let client = Engine.from(context), let message = message?.pointee, let topic = message.topic else { return }
             let payload = message.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(message.payloadlen))) } ?? []
             client.onEvent(.message(topic: String(cString: topic), payload: payload, retained: message.retain))
         }
@@ -347,10 +408,11 @@ public final class MQTTClient: @unchecked Sendable {
             handle, configuration.endpoint.host, configuration.endpoint.port, configuration.keepAlive, bindAddress)
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { return lost(Self.describe(rc)) }
         let fd = mosquitto_socket(handle)
-        guard fd >= 0, let watch = SocketWatch(fd: fd, queue: queue, readable: { [unowned self] in self.readable() },
-                                               writable: { [unowned self] in self.writable() })
-        else { return lost("no socket") }
-        self.watch = watch
+        let reference = self.reference
+        guard fd >= 0, let socket = SocketWatch(duplicating: fd, loop: loop, handler: { reference.value.engine?.ready($0) }) else {
+            return lost("no socket")
+        }
+        self.socket = socket
         connectPending = true
         afterIO()
     }
@@ -394,7 +456,13 @@ public final class MQTTClient: @unchecked Sendable {
         reportDrops()
         // Not from inside the callback: libmosquitto marks the connection active only after it,
         // and holds back (for good) a QoS 1 message published before.
-        queue.async { self.handOver() }
+        later { $0.handOver() }
+    }
+
+    /// The socket is ready: read, then write (unless reading lost the connection).
+    private func ready(_ events: Watch.Events) {
+        if events.contains(.readable) { readable() }
+        if events.contains(.writable), socket != nil { writable() }
     }
 
     private func readable() {
@@ -426,14 +494,10 @@ public final class MQTTClient: @unchecked Sendable {
     private func afterIO() {
         guard let handle else { return }
         if mosquitto_socket(handle) < 0 { return lost(lostReason ?? "connection closed") }
-        watch?.wantWrite(connectPending || mosquitto_want_write(handle))
-        if keepAliveTimer == nil {
-            keepAliveTimer = DispatchSource.makeTimerSource(queue: queue)
-            keepAliveTimer?.setEventHandler { [unowned self] in self.keepAliveDue() }
-            keepAliveTimer?.schedule(deadline: .distantFuture)
-            keepAliveTimer?.resume()
-        }
-        keepAliveTimer?.schedule(deadline: .now() + .seconds(Int(configuration.keepAlive)), leeway: .milliseconds(250))
+        socket?.wantWrite(connectPending || mosquitto_want_write(handle))
+        let timer = keepAliveTimer ?? loop.makeTimer(handler: handler { $0.keepAliveDue() })
+        keepAliveTimer = timer
+        timer.schedule(after: .seconds(Int(configuration.keepAlive)))
     }
 
     /// Drops the connection's state and schedules the next attempt: at once with the next
@@ -447,7 +511,7 @@ public final class MQTTClient: @unchecked Sendable {
             let failed = "\(failure) (\(family == AF_INET6 ? "IPv6" : "IPv4"))"
             if neverConnected && !familiesLeft.isEmpty {
                 roundFailures.append(failed)
-                queue.async { self.connect() }
+                later { $0.connect() }
                 return
             }
             reason = (roundFailures + [failed]).joined(separator: "; ")
@@ -455,22 +519,15 @@ public final class MQTTClient: @unchecked Sendable {
             roundFailures = []
         }
         let delay = retryDelay
-        retryDelay = min(Self.nanoseconds(retryDelay) * 2, Self.nanoseconds(configuration.maximumRetry)).interval
-        onEvent(.disconnected(reason: reason, retry: .nanoseconds(Self.nanoseconds(delay))))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.setEventHandler { [unowned self] in
-            self.retryTimer?.cancel()
-            self.retryTimer = nil
-            self.connect()
-        }
-        timer.schedule(deadline: .now() + delay)
-        timer.resume()
+        retryDelay = min(retryDelay * 2, configuration.maximumRetry)
+        onEvent(.disconnected(reason: reason, retry: delay))
+        let timer = retryTimer ?? loop.makeTimer(handler: handler { $0.connect() })
         retryTimer = timer
+        timer.schedule(after: delay)
     }
 
     private func tearDown() {
-        watch?.close()
-        watch = nil
+        socket = nil  // cancels the watch, then closes its descriptor
         keepAliveTimer?.cancel()
         keepAliveTimer = nil
         if let handle {
@@ -484,7 +541,7 @@ public final class MQTTClient: @unchecked Sendable {
         share()
     }
 
-    private func shutDown() {
+    func shutDown() {
         guard !stopped else { return }
         stopped = true
         retryTimer?.cancel()
@@ -519,28 +576,14 @@ public final class MQTTClient: @unchecked Sendable {
         return families
     }
 
-    private static func from(_ context: UnsafeMutableRawPointer?) -> MQTTClient? {
-        context.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }
+    private static func from(_ context: UnsafeMutableRawPointer?) -> Engine? {
+        context.map { Unmanaged<Engine>.fromOpaque($0).takeUnretainedValue() }
     }
 
     static func describe(_ rc: Int32) -> String {
         if rc == MOSQ_ERR_ERRNO.rawValue { return String(cString: strerror(errno)) }
         return String(cString: mosquitto_strerror(rc))
     }
-
-    private static func nanoseconds(_ interval: DispatchTimeInterval) -> Int {
-        switch interval {
-        case .seconds(let s): s.multipliedReportingOverflow(by: 1_000_000_000).partialValue
-        case .milliseconds(let ms): ms.multipliedReportingOverflow(by: 1_000_000).partialValue
-        case .microseconds(let us): us.multipliedReportingOverflow(by: 1000).partialValue
-        case .nanoseconds(let ns): ns
-        default: Int.max
-        }
-    }
-}
-
-extension Int {
-    fileprivate var interval: DispatchTimeInterval { .nanoseconds(self) }
 }
 
 /// libmosquitto's one-time initialisation.
@@ -553,56 +596,27 @@ enum MQTTLibrary {
     static func initialize() { _ = once }
 }
 
-/// Read and write sources on a private duplicate of libmosquitto's socket.
+/// A loop watch on a private duplicate of libmosquitto's socket: readable always, writable
+/// on demand.
 ///
 /// libmosquitto closes its socket itself when a connection fails; watching a duplicate that
-/// only this watch closes (after both sources are cancelled) keeps the descriptor number from
-/// being reused under a live source.
-final class SocketWatch: @unchecked Sendable {
-    private let fd: Int32
-    private let read: any DispatchSourceRead
-    private let write: any DispatchSourceWrite
-    private var writeArmed = false
-    private var closed = false
+/// only this value closes (after cancelling the watch) keeps the descriptor number from being
+/// reused under a live watch.
+private final class SocketWatch {
+    private let descriptor: FileDescriptor
+    private let watch: Watch
 
-    init?(fd original: Int32, queue: DispatchQueue, readable: @escaping @Sendable () -> Void, writable: @escaping @Sendable () -> Void) {
-        let fd = fcntl(original, F_DUPFD_CLOEXEC, 0)
-        guard fd >= 0 else { return nil }
-        self.fd = fd
-        read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        read.setEventHandler(handler: readable)
-        write.setEventHandler(handler: writable)
-        let remaining = Remaining(fd: fd)
-        read.setCancelHandler { remaining.release() }
-        write.setCancelHandler { remaining.release() }
-        read.resume()
+    init?(duplicating original: Int32, loop: EventLoop, handler: @escaping @Sendable (Watch.Events) -> Void) {
+        guard let fd = try? Errno.retrying({ fcntl(original, F_DUPFD_CLOEXEC, 0) }) else { return nil }
+        let descriptor = FileDescriptor(adopting: fd)
+        guard let watch = try? loop.watch(fd: descriptor.rawValue, interest: .readable, handler: handler) else { return nil }
+        self.descriptor = descriptor
+        self.watch = watch
     }
 
     func wantWrite(_ want: Bool) {
-        guard !closed, want != writeArmed else { return }
-        writeArmed = want
-        if want { write.resume() } else { write.suspend() }
+        watch.update(want ? [.readable, .writable] : .readable)
     }
 
-    func close() {
-        guard !closed else { return }
-        closed = true
-        read.cancel()
-        write.cancel()
-        if !writeArmed { write.resume() }  // a suspended source runs its cancel handler only once resumed
-    }
-
-    deinit { close() }
-
-    /// Closes the descriptor when both sources are cancelled.
-    private final class Remaining: @unchecked Sendable {
-        let fd: Int32
-        var count = 2
-        init(fd: Int32) { self.fd = fd }
-        func release() {
-            count -= 1
-            if count == 0 { Glibc.close(fd) }
-        }
-    }
+    deinit { watch.cancel() }  // before `descriptor` closes
 }

@@ -137,10 +137,10 @@ enum RunCommand {
         signal(SIGPIPE, SIG_IGN)
         let logger = Logger(threshold: settings.logLevel)
         let notifier = SystemdNotifier()
-        let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger)
+        let stdout = LineSink(fd: STDOUT_FILENO, name: "standard output", ownsDescriptor: false, logger: logger, loop: executor)
         let output: OutputRouter
         do {
-            output = try makeOutput(settings, stdout: stdout, logger: logger)
+            output = try makeOutput(settings, stdout: stdout, logger: logger, executor: executor)
         } catch {
             logger.error("\(error)")
             return 2  // a FIFO or an MQTT setting that cannot work: a mistake in the configuration
@@ -204,7 +204,7 @@ enum RunCommand {
             status = 1
         }
         let finalOutput = await reloader.output
-        _ = finalOutput.flush(timeout: .seconds(2))
+        _ = await finalOutput.flush(timeout: .seconds(2))
         finalOutput.stop()
         return status
     }
@@ -218,7 +218,9 @@ enum RunCommand {
     /// A reload passes the `current` router: its exec sink is kept, with the new command for
     /// events not yet started (commands in flight finish, waiting events keep their order), and
     /// so is its MQTT sink if its settings did not change (a reload does not reconnect).
-    static func makeOutput(_ settings: RunSettings, stdout: LineSink, logger: Logger, current: OutputRouter? = nil) throws -> OutputRouter {
+    static func makeOutput(
+        _ settings: RunSettings, stdout: LineSink, logger: Logger, executor: DaemonExecutor, current: OutputRouter? = nil
+    ) throws -> OutputRouter {
         let format = settings.format ?? (isatty(STDOUT_FILENO) == 1 ? .text : .json)
         var sinks: [any OutputSink] = []
         if Logger.isJournal(STDOUT_FILENO) {
@@ -228,8 +230,8 @@ enum RunCommand {
             sinks.append(stdout)
         }
         if let path = settings.fifoPath {
-            let fd = try openOutputFIFO(path: path, mode: settings.fifoMode)
-            sinks.append(LineSink(fd: fd, name: path, ownsDescriptor: true, format: format, logger: logger))
+            let fifo = try openOutputFIFO(path: path, mode: settings.fifoMode)
+            sinks.append(LineSink(owning: fifo, name: path, format: format, logger: logger, loop: executor))
         }
         if let mqtt = settings.mqtt {
             if let kept = current?.sinks.lazy.compactMap({ $0 as? MQTTSink }).first(where: { $0.settings == mqtt }) {
@@ -237,7 +239,7 @@ enum RunCommand {
             } else {
                 sinks.append(MQTTSink(
                     settings: mqtt, password: try mqtt.passwordFile.map(readPassword), version: ancsdVersion, logger: logger,
-                    clientID: "ancsd-\(hostName())-\(getpid())"))
+                    clientID: "ancsd-\(hostName())-\(getpid())", executor: executor))
             }
         }
         // Last: nothing after it may throw, so a reload that fails changes no command.
@@ -246,7 +248,7 @@ enum RunCommand {
                 kept.reconfigure(command: command, timeout: settings.execTimeout)
                 sinks.append(kept)
             } else {
-                sinks.append(ExecSink(command: command, timeout: settings.execTimeout, logger: logger))
+                sinks.append(ExecSink(command: command, timeout: settings.execTimeout, logger: logger, loop: executor))
             }
         }
         return OutputRouter(sinks: sinks)
@@ -314,7 +316,7 @@ enum RunCommand {
             var newOutput: OutputRouter? = nil
             if changed.contains(where: { $0.reload == .outputs }) {
                 do {
-                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, current: output)
+                    newOutput = try RunCommand.makeOutput(fresh, stdout: stdout, logger: logger, executor: executor, current: output)
                 } catch {
                     logger.error("reload failed, nothing changed: \(error)")
                     notifier.reloaded(status: await daemon.statusLine)

@@ -32,7 +32,7 @@ import Testing
 
     /// Each command gets the event's JSON line on stdin and its metadata in the environment, one
     /// at a time per phone, in event order.
-    @Test func commandsGetTheEventInOrderPerPhone() throws {
+    @Test func commandsGetTheEventInOrderPerPhone() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         // Each phone's commands append to that phone's file; a slow first command shows that
@@ -42,7 +42,7 @@ import Testing
             [ "$ANCSD_UID" = 0 ] && sleep 0.3
             { printf 'env %s %s %s %s %s\n' "$ANCSD_TYPE" "$ANCSD_DEVICE" "$ANCSD_UID" "$ANCSD_APP_ID" "$ANCSD_CATEGORY"; cat; } >> "$f"
             """#
-        let sink = ExecSink(command: script, logger: Self.quiet)
+        let sink = ExecSink(command: script, logger: Self.quiet, loop: sinkTestLoop)
         var sent: [String: [OutputRecord]] = [:]
         for uid in UInt32(0)..<12 {
             for device in ["AA:BB:CC:DD:EE:01", "AA:BB:CC:DD:EE:02"] {
@@ -53,7 +53,7 @@ import Testing
         }
         let connected = OutputRecord(.connected(device: "AA:BB:CC:DD:EE:01", name: "Ada's iPhone"))
         sink.send(connected)
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         for (device, records) in sent {
             var expected = records.map { record -> String in
                 guard case .notification(let change, _, _) = record.event else { return "" }
@@ -65,14 +65,21 @@ import Testing
         #expect(sink.counts.started == 25 && sink.counts.succeeded == 25 && sink.counts.failed == 0)
     }
 
+    /// The descriptors this process has open now.
+    private static func openDescriptors() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count ?? 0
+    }
+
     /// Thousands of short commands back to back, on four phones at once (the soak's bursts):
-    /// every one runs, in order, nothing is lost, each one's standard error read. (The crash in
-    /// libdispatch this churn met in the soak, docs/soak.md section 5, does not show here;
-    /// `SOAK_SEED=5 SOAK_SECONDS=40 make soak` is its reproducer.)
-    @Test func thousandsOfShortCommandsInARowAllRun() throws {
+    /// every one runs, in order, nothing is lost, each one's standard error read, and no
+    /// descriptor is left open (three pipes' ends and a pidfd per command: a leak would show
+    /// thousands). This churn crashed libdispatch in the soak (docs/soak.md section 5), when the
+    /// sink ran on dispatch sources; `SOAK_SEED=5 SOAK_SECONDS=40 make soak` was its reproducer.
+    @Test func thousandsOfShortCommandsInARowAllRun() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sink = ExecSink(command: #"echo "$ANCSD_UID" >&2; exec cat >> "\#(dir)/$ANCSD_DEVICE""#, logger: Self.quiet)
+        let sink = ExecSink(command: #"echo "$ANCSD_UID" >&2; exec cat >> "\#(dir)/$ANCSD_DEVICE""#, logger: Self.quiet, loop: sinkTestLoop)
+        let descriptorsBefore = Self.openDescriptors()
         let devices = (1...4).map { "AA:BB:CC:DD:EE:0\($0)" }
         var sent: [String: [String]] = [:]
         for round in UInt32(0)..<10 {
@@ -83,21 +90,25 @@ import Testing
                     sink.send(record)
                 }
             }
-            #expect(sink.flush(timeout: .seconds(60)))
+            #expect(await sink.flush(timeout: .seconds(60)))
         }
         for device in devices {
             #expect(Self.read("\(dir)/\(device)") == sent[device, default: []].map { $0 + "\n" }.joined())
         }
         #expect(sink.counts.started == 2400 && sink.counts.succeeded == 2400 && sink.counts.dropped == 0)
+        #expect(sink.counts.stderrBytes == 4 * (0..<600).reduce(0) { $0 + "\($1)\n".utf8.count })
+        // Other suites may run beside this one and open a few of their own meanwhile.
+        let descriptorsAfter = Self.openDescriptors()
+        #expect(descriptorsAfter - descriptorsBefore < 32, "\(descriptorsBefore) descriptors open before, \(descriptorsAfter) after")
     }
 
     /// A failing command is logged and counted; the next event still runs.
     @Test func aFailingCommandDoesNotStopTheNext() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sink = ExecSink(command: #"echo "$ANCSD_UID" >> "\#(dir)/ran"; [ "$ANCSD_UID" != 1 ] || exit 3"#, logger: Self.quiet)
+        let sink = ExecSink(command: #"echo "$ANCSD_UID" >> "\#(dir)/ran"; [ "$ANCSD_UID" != 1 ] || exit 3"#, logger: Self.quiet, loop: sinkTestLoop)
         for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid)) }
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/ran") == "1\n2\n3\n")
         #expect(sink.counts.failed == 1 && sink.counts.succeeded == 2)
         let expected: JSONObject = [
@@ -107,18 +118,18 @@ import Testing
     }
 
     /// A command that hangs is killed with its process group after the timeout; the next runs.
-    @Test func aHangingCommandIsKilledWithItsProcessGroup() throws {
+    @Test func aHangingCommandIsKilledWithItsProcessGroup() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let command = #"""
             if [ "$ANCSD_UID" = 1 ]; then sleep 60 & echo $! > "\#(dir)/child"; wait; fi
             echo "$ANCSD_UID" >> "\#(dir)/ran"
             """#
-        let sink = ExecSink(command: command, timeout: .milliseconds(300), logger: Self.quiet)
+        let sink = ExecSink(command: command, timeout: .milliseconds(300), logger: Self.quiet, loop: sinkTestLoop)
         let start = ContinuousClock.now
         sink.send(Self.event(uid: 1))
         sink.send(Self.event(uid: 2))
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(ContinuousClock.now - start < .seconds(30))
         #expect(Self.read("\(dir)/ran") == "2\n", "the killed command did not go on; the next one ran")
         #expect(sink.counts.timedOut == 1 && sink.counts.failed == 1 && sink.counts.succeeded == 1)
@@ -138,10 +149,10 @@ import Testing
 
     /// Stopping the sink (a reload that removed `exec`, the daemon ending) drops what
     /// waits and kills what runs.
-    @Test func stopKillsTheRunningCommandAndDropsTheWaiting() throws {
+    @Test func stopKillsTheRunningCommandAndDropsTheWaiting() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sink = ExecSink(command: #"echo $$ > "\#(dir)/pid"; exec sleep 60"#, logger: Self.quiet)
+        let sink = ExecSink(command: #"echo $$ > "\#(dir)/pid"; exec sleep 60"#, logger: Self.quiet, loop: sinkTestLoop)
         for uid in UInt32(1)...4 { sink.send(Self.event(uid: uid)) }
         var pid: Int32 = 0
         for _ in 0..<500 where pid == 0 {
@@ -151,7 +162,7 @@ import Testing
         #expect(pid > 0)
         sink.stop()
         sink.send(Self.event(uid: 5))  // after stop: ignored
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         let counts = sink.counts
         #expect(counts.started == 1 && counts.failed == 1 && counts.timedOut == 0 && counts.dropped == 3)
         #expect(kill(pid, 0) != 0, "reaped")
@@ -160,11 +171,11 @@ import Testing
     /// A reload's new command runs for the events not yet started; the running one finishes
     /// under its own limit (the new, shorter one would have killed it), and each phone keeps
     /// its order: nothing lost, nothing run twice.
-    @Test func reconfigureChangesTheCommandForWhatHasNotStarted() throws {
+    @Test func reconfigureChangesTheCommandForWhatHasNotStarted() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let sink = ExecSink(
-            command: #"echo $$ > "\#(dir)/pid"; sleep 1; echo "A $ANCSD_UID" >> "\#(dir)/ran""#, timeout: .seconds(20), logger: Self.quiet)
+            command: #"echo $$ > "\#(dir)/pid"; sleep 1; echo "A $ANCSD_UID" >> "\#(dir)/ran""#, timeout: .seconds(20), logger: Self.quiet, loop: sinkTestLoop)
         for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid)) }
         var started = false
         for _ in 0..<500 where !started {
@@ -175,53 +186,53 @@ import Testing
         sink.reconfigure(command: #"echo "B $ANCSD_UID" >> "\#(dir)/ran""#, timeout: .milliseconds(500))
         #expect(sink.settings.command.hasPrefix("echo \"B") && sink.settings.timeout == .milliseconds(500))
         sink.send(Self.event(uid: 4))
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/ran") == "A 1\nB 2\nB 3\nB 4\n")
         let counts = sink.counts
         #expect(counts.started == 4 && counts.succeeded == 4 && counts.failed == 0 && counts.dropped == 0)
     }
 
     /// Megabytes on stderr are read (never blocking the command) and only a bounded part is kept.
-    @Test func aStderrFloodIsReadAndBounded() throws {
-        let sink = ExecSink(command: "head -c 8000000 /dev/zero | tr '\\0' x >&2; exit 1", logger: Self.quiet)
+    @Test func aStderrFloodIsReadAndBounded() async throws {
+        let sink = ExecSink(command: "head -c 8000000 /dev/zero | tr '\\0' x >&2; exit 1", logger: Self.quiet, loop: sinkTestLoop)
         sink.send(Self.event(uid: 1))
         sink.send(Self.event(uid: 2))
-        #expect(sink.flush(timeout: .seconds(60)))
+        #expect(await sink.flush(timeout: .seconds(60)))
         #expect(sink.counts.stderrBytes == 16_000_000 && sink.counts.failed == 2 && sink.counts.timedOut == 0)
     }
 
     /// A command that never reads its input, given an event far larger than a pipe holds: no deadlock.
-    @Test func aCommandThatReadsNothingGetsABigEvent() throws {
+    @Test func aCommandThatReadsNothingGetsABigEvent() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sink = ExecSink(command: #"sleep 0.2; echo "$ANCSD_UID" >> "\#(dir)/ran""#, logger: Self.quiet)
+        let sink = ExecSink(command: #"sleep 0.2; echo "$ANCSD_UID" >> "\#(dir)/ran""#, logger: Self.quiet, loop: sinkTestLoop)
         let big = String(repeating: "x", count: 4 << 20)
         for uid in UInt32(1)...3 { sink.send(Self.event(uid: uid, message: big)) }
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/ran") == "1\n2\n3\n")
         #expect(sink.counts.succeeded == 3 && sink.counts.timedOut == 0)
         // And one that reads it all gets every byte.
-        let reader = ExecSink(command: #"wc -c > "\#(dir)/size""#, logger: Self.quiet)
+        let reader = ExecSink(command: #"wc -c > "\#(dir)/size""#, logger: Self.quiet, loop: sinkTestLoop)
         let record = Self.event(uid: 9, message: big)
         reader.send(record)
-        #expect(reader.flush(timeout: .seconds(30)))
+        #expect(await reader.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/size").trimmingCharacters(in: .whitespacesAndNewlines) == "\(record.jsonLine.utf8.count + 1)")
     }
 
     /// Past the bound, the oldest waiting events of that phone are dropped; the newest run.
-    @Test func aFullQueueDropsTheOldestWaiting() throws {
+    @Test func aFullQueueDropsTheOldestWaiting() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let sink = ExecSink(command: #"[ "$ANCSD_UID" = 0 ] && sleep 1; echo "$ANCSD_UID" >> "\#(dir)/ran""#, maxWaiting: 4, logger: Self.quiet)
+        let sink = ExecSink(command: #"[ "$ANCSD_UID" = 0 ] && sleep 1; echo "$ANCSD_UID" >> "\#(dir)/ran""#, maxWaiting: 4, logger: Self.quiet, loop: sinkTestLoop)
         for uid in UInt32(0)..<20 { sink.send(Self.event(uid: uid)) }
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/ran") == "0\n16\n17\n18\n19\n")
         #expect(sink.counts.dropped == 15 && sink.counts.started == 5)
     }
 
     /// The command sees only standard input, output and error: no descriptor of the daemon, and
     /// no signal ignored or blocked.
-    @Test func theCommandInheritsNoDescriptorsAndDefaultSignals() throws {
+    @Test func theCommandInheritsNoDescriptorsAndDefaultSignals() async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let leaked = open("/dev/null", O_RDONLY)  // not close-on-exec, as a careless library might open it
@@ -235,9 +246,9 @@ import Testing
                 exec > "\#(dir)/fds"; ls /proc/$$/fd
                 while read -r key value; do case $key in SigBlk:|SigIgn:) echo "$key	$value";; esac; done < /proc/$$/status > "\#(dir)/signals"
                 """#,
-            logger: Self.quiet)
+            logger: Self.quiet, loop: sinkTestLoop)
         sink.send(Self.event(uid: 1))
-        #expect(sink.flush(timeout: .seconds(30)))
+        #expect(await sink.flush(timeout: .seconds(30)))
         #expect(Self.read("\(dir)/fds").split(separator: "\n") == ["0", "1", "2"])
         // The standard signals 1-31 (glibc keeps the real-time ones it uses itself out of reach).
         let masks = Self.read("\(dir)/signals").split(separator: "\n").map { UInt64($0.split(separator: "\t").last ?? "", radix: 16) }

@@ -4,6 +4,7 @@ import ANCSRuntime
 import ANCSSession
 import Foundation
 import JSON
+import EventLoop
 import Synchronization
 import Testing
 
@@ -94,13 +95,22 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
     }
 }
 
+/// The loop the output sinks under test run on, as the daemon's run on its own.
+let sinkTestLoop: EventLoop = {
+    do {
+        return try EventLoop(name: "sink-test")
+    } catch {
+        preconditionFailure("cannot start the sinks' event loop: \(error)")
+    }
+}()
+
 @Suite struct LineSinkTests {
-    @Test func writesLinesInOrder() throws {
+    @Test func writesLinesInOrder() async throws {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
-        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         for i in 0..<100 { sink.send("line \(i)") }
-        #expect(sink.flush(timeout: .seconds(5)))
+        #expect(await sink.flush(timeout: .seconds(5)))
         let handle = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
         let data = handle.availableData
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
@@ -110,10 +120,10 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
 
     /// Lines written at once while the pipe has room, then cut where it filled (the rest of that
     /// line queued first), then queued: the reader gets every line whole and in order.
-    @Test func linesStayWholeAndInOrderAcrossAFullPipe() throws {
+    @Test func linesStayWholeAndInOrderAcrossAFullPipe() async throws {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
-        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         let lines = (0..<300).map { i in "\(i) " + String(repeating: "x", count: 997 + i % 7) }
         for line in lines { sink.send(line) }  // about 300 kB, the pipe holds 64 kB: nobody reads yet
         let handle = FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
@@ -124,7 +134,7 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
             if chunk.isEmpty { break }
             received.append(chunk)
         }
-        #expect(sink.flush(timeout: .seconds(5)))
+        #expect(await sink.flush(timeout: .seconds(5)))
         #expect(String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) == lines)
         #expect(sink.writtenCount == 300 && sink.droppedCount == 0)
     }
@@ -133,10 +143,10 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
     @Test func fifoWithoutReaderNeverBlocksAndBoundsTheBacklog() throws {
         let path = NSTemporaryDirectory() + "ancsd-fifo-\(UUID().uuidString)"
         defer { unlink(path) }
-        let fd = try openOutputFIFO(path: path, mode: 0o600)
+        let fifo = try openOutputFIFO(path: path, mode: 0o600)
         var info = stat()
         #expect(stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFIFO && (info.st_mode & 0o777) == 0o600)
-        let sink = LineSink(fd: fd, name: path, ownsDescriptor: true, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false))
+        let sink = LineSink(owning: fifo, name: path, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         let line = String(repeating: "x", count: 1023)
         let start = ContinuousClock.now
         for _ in 0..<20_000 { sink.send(line) }  // 20 MB: far more than the pipe and the backlog hold
@@ -163,8 +173,8 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         let path = NSTemporaryDirectory() + "ancsd-file-\(UUID().uuidString)"
         #expect(FileManager.default.createFile(atPath: path, contents: Data()))
         defer { unlink(path) }
-        #expect(throws: FIFOError.self) { try openOutputFIFO(path: path, mode: 0o600) }
-        #expect(throws: FIFOError.self) { try openOutputFIFO(path: "/nonexistent-dir/fifo", mode: 0o600) }
+        #expect(throws: FIFOError.self) { _ = try openOutputFIFO(path: path, mode: 0o600) }
+        #expect(throws: FIFOError.self) { _ = try openOutputFIFO(path: "/nonexistent-dir/fifo", mode: 0o600) }
     }
 
     /// Issue 27: an existing FIFO owned by another user with mode 0666 was used silently, and
@@ -175,7 +185,7 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         defer { try? FileManager.default.removeItem(atPath: directory) }
         func refusal(_ path: String, mode: mode_t = 0o600) -> String? {
             do {
-                close(try openOutputFIFO(path: path, mode: mode))
+                _ = try openOutputFIFO(path: path, mode: mode)
                 return nil
             } catch {
                 return error.description
@@ -200,16 +210,16 @@ private func sample(_ kind: NotificationEvent.Kind = .added) -> NotificationEven
         #expect(lstat(made, &info) == 0 && info.st_mode & 0o7777 == 0o640)
     }
 
-    @Test func aReaderThatLeavesEndsTheSinkQuietly() throws {
+    @Test func aReaderThatLeavesEndsTheSinkQuietly() async throws {
         signal(SIGPIPE, SIG_IGN)
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         close(fds[0])
-        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false))
+        let sink = LineSink(fd: fds[1], name: "pipe", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         sink.send("a")
-        _ = sink.flush(timeout: .seconds(5))
+        _ = await sink.flush(timeout: .seconds(5))
         sink.send("b")
-        _ = sink.flush(timeout: .seconds(5))
+        _ = await sink.flush(timeout: .seconds(5))
         #expect(sink.writtenCount == 0)
     }
 }
@@ -276,7 +286,7 @@ private struct NoActions: PhoneActions {
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]) }
-        let stuck = LineSink(fd: fds[1], name: "stuck", ownsDescriptor: true, format: .json, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false))
+        let stuck = LineSink(fd: fds[1], name: "stuck", ownsDescriptor: true, format: .json, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         let other = RecordingSink("other")
         let router = OutputRouter(sinks: [stuck, other])
         for _ in 0..<5_000 { router.emit(.notification(sample(), device: "AA:BB")) }  // ~2.5 MB, far more than the pipe holds

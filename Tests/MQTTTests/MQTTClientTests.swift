@@ -1,4 +1,4 @@
-import Dispatch
+import EventLoop
 import Foundation
 import MQTT
 import Synchronization
@@ -17,13 +17,22 @@ final class EventLog: Sendable {
     }
 }
 
+/// The loop every client under test runs on, as the daemon's clients run on the daemon's.
+let testLoop: EventLoop = {
+    do {
+        return try EventLoop(name: "mqtt-test")
+    } catch {
+        preconditionFailure("cannot start the test's event loop: \(error)")
+    }
+}()
+
 func makeClient(_ url: String, configure: (inout MQTTConfiguration) -> Void = { _ in }) throws -> (MQTTClient, EventLog) {
     var configuration = MQTTConfiguration(endpoint: try MQTTEndpoint(url: url), clientID: "ancsd-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
     configuration.minimumRetry = .milliseconds(100)
     configuration.maximumRetry = .milliseconds(400)
     configure(&configuration)
     let log = EventLog()
-    let client = MQTTClient(configuration: configuration, queue: DispatchQueue(label: "mqtt-test"), onEvent: { log.add($0) })
+    let client = MQTTClient(configuration: configuration, loop: testLoop, onEvent: { log.add($0) })
     return (client, log)
 }
 
@@ -36,7 +45,7 @@ func waitUntil(_ what: @autoclosure () -> String, timeout: Duration = .seconds(1
     throw TestFailure("timed out waiting for \(what())")
 }
 
-func finish(_ client: MQTTClient, timeout: DispatchTimeInterval = .seconds(5)) -> Bool {
+func finish(_ client: MQTTClient, timeout: Duration = .seconds(5)) -> Bool {
     let result = Mutex<Bool?>(nil)
     client.finish(timeout: timeout) { delivered in result.withLock { $0 = delivered } }
     while result.withLock({ $0 }) == nil { Thread.sleep(forTimeInterval: 0.01) }

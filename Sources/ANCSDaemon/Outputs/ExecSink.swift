@@ -4,8 +4,10 @@ import Glibc
 import ANCSSession
 public import ANCSRuntime
 import CSpawn
+public import EventLoop
 public import JSON
-public import Dispatch
+import Synchronization
+import SystemCalls
 
 /// The output sink of `--exec`: runs a command through `/bin/sh -c` for each event, the event's
 /// JSON object (one line, exactly as `--format json` prints it) on its standard input, and
@@ -25,10 +27,11 @@ public import Dispatch
 /// (those waiting, and later ones); a command already running finishes under the limit it
 /// started with. Nothing is dropped, killed or run twice, and each phone keeps its order.
 ///
-/// No thread waits: the child is started with posix_spawn, its pipes and its exit (a pidfd)
-/// are dispatch sources on the sink's queue, every descriptor is close-on-exec (and the child
-/// closes any other above 2), and every child is reaped.
-public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state only on `queue`
+/// No thread waits: the child is started with posix_spawn; its pipes and its exit (a pidfd)
+/// are watches of the sink's event loop (the daemon's) and its time limit a loop timer; every
+/// descriptor is close-on-exec (and the child closes any other above 2), and every child is
+/// reaped.
+public final class ExecSink: OutputSink {
     /// What the sink has done, for status and tests.
     public struct Counters: Sendable, Equatable {
         /// Commands started.
@@ -52,94 +55,110 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
     public let maxWaiting: Int
     /// The most bytes of a command's standard error that are logged.
     public let stderrLimit: Int
-    private let logger: Logger
-    private let queue = DispatchQueue(label: "ancsd.exec")
-    private var phones: [String: Phone] = [:]
-    /// The shell command, and how long it may run; `reconfigure` changes them.
-    private var command: String
-    private var timeout: Duration
-    private var stopped = false
-    private var counters = Counters()
-    private var idleWaiters: [DispatchSemaphore] = []
+    /// The loop the commands are started, fed, timed and reaped on.
+    public let loop: EventLoop
+    private let shared: Shared
+    private let runner: LoopBound<Runner>
 
-    public init(command: String, timeout: Duration = .seconds(10), maxWaiting: Int = 64, stderrLimit: Int = 4096, logger: Logger) {
-        self.command = command
-        self.timeout = timeout
+    public init(
+        command: String, timeout: Duration = .seconds(10), maxWaiting: Int = 64, stderrLimit: Int = 4096, logger: Logger, loop: EventLoop
+    ) {
         self.maxWaiting = max(1, maxWaiting)
         self.stderrLimit = stderrLimit
-        self.logger = logger
+        self.loop = loop
+        let shared = Shared(command: command, timeout: timeout)
+        self.shared = shared
+        runner = LoopBound(Runner(maxWaiting: max(1, maxWaiting), stderrLimit: stderrLimit, logger: logger, loop: loop, shared: shared), loop: loop)
         // A command that exits without reading its input must cost an EPIPE, not the daemon
         // (`ancsd run` ignores SIGPIPE anyway; the command gets it back at its default).
         signal(SIGPIPE, SIG_IGN)
     }
 
     /// The counters so far.
-    public var counts: Counters { queue.sync { counters } }
+    public var counts: Counters { shared.counters.withLock { $0 } }
 
     public func report() async -> JSONObject {
-        await withCheckedContinuation { continuation in
-            queue.async { [self] in
-                let waiting = phones.values.reduce(0) { $0 + $1.waiting.count }
-                continuation.resume(returning: [
-                    "started": .int(counters.started), "succeeded": .int(counters.succeeded), "failed": .int(counters.failed),
-                    "timed_out": .int(counters.timedOut), "spawn_failures": .int(counters.spawnFailures),
-                    "dropped": .int(counters.dropped), "running": .int(runningCount), "waiting": .int(waiting),
-                ])
-            }
+        let runner = self.runner
+        return await withCheckedContinuation { continuation in
+            loop.perform { continuation.resume(returning: runner.value.report()) }
         }
     }
 
     /// The command and time limit events not yet started will run with.
-    public var settings: (command: String, timeout: Duration) { queue.sync { (command, timeout) } }
+    public var settings: (command: String, timeout: Duration) { shared.settings.withLock { $0 } }
 
     /// Makes every event not yet started (those waiting, and later ones) run `command` with
     /// `timeout`: what a reload that changed `exec` or `exec-timeout` does. A command already
     /// running is left to finish under the limit it started with.
     public func reconfigure(command: String, timeout: Duration) {
-        queue.sync {
-            guard command != self.command || timeout != self.timeout else { return }
-            let running = runningCount
-            self.command = command
-            self.timeout = timeout
-            logger.info("exec: the new command runs for every event not yet started" + (running > 0 ? "; \(running) already running will finish" : ""))
+        let changed = shared.settings.withLock { settings -> Bool in
+            guard command != settings.command || timeout != settings.timeout else { return false }
+            settings = (command, timeout)
+            return true
         }
+        let runner = self.runner
+        if changed { loop.perform { runner.value.reconfigured() } }
     }
 
+    /// Queues the event, or starts its command: on the loop at once when called there (the
+    /// daemon's events are), else holding it (`EventLoop.perform`), so `flush`, `stop` and
+    /// `report` see it.
     public func send(_ event: OutputRecord) {
-        queue.async { self.enqueue(event) }
+        let runner = self.runner
+        loop.perform { runner.value.enqueue(event) }
     }
 
-    /// Waits until no command runs and none waits, or `timeout` passes.
-    public func flush(timeout: DispatchTimeInterval) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        let idle = queue.sync { () -> Bool in
-            if phones.isEmpty { return true }
-            idleWaiters.append(done)
-            return false
+    /// Returns once no command runs and none waits, or `timeout` passes; true in the first case.
+    public func flush(timeout: Duration) async -> Bool {
+        let runner = self.runner
+        return await withCheckedContinuation { continuation in
+            loop.perform { runner.value.waitUntilIdle(timeout: timeout, continuation) }
         }
-        return idle || done.wait(timeout: .now() + timeout) == .success
     }
 
     /// Drops the waiting events (counted and logged) and kills the running commands with their
     /// process groups (a reload that removed `exec`, or the daemon ending: none is left
     /// running behind it). Commands killed here are reaped as usual if the daemon lives on.
     public func stop() {
-        queue.sync {
-            stopped = true
-            for (device, phone) in phones {
-                counters.dropped += phone.waiting.count
-                phone.dropped += phone.waiting.count
-                phone.waiting.removeAll()
-                if let child = phone.running {
-                    child.stop()
-                } else {
-                    finishQueue(of: device, phone)
-                }
-            }
-        }
+        let runner = self.runner
+        loop.perform { runner.value.stop() }
     }
 
-    // MARK: Queue (on `queue`)
+    /// What the sink and its loop share, read at once from any thread.
+    fileprivate final class Shared: Sendable {
+        let counters = Mutex(Counters())
+        /// The shell command, and how long it may run; `reconfigure` changes them.
+        let settings: Mutex<(command: String, timeout: Duration)>
+        init(command: String, timeout: Duration) { settings = Mutex((command, timeout)) }
+    }
+}
+
+// MARK: The queues (on the loop)
+
+/// `ExecSink`'s phone queues and running commands, touched on its loop only (a `LoopBound`).
+private final class Runner {
+    typealias Counters = ExecSink.Counters
+
+    let maxWaiting: Int
+    let stderrLimit: Int
+    let logger: Logger
+    let loop: EventLoop
+    let shared: ExecSink.Shared
+    private var phones: [String: Phone] = [:]
+    private var stopped = false
+    private var counters = Counters() {
+        didSet { shared.counters.withLock { [counters] in $0 = counters } }
+    }
+    private var idleWaiters: [(id: Int, continuation: CheckedContinuation<Bool, Never>, timer: LoopTimer)] = []
+    private var nextWaiter = 0
+
+    init(maxWaiting: Int, stderrLimit: Int, logger: Logger, loop: EventLoop, shared: ExecSink.Shared) {
+        self.maxWaiting = maxWaiting
+        self.stderrLimit = stderrLimit
+        self.logger = logger
+        self.loop = loop
+        self.shared = shared
+    }
 
     private final class Phone {
         var waiting = FIFO<OutputRecord>()
@@ -147,10 +166,59 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         var dropped = 0
     }
 
+    /// This runner, for the handlers of its children's watches and timers: they keep it alive
+    /// until the child is reaped and they are cancelled.
+    private var bound: LoopBound<Runner> { LoopBound(self, loop: loop) }
+
     /// Commands running now, one per phone at most.
     private var runningCount: Int { phones.values.count(where: { $0.running != nil }) }
 
-    private func enqueue(_ event: OutputRecord) {
+    func report() -> JSONObject {
+        let waiting = phones.values.reduce(0) { $0 + $1.waiting.count }
+        return [
+            "started": .int(counters.started), "succeeded": .int(counters.succeeded), "failed": .int(counters.failed),
+            "timed_out": .int(counters.timedOut), "spawn_failures": .int(counters.spawnFailures),
+            "dropped": .int(counters.dropped), "running": .int(runningCount), "waiting": .int(waiting),
+        ]
+    }
+
+    func reconfigured() {
+        let running = runningCount
+        logger.info("exec: the new command runs for every event not yet started" + (running > 0 ? "; \(running) already running will finish" : ""))
+    }
+
+    func waitUntilIdle(timeout: Duration, _ continuation: CheckedContinuation<Bool, Never>) {
+        guard !phones.isEmpty else { return continuation.resume(returning: true) }
+        let id = nextWaiter
+        nextWaiter += 1
+        let runner = bound
+        let timer = loop.makeTimer { runner.value.answerWaiter(id, idle: false) }
+        idleWaiters.append((id, continuation, timer))
+        timer.schedule(after: timeout)
+    }
+
+    private func answerWaiter(_ id: Int, idle: Bool) {
+        guard let index = idleWaiters.firstIndex(where: { $0.id == id }) else { return }
+        let waiter = idleWaiters.remove(at: index)
+        waiter.timer.cancel()
+        waiter.continuation.resume(returning: idle)
+    }
+
+    func stop() {
+        stopped = true
+        for (device, phone) in phones {
+            counters.dropped += phone.waiting.count
+            phone.dropped += phone.waiting.count
+            phone.waiting.removeAll()
+            if let child = phone.running {
+                child.stop()
+            } else {
+                finishQueue(of: device, phone)
+            }
+        }
+    }
+
+    func enqueue(_ event: OutputRecord) {
         guard !stopped else { return }
         let device = event.device
         let phone = phones[device] ?? Phone()
@@ -181,8 +249,23 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         }
         phones[device] = nil
         if phones.isEmpty {
-            for waiter in idleWaiters { waiter.signal() }
-            idleWaiters = []
+            for waiter in idleWaiters { answerWaiter(waiter.id, idle: true) }
+        }
+    }
+
+    /// What a running command's watch or timer reports; `pid` names the command.
+    fileprivate func handle(_ event: Child.Event, of pid: pid_t) {
+        guard let child = phones.values.lazy.compactMap(\.running).first(where: { $0.pid == pid }) else { return }
+        switch event {
+        case .inputWritable: child.writeInput()
+        case .errorsReadable: child.readErrors()
+        case .timeUp: child.timeUp()
+        case .exited, .poll:
+            switch child.reap() {
+            case .running: return
+            case .exited(let status): finished(child, status: status)
+            case .lost: finished(child, status: nil)
+            }
         }
     }
 
@@ -192,7 +275,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         let ran = ContinuousClock.now - child.started
         guard let status else {
             counters.failed += 1
-            logger.warning("exec: lost track of the command: \(String(cString: strerror(ECHILD))) (\(what))")
+            logger.warning("exec: lost track of the command: \(Errno(rawValue: ECHILD)) (\(what))")
             return next(after: child)
         }
         if child.stopped {
@@ -201,7 +284,7 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         } else if child.timedOut {
             counters.timedOut += 1
             counters.failed += 1
-            logger.warning("exec: the command ran longer than \(Self.seconds(child.timeout)); killed it (\(what))")
+            logger.warning("exec: the command ran longer than \(ExecSink.seconds(child.timeout)); killed it (\(what))")
         } else if ancsd_exited(status) != 0 && ancsd_exit_status(status) == 0 {
             counters.succeeded += 1
             logger.debug("exec: done in \(ran) (\(what))")
@@ -233,225 +316,269 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
 
     /// Starts the command for `event`; nil (logged) if it could not be started.
     private func spawn(_ event: OutputRecord, device: String) -> Child? {
-        let label = Self.label(event)
-        var input: [Int32] = [-1, -1], errors: [Int32] = [-1, -1]
-        guard Self.pipe(&input) else { return spawnFailed(label, errno) }
-        guard Self.pipe(&errors) else {
-            let error = errno
-            close(input[0]); close(input[1])
-            return spawnFailed(label, error)
-        }
+        let label = ExecSink.label(event)
+        let (command, timeout) = shared.settings.withLock { $0 }
+        let inputFDs: (read: Int32, write: Int32), errorFDs: (read: Int32, write: Int32)
+        do throws(Errno) { inputFDs = try ExecSink.pipe() } catch { return spawnFailed(label, error) }
+        let inputRead = FileDescriptor(adopting: inputFDs.read), inputWrite = FileDescriptor(adopting: inputFDs.write)
+        do throws(Errno) { errorFDs = try ExecSink.pipe() } catch { return spawnFailed(label, error) }
+        let errorsRead = FileDescriptor(adopting: errorFDs.read), errorsWrite = FileDescriptor(adopting: errorFDs.write)
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        defer { if null >= 0 { close(null) } }
         var pid: pid_t = 0
-        let environment = Self.environment(for: event)
+        let environment = ExecSink.environment(for: event)
         let error = withCStrings(environment) { envp in
-            command.withCString { ancsd_spawn_shell($0, envp, input[0], null >= 0 ? null : errors[1], errors[1], &pid) }
+            command.withCString { ancsd_spawn_shell($0, envp, inputFDs.read, null >= 0 ? null : errorFDs.write, errorFDs.write, &pid) }
         }
-        close(input[0])
-        if null >= 0 { close(null) }
-        guard error == 0 else {
-            close(input[1]); close(errors[0]); close(errors[1])
-            return spawnFailed(label, error)
-        }
+        // The child has its copies; the parent keeps the ends it writes to and reads from.
+        try? inputRead.close()
+        try? errorsWrite.close()
+        guard error == 0 else { return spawnFailed(label, Errno(rawValue: error)) }
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")
+        let runner = bound
         let child = Child(
-            pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: input[1], stderr: errors[0], stderrWriter: errors[1],
-            sink: self)
+            pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: inputWrite, stderr: errorsRead,
+            stderrLimit: stderrLimit, loop: loop, handler: { [pid] event in runner.value.handle(event, of: pid) })
         child.start()
         return child
     }
 
-    private func spawnFailed(_ label: String, _ error: Int32) -> Child? {
+    private func spawnFailed(_ label: String, _ error: Errno) -> Child? {
         counters.spawnFailures += 1
-        logger.warning("exec: cannot start /bin/sh: \(String(cString: strerror(error))) (event \(label))")
+        logger.warning("exec: cannot start /bin/sh: \(error) (event \(label))")
         return nil
     }
+}
 
-    /// A running command: its pipes, its exit and its time limit, all dispatch sources on the
-    /// sink's queue. Used only there.
-    private final class Child {
-        let pid: pid_t
-        let device: String
-        let label: String
-        /// The limit it runs under (a reload changes only the next commands').
-        let timeout: Duration
-        let started = ContinuousClock.now
-        private let input: [UInt8]
-        private var written = 0
-        private let stdinFD: Int32
-        private let stderrFD: Int32
-        /// The daemon keeps a writer of the command's standard-error pipe open until the end, so
-        /// the pipe never hangs up while its read source is registered: libdispatch on Linux
-        /// crashed (SIGSEGV in `_dispatch_event_loop_drain`) under hundreds of such hang-ups a
-        /// second (docs/soak.md, section 5). The end is the command's exit, not the pipe's EOF.
-        private let stderrWriter: Int32
-        private var stdinSource: (any DispatchSourceWrite)?
-        private var stdinOpen = true
-        private var stderrSource: (any DispatchSourceRead)?
-        private var exitSource: (any DispatchSourceRead)?
-        private var timer: (any DispatchSourceTimer)?
-        private var poller: (any DispatchSourceTimer)?
-        private(set) var stderrKept: [UInt8] = []
-        private(set) var stderrTotal = 0
-        private(set) var timedOut = false
-        private(set) var stopped = false
-        private var done = false
-        private let sink: ExecSink
+/// A running command: its pipes and its exit (watches), its time limit (a timer), all on the
+/// sink's loop. Used only there.
+///
+/// Its standard error is read until the command exits, not until the pipe's end of file: a
+/// background process it left behind may keep the pipe open. (The daemon no longer keeps a
+/// writer of that pipe open itself: that worked around libdispatch on Linux crashing under
+/// hundreds of pipe hang-ups a second, docs/soak.md section 5; epoll takes a hang-up as the
+/// read of an end of file.)
+private final class Child {
+    /// What the loop reports about a command.
+    enum Event {
+        case inputWritable, errorsReadable, exited, timeUp, poll
+    }
 
-        init(pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: Int32, stderr: Int32, stderrWriter: Int32,
-             sink: ExecSink) {
-            self.pid = pid
-            self.device = device
-            self.label = label
-            self.timeout = timeout
-            self.input = input
-            stdinFD = stdin
-            stderrFD = stderr
-            self.stderrWriter = stderrWriter
-            self.sink = sink
-            _ = fcntl(stdin, F_SETFL, fcntl(stdin, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(stderr, F_SETFL, fcntl(stderr, F_GETFL) | O_NONBLOCK)
+    let pid: pid_t
+    let device: String
+    let label: String
+    /// The limit it runs under (a reload changes only the next commands').
+    let timeout: Duration
+    let started = ContinuousClock.now
+    private let input: [UInt8]
+    private var written = 0
+    private let loop: EventLoop
+    private let handler: @Sendable (Event) -> Void
+    /// The pipe to its standard input until all is written (or it stops reading), and its number.
+    private var stdin: FileDescriptor?
+    private let stdinFD: Int32
+    /// The pipe from its standard error until it exits, and its number.
+    private var stderr: FileDescriptor?
+    private let stderrFD: Int32
+    /// Its pidfd, while watched.
+    private var pidfd: FileDescriptor?
+    private var stdinWatch: Watch?
+    private var stderrWatch: Watch?
+    private var exitWatch: Watch?
+    private var timer: LoopTimer?
+    private var poller: LoopTimer?
+    private let stderrLimit: Int
+    private(set) var stderrKept: [UInt8] = []
+    private(set) var stderrTotal = 0
+    private(set) var timedOut = false
+    private(set) var stopped = false
+    private var done = false
+
+    init(
+        pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: consuming FileDescriptor,
+        stderr: consuming FileDescriptor, stderrLimit: Int, loop: EventLoop, handler: @escaping @Sendable (Event) -> Void
+    ) {
+        self.pid = pid
+        self.device = device
+        self.label = label
+        self.timeout = timeout
+        self.input = input
+        self.stderrLimit = stderrLimit
+        self.loop = loop
+        self.handler = handler
+        let (inputFD, errorsFD) = (stdin.rawValue, stderr.rawValue)
+        _ = fcntl(inputFD, F_SETFL, fcntl(inputFD, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(errorsFD, F_SETFL, fcntl(errorsFD, F_GETFL) | O_NONBLOCK)
+        stdinFD = inputFD
+        stderrFD = errorsFD
+        self.stdin = consume stdin
+        self.stderr = consume stderr
+    }
+
+    deinit {
+        // Watches go before their descriptors close (the stored properties, after this).
+        for watch in [stdinWatch, stderrWatch, exitWatch] { watch?.cancel() }
+    }
+
+    func start() {
+        let handler = self.handler
+        do {
+            stderrWatch = try loop.watch(fd: stderrFD, interest: .readable) { _ in handler(.errorsReadable) }
+        } catch {
+            stderr = nil  // cannot be read: the command's writes to it fail rather than block
         }
-
-        func start() {
-            let queue = sink.queue
-            let errors = DispatchSource.makeReadSource(fileDescriptor: stderrFD, queue: queue)
-            let fd = stderrFD, writer = stderrWriter
-            errors.setEventHandler { self.readErrors() }
-            errors.setCancelHandler {
-                close(fd)
-                close(writer)
-            }
-            stderrSource = errors
-            errors.resume()
-
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.setEventHandler { self.timeUp() }
-            timer.schedule(deadline: .now() + ExecSink.interval(timeout), repeating: .never, leeway: .milliseconds(10))
-            self.timer = timer
-            timer.resume()
-
-            let pidfd = ancsd_pidfd_open(pid)
-            if pidfd >= 0 {
-                // Exited: the source is cancelled first and the command reaped once it is gone
-                // (a reaped task's pidfd hangs up, which must not reach a registered source).
-                let exit = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
-                exit.setEventHandler { self.exitSource?.cancel() }
-                exit.setCancelHandler {
-                    close(pidfd)
-                    if !self.reap() { self.startPoller() }  // not reaped after all (EINTR): look again
-                }
-                exitSource = exit
-                exit.resume()
+        let timer = loop.makeTimer { handler(.timeUp) }
+        timer.schedule(after: timeout)
+        self.timer = timer
+        let pidfd = ancsd_pidfd_open(pid)
+        if pidfd >= 0 {
+            let owned = FileDescriptor(adopting: pidfd)
+            if let watch = try? loop.watch(fd: pidfd, interest: .readable, handler: { _ in handler(.exited) }) {
+                exitWatch = watch
+                self.pidfd = consume owned
             } else {
-                // No pidfd (a kernel before 5.3, or a seccomp filter): look every 50 ms while it runs.
                 startPoller()
             }
-            writeInput()
+        } else {
+            // No pidfd (a kernel before 5.3, or a seccomp filter): look every 50 ms while it runs.
+            startPoller()
         }
+        writeInput()
+    }
 
-        private func startPoller() {
-            guard poller == nil, !done else { return }
-            let poller = DispatchSource.makeTimerSource(queue: sink.queue)
-            poller.setEventHandler { _ = self.reap() }
-            poller.schedule(deadline: .now() + .milliseconds(50), repeating: .milliseconds(50), leeway: .milliseconds(10))
-            self.poller = poller
-            poller.resume()
-        }
+    private func startPoller() {
+        guard poller == nil, !done else { return }
+        let handler = self.handler
+        let poller = loop.makeTimer { handler(.poll) }
+        poller.schedule(after: .milliseconds(50), repeating: .milliseconds(50))
+        self.poller = poller
+    }
 
-        /// Writes what the pipe takes; closes it when all is written or the command stopped reading.
-        private func writeInput() {
-            guard stdinOpen else { return }
-            while written < input.count {
-                let count = input.withUnsafeBytes { bytes in
-                    write(stdinFD, UnsafeRawBufferPointer(rebasing: bytes[written...]).baseAddress, input.count - written)
-                }
-                if count > 0 {
-                    written += count
-                } else if count < 0 && errno == EINTR {
-                    continue
-                } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    if stdinSource == nil {
-                        let source = DispatchSource.makeWriteSource(fileDescriptor: stdinFD, queue: sink.queue)
-                        source.setEventHandler { self.writeInput() }
-                        let fd = stdinFD
-                        source.setCancelHandler { close(fd) }
-                        stdinSource = source
-                        source.resume()
-                    }
-                    return
-                } else {
-                    break  // EPIPE: the command does not read its input; that is its choice
+    /// Writes what the pipe takes; closes it when all is written or the command stopped reading.
+    func writeInput() {
+        guard stdin != nil else { return }
+        while written < input.count {
+            let result = input.withUnsafeBytes { bytes in
+                systemCall { () throws(Errno) in
+                    try Errno.retrying { write(stdinFD, bytes.baseAddress.map { $0 + written }, bytes.count - written) }
                 }
             }
-            closeInput()
-        }
-
-        private func closeInput() {
-            guard stdinOpen else { return }
-            stdinOpen = false
-            if let source = stdinSource {
-                source.cancel()  // its cancel handler closes the descriptor
-                stdinSource = nil
-            } else {
-                close(stdinFD)
-            }
-        }
-
-        private func readErrors() {
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            while let source = stderrSource {
-                let count = buffer.withUnsafeMutableBytes { read(stderrFD, $0.baseAddress, $0.count) }
-                if count > 0 {
-                    stderrTotal += count
-                    let room = sink.stderrLimit - stderrKept.count
-                    if room > 0 { stderrKept += buffer.prefix(min(room, count)) }
-                    continue
+            switch result {
+            case .success(let count) where count > 0:
+                written += count
+                continue
+            case .failure(.wouldBlock):
+                if stdinWatch == nil {
+                    let handler = self.handler
+                    stdinWatch = try? loop.watch(fd: stdinFD, interest: .writable) { _ in handler(.inputWritable) }
                 }
-                if count < 0 && errno == EINTR { continue }
-                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-                source.cancel()  // end of file (every writer closed it) or an error
-                stderrSource = nil
+                if stdinWatch != nil { return }  // else it cannot wait for room: the input is given up
+            case .success, .failure:
+                break  // EPIPE: the command does not read its input; that is its choice
             }
+            break
         }
+        closeInput()
+    }
 
-        /// Kills the command and its process group now.
-        func stop() {
-            guard !done else { return }
-            stopped = true
-            kill(-pid, SIGKILL)
-        }
+    private func closeInput() {
+        stdinWatch?.cancel()  // before the descriptor closes
+        stdinWatch = nil
+        stdin = nil
+    }
 
-        private func timeUp() {
-            guard !done else { return }
-            timedOut = true
-            kill(-pid, SIGKILL)  // the whole process group: the shell and what it started
-        }
-
-        /// Reaps the command if it has exited (false: still running) and finishes it.
-        @discardableResult
-        private func reap() -> Bool {
-            guard !done else { return true }
-            var status: Int32 = 0
-            let result = waitpid(pid, &status, WNOHANG)
-            if result == 0 || (result < 0 && errno == EINTR) { return false }  // still running
-            done = true
-            exitSource?.cancel()
-            exitSource = nil
-            poller?.cancel()
-            poller = nil
-            timer?.cancel()
-            timer = nil
-            closeInput()
-            readErrors()  // what it wrote before exiting; a leftover background process keeps the pipe, not us
-            stderrSource?.cancel()
-            stderrSource = nil
-            sink.finished(self, status: result < 0 ? nil : status)
-            return true
+    /// Reads what the pipe holds; at its end (every writer closed it) or an error, stops watching it.
+    func readErrors() {
+        guard stderr != nil else { return }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let result = buffer.withUnsafeMutableBytes { bytes in
+                systemCall { () throws(Errno) in try Errno.retrying { read(stderrFD, bytes.baseAddress, bytes.count) } }
+            }
+            switch result {
+            case .success(let count) where count > 0:
+                stderrTotal += count
+                let room = stderrLimit - stderrKept.count
+                if room > 0 { stderrKept += buffer.prefix(min(room, count)) }
+                continue
+            case .failure(.wouldBlock):
+                return
+            case .success, .failure:
+                closeErrors()
+                return
+            }
         }
     }
 
+    private func closeErrors() {
+        stderrWatch?.cancel()
+        stderrWatch = nil
+        stderr = nil
+    }
+
+    /// Kills the command and its process group now.
+    func stop() {
+        guard !done else { return }
+        stopped = true
+        kill(-pid, SIGKILL)
+    }
+
+    func timeUp() {
+        guard !done else { return }
+        timedOut = true
+        kill(-pid, SIGKILL)  // the whole process group: the shell and what it started
+    }
+
+    /// What `reap` found.
+    enum Reaped {
+        case running
+        /// Its wait status.
+        case exited(Int32)
+        /// Someone else reaped it (ECHILD).
+        case lost
+    }
+
+    /// Reaps the command if it has exited, and then ends its watches and timers.
+    func reap() -> Reaped {
+        guard !done else { return .running }
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, WNOHANG)
+        if result == 0 || (result < 0 && errno == EINTR) {  // still running (or look again)
+            if exitWatch != nil {
+                // The pidfd said it exited: it is no longer watched, and polled instead.
+                exitWatch?.cancel()
+                exitWatch = nil
+                pidfd = nil
+                startPoller()
+            }
+            return .running
+        }
+        done = true
+        exitWatch?.cancel()
+        exitWatch = nil
+        pidfd = nil
+        poller?.cancel()
+        poller = nil
+        timer?.cancel()
+        timer = nil
+        closeInput()
+        readErrors()  // what it wrote before exiting; a leftover background process keeps the pipe, not us
+        closeErrors()
+        return result < 0 ? .lost : .exited(status)
+    }
+}
+
+/// A system call's result, or its errno.
+private func systemCall<Result>(_ call: () throws(Errno) -> Result) -> Swift.Result<Result, Errno> {
+    do throws(Errno) {
+        return .success(try call())
+    } catch {
+        return .failure(error)
+    }
+}
+
+extension ExecSink {
     // MARK: Helpers
 
     /// Variables of the daemon's environment a command does not get: systemd's messages to
@@ -494,14 +621,11 @@ public final class ExecSink: OutputSink, @unchecked Sendable {  // mutable state
         }
     }
 
-    /// A close-on-exec pipe, made atomically (pipe2 does not import).
-    private static func pipe(_ fds: inout [Int32]) -> Bool {
-        fds.withUnsafeMutableBufferPointer { ancsd_pipe_cloexec($0.baseAddress) } == 0
-    }
-
-    static func interval(_ duration: Duration) -> DispatchTimeInterval {
-        let (seconds, attoseconds) = duration.components
-        return .nanoseconds(Int(clamping: seconds.multipliedReportingOverflow(by: 1_000_000_000).partialValue + attoseconds / 1_000_000_000))
+    /// A close-on-exec pipe, made atomically (pipe2 does not import): its read and write ends.
+    fileprivate static func pipe() throws(Errno) -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        _ = try Errno.retrying { fds.withUnsafeMutableBufferPointer { ancsd_pipe_cloexec($0.baseAddress) } }
+        return (fds[0], fds[1])
     }
 
     static func seconds(_ duration: Duration) -> String {

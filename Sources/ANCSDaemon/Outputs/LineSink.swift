@@ -3,64 +3,71 @@ public import Glibc
 #endif
 public import ANCSRuntime
 import ANCSSession
+public import EventLoop
 public import JSON
 import CLinux
-public import Dispatch
+public import SystemCalls
 import Synchronization
 
 /// The output sink for standard output and the FIFO: each event as one line in `format`,
-/// written to a file descriptor without ever blocking the caller.
+/// written to a file descriptor without ever blocking the daemon's event loop.
 ///
-/// When nothing is queued, `send` writes the line at once on the caller's thread with a write
-/// that never waits (`pwritev2` with `RWF_NOWAIT`): a reader keeping up costs no thread switch.
-/// Queue and bound: what that write cannot take (a full pipe, a descriptor without non-waiting
-/// writes) waits in a queue of at most `maxPendingBytes` (1 MiB), and a private dispatch queue
-/// writes it with blocking writes, everything queued in one write, so a slow or absent reader
-/// stalls only that queue. When full: the oldest whole lines are dropped and counted; the count
-/// is logged once the writer catches up. Nothing runs while there is nothing to write. A reader
-/// that goes away (EPIPE) ends the sink with one log line.
+/// When nothing is queued, `send` writes the line at once with a write that never waits
+/// (`pwritev2` with `RWF_NOWAIT`): a reader keeping up costs no wakeup. Queue and bound: what
+/// that write cannot take (a full pipe) waits in a queue of at most `maxPendingBytes` (1 MiB),
+/// written by the loop whenever the descriptor has room (a writable watch), up to 64 KiB in one
+/// write, so a slow or absent reader stalls only this sink. When full: the oldest whole lines
+/// are dropped and counted; the count is logged once the writer catches up. Nothing runs while
+/// there is nothing to write. A reader that goes away (EPIPE) ends the sink with one log line.
+///
+/// A descriptor without non-waiting writes (a terminal): a private non-blocking description of
+/// it is opened (`/proc/self/fd/N`) and written instead, never the shared one's flags changed.
+/// A regular file is written with ordinary writes (they wait for the disk, never for a reader).
 public final class LineSink: OutputSink {
-    private struct State {
-        /// The rest of a line a non-waiting write took only part of: written before `pending`.
-        var partial: [UInt8] = []
-        var pending = FIFO<[UInt8]>()
-        var pendingBytes = 0
-        var writing = false
-        var dropped = 0
-        var droppedTotal = 0
-        var broken = false
-        var written = 0
-        var format = OutputFormat.json
-    }
-
     /// A name for log lines, like "standard output" or the FIFO's path.
     public let name: String
     public let maxPendingBytes: Int
+    /// The loop that writes the queue; `send` may be called from any thread.
+    public let loop: EventLoop
     /// How events are written; a reload may change it (standard output's sink lives on).
     public var format: OutputFormat {
-        get { state.withLock { $0.format } }
-        set { state.withLock { $0.format = newValue } }
+        get { formatSetting.withLock { $0 } }
+        set { formatSetting.withLock { $0 = newValue } }
     }
-    private let fd: Int32
-    private let ownsDescriptor: Bool
+    private let formatSetting: Mutex<OutputFormat>
     private let logger: Logger
-    private let queue: DispatchQueue
-    private let state = Mutex(State())
+    private let written = Atomic(0)
+    private let droppedTotal = Atomic(0)
+    private let writer: LoopBound<LineWriter>
 
-    public init(
-        fd: Int32, name: String, ownsDescriptor: Bool, format: OutputFormat = .json, maxPendingBytes: Int = 1 << 20, logger: Logger
+    /// Writes to `fd`, which the sink closes when it goes if `ownsDescriptor`.
+    public convenience init(
+        fd: Int32, name: String, ownsDescriptor: Bool, format: OutputFormat = .json, maxPendingBytes: Int = 1 << 20, logger: Logger,
+        loop: EventLoop
     ) {
-        self.fd = fd
+        self.init(
+            writer: LineWriter(fd: fd, owned: ownsDescriptor ? FileDescriptor(adopting: fd) : nil), name: name, format: format,
+            maxPendingBytes: maxPendingBytes, logger: logger, loop: loop)
+    }
+
+    /// Writes to `descriptor` (the FIFO), and closes it when the sink goes.
+    public convenience init(
+        owning descriptor: consuming FileDescriptor, name: String, format: OutputFormat = .json, maxPendingBytes: Int = 1 << 20,
+        logger: Logger, loop: EventLoop
+    ) {
+        let fd = descriptor.rawValue
+        self.init(
+            writer: LineWriter(fd: fd, owned: descriptor), name: name, format: format, maxPendingBytes: maxPendingBytes, logger: logger,
+            loop: loop)
+    }
+
+    private init(writer: LineWriter, name: String, format: OutputFormat, maxPendingBytes: Int, logger: Logger, loop: EventLoop) {
         self.name = name
-        self.ownsDescriptor = ownsDescriptor
         self.maxPendingBytes = maxPendingBytes
         self.logger = logger
-        queue = DispatchQueue(label: "ancsd.sink")
-        state.withLock { $0.format = format }
-    }
-
-    deinit {
-        if ownsDescriptor { close(fd) }
+        self.loop = loop
+        formatSetting = Mutex(format)
+        self.writer = LoopBound(writer, loop: loop)
     }
 
     /// Writes one event as a line in `format`, now if that needs no waiting, or queues it.
@@ -73,123 +80,252 @@ public final class LineSink: OutputSink {
         send(lineBytes: newlineTerminated(line))
     }
 
-    /// Writes one line given as bytes that end with its newline.
+    /// Writes one line given as bytes that end with its newline: on the loop at once when
+    /// called there (the daemon's events are), else holding it (`EventLoop.perform`).
     private func send(lineBytes bytes: [UInt8]) {
-        var failure: Int32?
-        let startWriter = state.withLock { state -> Bool in
-            guard !state.broken else { return false }
-            if !state.writing {  // nothing queued: the line goes first
-                switch writeWithoutWaiting(bytes) {
-                case .all:
-                    state.written += 1
-                    return false
-                case .part(let count):
-                    state.partial = Array(bytes[count...])
-                    state.writing = true
-                    return true
-                case .none:
-                    break
-                case .failed(let error):
-                    failure = error
-                    state.broken = true
-                    return false
-                }
-            }
-            state.pending.push(bytes)
-            state.pendingBytes += bytes.count
-            while state.pendingBytes > maxPendingBytes, let oldest = state.pending.pop() {
-                state.pendingBytes -= oldest.count
-                state.dropped += 1
-                state.droppedTotal += 1
-            }
-            guard !state.writing else { return false }
-            state.writing = true
-            return true
-        }
-        if let failure { logger.warning("stopped writing to \(name): \(String(cString: strerror(failure)))") }
-        if startWriter { queue.async { self.drain() } }
-    }
-
-    private enum Attempt {
-        case all
-        case part(Int)
-        case none
-        case failed(Int32)
-    }
-
-    /// One write that never waits; `.none` when it took nothing for want of room or support.
-    private func writeWithoutWaiting(_ bytes: [UInt8]) -> Attempt {
-        while true {
-            let count = bytes.withUnsafeBytes { ancsd_write_nowait(fd, $0.baseAddress, $0.count) }
-            if count == bytes.count { return .all }
-            if count > 0 { return .part(count) }
-            if count == 0 { return .none }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK, EOPNOTSUPP, EINVAL, ENOSYS, ESPIPE: return .none
-            case let error: return .failed(error)
-            }
+        if loop.isCurrent {
+            take(bytes)
+        } else {
+            loop.perform { self.take(bytes) }
         }
     }
 
     /// Lines dropped so far because the reader was too slow or absent.
-    public var droppedCount: Int { state.withLock { $0.droppedTotal } }
+    public var droppedCount: Int { droppedTotal.load(ordering: .relaxed) }
 
     /// Lines written so far.
-    public var writtenCount: Int { state.withLock { $0.written } }
+    public var writtenCount: Int { written.load(ordering: .relaxed) }
 
     public func report() async -> JSONObject {
-        let (written, dropped) = state.withLock { ($0.written, $0.droppedTotal) }
-        return ["written": .int(written), "dropped": .int(dropped)]
+        ["written": .int(writtenCount), "dropped": .int(droppedCount)]
     }
 
-    /// Waits until every queued line is written or `timeout` passes; true if all were written.
-    public func flush(timeout: DispatchTimeInterval) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        queue.async { done.signal() }
-        guard done.wait(timeout: .now() + timeout) == .success else { return false }
-        return state.withLock { $0.pending.isEmpty && $0.partial.isEmpty }
+    /// Returns once every queued line is written or `timeout` passes; true if all were written.
+    public func flush(timeout: Duration) async -> Bool {
+        await withCheckedContinuation { continuation in
+            loop.perform { self.waitUntilWritten(timeout: timeout, continuation) }
+        }
     }
 
-    /// Writes what is queued, everything queued at a time in one blocking write.
-    private func drain() {
-        while true {
-            let next = state.withLock { state -> (bytes: [UInt8], lines: Int)? in
-                var bytes = state.partial
-                var lines = bytes.isEmpty ? 0 : 1
-                state.partial = []
-                while bytes.count < 1 << 16, let line = state.pending.pop() {
-                    state.pendingBytes -= line.count
-                    bytes += line
-                    lines += 1
-                }
-                guard !bytes.isEmpty else {
-                    state.writing = false
-                    return nil
-                }
-                return (bytes, lines)
-            }
-            guard let (bytes, lines) = next else { break }
-            if writeAll(fd, bytes) {
-                state.withLock { $0.written += lines }
-            } else {
-                let reason = String(cString: strerror(errno))
-                state.withLock { state in
-                    state.broken = true
-                    state.partial = []
-                    state.pending = FIFO()
-                    state.pendingBytes = 0
-                    state.writing = false
-                }
-                logger.warning("stopped writing to \(name): \(reason)")
+    // MARK: On the loop
+
+    /// The line goes first if nothing is queued; else (or if it did not fit) it is queued.
+    private func take(_ bytes: [UInt8]) {
+        let writer = self.writer.value
+        guard !writer.broken else { return }
+        if writer.isIdle {
+            switch writer.attempt(bytes) {
+            case .all:
+                written.add(1, ordering: .relaxed)
                 return
+            case .part(let count):
+                writer.current = Array(bytes[count...])
+                writer.currentLines = 1
+                return waitForRoom(writer)
+            case .full:
+                break
+            case .failed(let error):
+                return fail(writer, error)
             }
         }
-        let dropped = state.withLock { state -> Int in
-            defer { state.dropped = 0 }
-            return state.dropped
+        writer.pending.push(bytes)
+        writer.pendingBytes += bytes.count
+        while writer.pendingBytes > maxPendingBytes, let oldest = writer.pending.pop() {
+            writer.pendingBytes -= oldest.count
+            writer.dropped += 1
+            droppedTotal.add(1, ordering: .relaxed)
         }
-        if dropped > 0 { logger.warning("dropped \(dropped) events for \(name): its reader was too slow or absent") }
+        if !writer.waiting { waitForRoom(writer) }
+    }
+
+    /// Has `drain` called when the descriptor has room: a writable watch, or (a descriptor
+    /// epoll cannot watch, a regular file) ordinary writes from the loop's next turn.
+    private func waitForRoom(_ writer: LineWriter) {
+        writer.waiting = true
+        if let watch = writer.watch { return watch.update(.writable) }
+        do {
+            writer.watch = try loop.watch(fd: writer.writeFD, interest: .writable) { [weak self] _ in self?.drain() }
+        } catch {
+            writer.route = .blocking
+            loop.execute { [weak self] in self?.drain() }
+        }
+    }
+
+    /// Writes what is queued, up to 64 KiB at a time, until it is all written or the
+    /// descriptor is full again.
+    private func drain() {
+        let writer = self.writer.value
+        guard writer.waiting else { return }
+        while true {
+            if writer.current.isEmpty {
+                while writer.current.count < 1 << 16, let line = writer.pending.pop() {
+                    writer.pendingBytes -= line.count
+                    writer.current += line
+                    writer.currentLines += 1
+                }
+            }
+            if writer.current.isEmpty { return caughtUp(writer) }
+            switch writer.attempt(writer.current) {
+            case .all:
+                written.add(writer.currentLines, ordering: .relaxed)
+                writer.current.removeAll(keepingCapacity: true)
+                writer.currentLines = 0
+            case .part(let count):
+                writer.current.removeFirst(count)
+                return
+            case .full:
+                return
+            case .failed(let error):
+                return fail(writer, error)
+            }
+        }
+    }
+
+    /// Everything is written: the watch rests, the drops are told, the flushes answered.
+    private func caughtUp(_ writer: LineWriter) {
+        writer.waiting = false
+        writer.watch?.update([])
+        if writer.dropped > 0 {
+            logger.warning("dropped \(writer.dropped) events for \(name): its reader was too slow or absent")
+            writer.dropped = 0
+        }
+        writer.answerFlushes(true)
+    }
+
+    private func fail(_ writer: LineWriter, _ error: Errno) {
+        writer.broken = true
+        writer.waiting = false
+        writer.watch?.cancel()
+        writer.watch = nil
+        writer.current = []
+        writer.pending = FIFO()
+        writer.pendingBytes = 0
+        logger.warning("stopped writing to \(name): \(error)")
+        writer.answerFlushes(false)
+    }
+
+    private func waitUntilWritten(timeout: Duration, _ continuation: CheckedContinuation<Bool, Never>) {
+        let writer = self.writer.value
+        guard writer.waiting else { return continuation.resume(returning: !writer.broken) }
+        let id = writer.nextFlush
+        writer.nextFlush += 1
+        let timer = loop.makeTimer { [weak self] in self?.writer.value.answerFlush(id, false) }
+        writer.flushes.append((id, continuation, timer))
+        timer.schedule(after: timeout)
+    }
+}
+
+/// `LineSink`'s descriptor and queue, touched on its loop only (a `LoopBound`).
+private final class LineWriter {
+    /// How a line reaches the descriptor without waiting, found out by the first write.
+    enum Route {
+        /// `pwritev2(RWF_NOWAIT)` on the descriptor itself (pipes, FIFOs, sockets, /dev/null).
+        case noWait
+        /// `write` on `nonBlocking`, a description of its own (a terminal).
+        case nonBlocking
+        /// Ordinary writes (a regular file; a descriptor that cannot be reopened).
+        case blocking
+    }
+
+    enum Attempt {
+        case all
+        case part(Int)
+        /// Nothing taken for want of room.
+        case full
+        case failed(Errno)
+    }
+
+    let fd: Int32
+    /// `fd` when the sink owns it.
+    private let owned: FileDescriptor?
+    /// A non-blocking description of `fd`'s file, for `.nonBlocking`; `writeFD` is its number.
+    private var nonBlocking: FileDescriptor?
+    /// The descriptor the queue is written to (and watched).
+    private(set) var writeFD: Int32
+    var route = Route.noWait
+    /// The front of the queue being written: a line a write took only part of, or a batch.
+    var current: [UInt8] = []
+    var currentLines = 0
+    var pending = FIFO<[UInt8]>()
+    var pendingBytes = 0
+    /// Lines dropped since the writer last caught up.
+    var dropped = 0
+    var broken = false
+    /// Something is queued and `drain` will run when the descriptor has room.
+    var waiting = false
+    var watch: Watch?
+    var flushes: [(id: Int, continuation: CheckedContinuation<Bool, Never>, timer: LoopTimer)] = []
+    var nextFlush = 0
+
+    init(fd: Int32, owned: consuming FileDescriptor?) {
+        self.fd = fd
+        self.owned = owned
+        writeFD = fd
+    }
+
+    deinit {
+        watch?.cancel()  // before the descriptors close
+    }
+
+    var isIdle: Bool { !waiting && current.isEmpty }
+
+    /// One write that never waits (except to a regular file).
+    func attempt(_ bytes: [UInt8]) -> Attempt {
+        let result = bytes.withUnsafeBytes(writeOnce)
+        switch result {
+        case .success(let count) where count == bytes.count: return .all
+        case .success(let count) where count > 0: return .part(count)
+        case .success: return .full
+        case .failure(let error) where error == .wouldBlock: return .full
+        case .failure(let error) where route == .noWait && [EOPNOTSUPP, EINVAL, ENOSYS, ESPIPE].contains(error.rawValue):
+            route = fallbackRoute()
+            return attempt(bytes)
+        case .failure(let error): return .failed(error)
+        }
+    }
+
+    private func writeOnce(_ buffer: UnsafeRawBufferPointer) -> Result<Int, Errno> {
+        do throws(Errno) {
+            return .success(
+                try Errno.retrying { () -> Int in
+                    switch route {
+                    case .noWait: ancsd_write_nowait(fd, buffer.baseAddress, buffer.count)
+                    case .nonBlocking: write(writeFD, buffer.baseAddress, buffer.count)
+                    case .blocking: write(fd, buffer.baseAddress, buffer.count)
+                    }
+                })
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// For a descriptor without non-waiting writes: a non-blocking description of its own if it
+    /// is a pipe or a terminal (`/proc/self/fd/N`, so the flags of the one shared with other
+    /// processes stay as they are), else ordinary writes.
+    private func fallbackRoute() -> Route {
+        var info = stat()
+        guard fstat(fd, &info) == 0, [S_IFIFO, S_IFCHR].contains(info.st_mode & S_IFMT) else { return .blocking }
+        do throws(Errno) {
+            let reopened = try FileDescriptor.open("/proc/self/fd/\(fd)", O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+            writeFD = reopened.rawValue
+            nonBlocking = consume reopened
+            return .nonBlocking
+        } catch {
+            return .blocking
+        }
+    }
+
+    func answerFlushes(_ result: Bool) {
+        for flush in flushes {
+            flush.timer.cancel()
+            flush.continuation.resume(returning: result)
+        }
+        flushes = []
+    }
+
+    func answerFlush(_ id: Int, _ result: Bool) {
+        guard let index = flushes.firstIndex(where: { $0.id == id }) else { return }
+        flushes.remove(at: index).continuation.resume(returning: result)
     }
 }
 
@@ -206,9 +342,10 @@ public struct FIFOError: Error, CustomStringConvertible {
 ///
 /// Notification content goes only where the user said: a FIFO that is there already must be
 /// the daemon's user's and give nobody more than `mode` does; a symbolic link is never
-/// followed, and what is opened is checked to be that FIFO.
-public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> Int32 {
-    func failure(_ what: String) -> FIFOError { FIFOError(description: "\(what): \(String(cString: strerror(errno)))") }
+/// followed, and what is opened is checked to be that FIFO. The descriptor is the caller's
+/// (`LineSink(owning:)`).
+public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> FileDescriptor {
+    func failure(_ what: String, _ error: Errno = .current) -> FIFOError { FIFOError(description: "\(what): \(error)") }
     var info = stat()
     if lstat(path, &info) != 0 {
         guard errno == ENOENT else { throw failure("cannot use \(path)") }
@@ -218,12 +355,16 @@ public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> Int3
     } else if (info.st_mode & S_IFMT) != S_IFIFO {
         throw FIFOError(description: "\(path) exists and is not a FIFO")
     }
-    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)  // read-write: never waits for a reader
-    guard fd >= 0 else { throw failure("cannot open the FIFO \(path)") }
-    guard fstat(fd, &info) == 0 else {
-        let error = failure("cannot check the FIFO \(path)")
-        close(fd)
-        throw error
+    let fifo: FileDescriptor
+    do throws(Errno) {
+        fifo = try FileDescriptor.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)  // read-write: never waits for a reader
+    } catch {
+        throw failure("cannot open the FIFO \(path)", error)
+    }
+    do throws(Errno) {
+        info = try fifo.status()
+    } catch {
+        throw failure("cannot check the FIFO \(path)", error)
     }
     let problem: String? =
         if (info.st_mode & S_IFMT) != S_IFIFO {
@@ -235,11 +376,8 @@ public func openOutputFIFO(path: String, mode: mode_t) throws(FIFOError) -> Int3
         } else {
             nil
         }
-    if let problem {
-        close(fd)
-        throw FIFOError(description: problem)
-    }
+    if let problem { throw FIFOError(description: problem) }  // `fifo` closes as it goes
     let setPipeSize: Int32 = 1031  // F_SETPIPE_SZ (F_LINUX_SPECIFIC_BASE + 7), not imported from glibc
-    _ = fcntl(fd, setPipeSize, Int32(1 << 20))
-    return fd
+    _ = fcntl(fifo.rawValue, setPipeSize, Int32(1 << 20))
+    return fifo
 }

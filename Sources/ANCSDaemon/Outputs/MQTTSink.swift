@@ -1,6 +1,5 @@
 import ANCS
 public import ANCSRuntime
-public import Dispatch
 public import JSON
 public import MQTT
 import Synchronization
@@ -42,9 +41,9 @@ public protocol NotificationCounts: Sendable {
 /// queue holds at most `queueLimit` messages (default 1000) waiting for the broker, in order,
 /// through a broker that is down at the start or restarts; past the bound the oldest events are
 /// dropped (counted and logged), while retained state replaces its own older value. The client
-/// runs on the sink's own serial queue (no thread, no loop thread: a read source, a write
-/// source only while there is something to write, and one keep-alive timer), so no other
-/// output ever waits for MQTT, and `flush` at shutdown may block the daemon's executor.
+/// runs on the daemon's event loop (no thread of its own: a watch of its socket, writable only
+/// while there is something to write, and one keep-alive timer); nothing on the loop waits
+/// for the broker, so no other output ever waits for MQTT.
 public final class MQTTSink: OutputSink {
     public let name: String
     public let settings: MQTTSettings
@@ -52,7 +51,6 @@ public final class MQTTSink: OutputSink {
     private let discovery: HomeAssistantDiscovery?
     private let client: MQTTClient
     private let logger: Logger
-    private let queue: DispatchQueue
 
     private struct Phone {
         var name: String?
@@ -67,8 +65,9 @@ public final class MQTTSink: OutputSink {
     }
     private let state = Mutex(State())
 
-    /// `password`: the content of the password file, read by the caller.
-    public init(settings: MQTTSettings, password: String?, version: String, logger: Logger, clientID: String) {
+    /// `password`: the content of the password file, read by the caller; `executor`: the loop
+    /// the client runs on.
+    public init(settings: MQTTSettings, password: String?, version: String, logger: Logger, clientID: String, executor: DaemonExecutor) {
         self.settings = settings
         self.logger = logger
         name = "MQTT \(settings.endpoint)"
@@ -81,15 +80,21 @@ public final class MQTTSink: OutputSink {
         configuration.queueLimit = settings.queueLimit
         configuration.will = MQTTMessage(topic: topics.status, text: "offline", retain: true)
         configuration.farewell = MQTTMessage(topic: topics.status, text: "offline", retain: true)
-        queue = DispatchQueue(label: "ancsd.mqtt")
         let relay = EventRelay()
-        client = MQTTClient(configuration: configuration, queue: queue) { relay.sink?.clientEvent($0) }
+        client = MQTTClient(configuration: configuration, loop: executor) { relay.sink?.clientEvent($0) }
         relay.sink = self
     }
 
     /// Breaks the init-time cycle: the client's handler reaches the sink once it exists.
-    private final class EventRelay: @unchecked Sendable {
-        weak var sink: MQTTSink?
+    private final class EventRelay: Sendable {
+        private struct Reference {
+            weak var sink: MQTTSink?
+        }
+        private let reference = Mutex(Reference())
+        var sink: MQTTSink? {
+            get { reference.withLock { $0.sink } }
+            set { reference.withLock { $0.sink = newValue } }
+        }
     }
 
     public func start(_ context: OutputContext) {
@@ -153,15 +158,10 @@ public final class MQTTSink: OutputSink {
         }
     }
 
-    public func flush(timeout: DispatchTimeInterval) -> Bool {
-        let done = DispatchSemaphore(value: 0)
-        let delivered = Mutex(false)
-        client.finish(timeout: timeout) { all in
-            delivered.withLock { $0 = all }
-            done.signal()
+    public func flush(timeout: Duration) async -> Bool {
+        let all = await withCheckedContinuation { continuation in
+            client.finish(timeout: timeout) { continuation.resume(returning: $0) }
         }
-        _ = done.wait(timeout: .now() + timeout + .seconds(1))
-        let all = delivered.withLock { $0 }
         if !all { logger.warning("MQTT: some events were not delivered before stopping (the broker is unreachable)") }
         return all
     }
@@ -207,7 +207,7 @@ public final class MQTTSink: OutputSink {
 
     /// Publishes the phone's notification count now and after each of `delays` (the replays a
     /// phone sends on connecting may be held back by `--replays` and reach no output).
-    private func refreshCount(address: String, device: String, after delays: [DispatchTimeInterval]) {
+    private func refreshCount(address: String, device: String, after delays: [Duration]) {
         guard let context = state.withLock({ $0.context }), let counts = context.actions as? any NotificationCounts else { return }
         let client = self.client, topic = topics.count(device)
         let publish: @Sendable () -> Void = {
@@ -217,7 +217,7 @@ public final class MQTTSink: OutputSink {
             }
         }
         publish()
-        for delay in delays { queue.asyncAfter(deadline: .now() + delay, execute: publish) }
+        for delay in delays { context.executor.after(delay, publish) }
     }
 
     private func clientEvent(_ event: MQTTClientEvent) {

@@ -1,5 +1,4 @@
 public import JSON
-public import Dispatch
 import Synchronization
 
 /// Hands each event to every output sink (`OutputSink`), never waiting for any of them.
@@ -89,8 +88,12 @@ public final class OutputRouter: Sendable {
         return reports
     }
 
-    /// Waits up to `timeout` for every configured sink to deliver what it holds; true if all did.
-    public func flush(timeout: DispatchTimeInterval) -> Bool {
-        sinks.reduce(true) { $1.flush(timeout: timeout) && $0 }
+    /// Waits up to `timeout` for every configured sink (all at once) to deliver what it holds;
+    /// true if all did.
+    public func flush(timeout: Duration) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            for sink in sinks { group.addTask { await sink.flush(timeout: timeout) } }
+            return await group.reduce(true) { $0 && $1 }
+        }
     }
 }

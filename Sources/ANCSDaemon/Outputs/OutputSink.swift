@@ -1,6 +1,5 @@
 public import ANCS
 public import ANCSRuntime
-public import Dispatch
 public import JSON
 
 /// One output of the daemon: standard output, the FIFO, a control-socket subscriber, a command
@@ -23,10 +22,10 @@ public protocol OutputSink: AnyObject, Sendable {
     /// Takes one event. Must not block: queue it, or drop by the sink's own policy.
     func send(_ event: OutputRecord)
 
-    /// Waits (blocking the caller) until what is queued has been delivered or `timeout` passed;
-    /// true if everything was delivered. Used only at shutdown, off the daemon's executor.
-    /// The default returns true at once.
-    func flush(timeout: DispatchTimeInterval) -> Bool
+    /// Returns once what is queued has been delivered or `timeout` passed (waiting without
+    /// blocking the loop, whose work delivers it); true if everything was delivered. Used at
+    /// shutdown. The default returns true at once.
+    func flush(timeout: Duration) async -> Bool
 
     /// The router no longer feeds this sink (a reload replaced the outputs, or the daemon is
     /// ending): release what it holds. Called once, after the last `send`. The default does nothing.
@@ -40,7 +39,7 @@ public protocol OutputSink: AnyObject, Sendable {
 
 extension OutputSink {
     public func start(_ context: OutputContext) {}
-    public func flush(timeout: DispatchTimeInterval) -> Bool { true }
+    public func flush(timeout: Duration) async -> Bool { true }
     public func stop() {}
     public func report() async -> JSONObject { [:] }
 }
