@@ -210,6 +210,51 @@ let sinkTestLoop: EventLoop = {
         #expect(lstat(made, &info) == 0 && info.st_mode & 0o7777 == 0o640)
     }
 
+    /// A terminal takes no non-waiting writes (`RWF_NOWAIT`): the sink writes through a
+    /// non-blocking description of its own, past a full terminal buffer, and leaves the flags
+    /// of the description it shares with other processes as they were.
+    @Test func aTerminalGetsEveryLineAndKeepsItsFlags() async throws {
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
+        try #require(master >= 0)
+        defer { close(master) }
+        var locked: Int32 = 0
+        #expect(ioctl(master, 0x4004_5431, &locked) == 0)  // TIOCSPTLCK: unlock the terminal
+        let terminal = ioctl(master, 0x5441, O_RDWR | O_NOCTTY | O_CLOEXEC)  // TIOCGPTPEER: its other side
+        try #require(terminal >= 0)
+        let flags = fcntl(terminal, F_GETFL)
+        let sink = LineSink(fd: terminal, name: "terminal", ownsDescriptor: true, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
+        let lines = (0..<200).map { "line \($0) " + String(repeating: "x", count: 200) }  // 40 kB: more than a terminal holds
+        for line in lines { sink.send(line) }
+        let expected = lines.reduce(0) { $0 + $1.utf8.count + 1 }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while received.count < expected, ContinuousClock.now < deadline {
+            var ready = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 100) == 1 else { continue }
+            let count = read(master, &buffer, buffer.count)
+            if count > 0 { received += buffer.prefix(count).filter { $0 != 0x0D } }  // the terminal's CR before each LF
+        }
+        #expect(await sink.flush(timeout: .seconds(5)))
+        #expect(String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) == lines)
+        #expect(sink.writtenCount == 200 && sink.droppedCount == 0)
+        #expect(fcntl(terminal, F_GETFL) == flags, "the shared description keeps its flags (no O_NONBLOCK)")
+    }
+
+    /// A regular file may take no non-waiting writes either: it gets ordinary ones, every line in order.
+    @Test func aRegularFileGetsEveryLine() async throws {
+        let path = NSTemporaryDirectory() + "ancsd-lines-\(UUID().uuidString)"
+        defer { unlink(path) }
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        try #require(fd >= 0)
+        let sink = LineSink(fd: fd, name: path, ownsDescriptor: true, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
+        let lines = (0..<1000).map { "line \($0)" }
+        for line in lines { sink.send(line) }
+        #expect(await sink.flush(timeout: .seconds(5)))
+        #expect(try String(contentsOfFile: path, encoding: .utf8) == lines.map { $0 + "\n" }.joined())
+        #expect(sink.writtenCount == 1000 && sink.droppedCount == 0)
+    }
+
     @Test func aReaderThatLeavesEndsTheSinkQuietly() async throws {
         signal(SIGPIPE, SIG_IGN)
         var fds: [Int32] = [0, 0]
