@@ -19,9 +19,9 @@ import SystemCalls
 /// standard output goes to /dev/null; the first `stderrLimit` bytes of its standard error are
 /// logged (the rest is read, counted and dropped), with its exit status when it fails.
 ///
-/// Queue and bound: events wait on the sink's own serial queue, at most `maxWaiting` per phone
-/// behind the running command. When full: the oldest waiting event of that phone is dropped;
-/// the count is logged when that phone's queue next runs empty.
+/// Queue and bound: events wait in their phone's queue on the sink's loop, at most
+/// `maxWaiting` per phone behind the running command. When full: the oldest waiting event of
+/// that phone is dropped; the count is logged when that phone's queue next runs empty.
 ///
 /// Reload: `reconfigure` changes the command and the time limit for every event not yet started
 /// (those waiting, and later ones); a command already running finishes under the limit it
@@ -426,7 +426,7 @@ private final class Child {
         do {
             stderrWatch = try loop.watch(fd: stderrFD, interest: .readable) { _ in handler(.errorsReadable) }
         } catch {
-            stderr = nil  // cannot be read: the command's writes to it fail rather than block
+            stderr = nil  // cannot be watched: the command's writes to it fail (EPIPE) rather than block
         }
         let timer = loop.makeTimer { handler(.timeUp) }
         timer.schedule(after: timeout)
