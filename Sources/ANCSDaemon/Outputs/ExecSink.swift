@@ -377,9 +377,11 @@ private final class Child {
     private let handler: @Sendable (Event) -> Void
     /// The pipe to its standard input until all is written (or it stops reading), and its number.
     private var stdin: FileDescriptor?
+    private var inputOpen = true
     private let stdinFD: Int32
     /// The pipe from its standard error until it exits, and its number.
     private var stderr: FileDescriptor?
+    private var errorsOpen = true
     private let stderrFD: Int32
     /// Its pidfd, while watched.
     private var pidfd: FileDescriptor?
@@ -426,7 +428,7 @@ private final class Child {
         do {
             stderrWatch = try loop.watch(fd: stderrFD, interest: .readable) { _ in handler(.errorsReadable) }
         } catch {
-            stderr = nil  // cannot be watched: the command's writes to it fail (EPIPE) rather than block
+            closeErrors()  // cannot be watched: the command's writes to it fail (EPIPE) rather than block
         }
         let timer = loop.makeTimer { handler(.timeUp) }
         timer.schedule(after: timeout)
@@ -457,7 +459,7 @@ private final class Child {
 
     /// Writes what the pipe takes; closes it when all is written or the command stopped reading.
     func writeInput() {
-        guard stdin != nil else { return }
+        guard inputOpen else { return }
         while written < input.count {
             let result = input.withUnsafeBytes { bytes in
                 systemCall { () throws(Errno) in
@@ -483,6 +485,7 @@ private final class Child {
     }
 
     private func closeInput() {
+        inputOpen = false
         stdinWatch?.cancel()  // before the descriptor closes
         stdinWatch = nil
         stdin = nil
@@ -490,7 +493,7 @@ private final class Child {
 
     /// Reads what the pipe holds; at its end (every writer closed it) or an error, stops watching it.
     func readErrors() {
-        guard stderr != nil else { return }
+        guard errorsOpen else { return }
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
             let result = buffer.withUnsafeMutableBytes { bytes in
@@ -512,6 +515,7 @@ private final class Child {
     }
 
     private func closeErrors() {
+        errorsOpen = false
         stderrWatch?.cancel()
         stderrWatch = nil
         stderr = nil
