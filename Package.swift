@@ -30,7 +30,7 @@ import PackageDescription
 /// Layer 2: transports and the runtime
 /// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
 /// - `DBus` [CDBus, CEventLoop, EventLoop, SystemCalls]: a Swift D-Bus layer over libdbus-1, on an event loop.
-/// - `MQTT` [CMosquitto, EventLoop]: an MQTT client over libmosquitto.
+/// - `MQTT` [CMosquitto, EventLoop, SystemCalls]: an MQTT client over libmosquitto, on an event loop.
 /// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
 ///   executor, its signals (a signalfd the loop watches), file helpers.
 /// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket's path and `ControlClient`, the one client.
