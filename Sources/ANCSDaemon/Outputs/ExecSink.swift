@@ -162,7 +162,7 @@ private final class Runner {
 
     private final class Phone {
         var waiting = FIFO<OutputRecord>()
-        var running: Child?
+        var running: ExecChild?
         var dropped = 0
     }
 
@@ -254,7 +254,7 @@ private final class Runner {
     }
 
     /// What a running command's watch or timer reports; `pid` names the command.
-    fileprivate func handle(_ event: Child.Event, of pid: pid_t) {
+    fileprivate func handle(_ event: ExecChild.Event, of pid: pid_t) {
         guard let child = phones.values.lazy.compactMap(\.running).first(where: { $0.pid == pid }) else { return }
         switch event {
         case .inputWritable: child.writeInput()
@@ -270,7 +270,7 @@ private final class Runner {
     }
 
     /// `status` is nil if the child could not be reaped (someone else waited for it).
-    private func finished(_ child: Child, status: Int32?) {
+    private func finished(_ child: ExecChild, status: Int32?) {
         let what = "event \(child.label)"
         let ran = ContinuousClock.now - child.started
         guard let status else {
@@ -306,7 +306,7 @@ private final class Runner {
         next(after: child)
     }
 
-    private func next(after child: Child) {
+    private func next(after child: ExecChild) {
         guard let phone = phones[child.device] else { return }
         phone.running = nil
         startNext(child.device, phone)
@@ -315,7 +315,7 @@ private final class Runner {
     // MARK: One command
 
     /// Starts the command for `event`; nil (logged) if it could not be started.
-    private func spawn(_ event: OutputRecord, device: String) -> Child? {
+    private func spawn(_ event: OutputRecord, device: String) -> ExecChild? {
         let label = ExecSink.label(event)
         let (command, timeout) = shared.settings.withLock { $0 }
         let inputFDs: (read: Int32, write: Int32), errorFDs: (read: Int32, write: Int32)
@@ -337,248 +337,17 @@ private final class Runner {
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")
         let runner = bound
-        let child = Child(
+        let child = ExecChild(
             pid: pid, device: device, label: label, timeout: timeout, input: event.lineBytes(.json), stdin: inputWrite, stderr: errorsRead,
             stderrLimit: stderrLimit, loop: loop, handler: { [pid] event in runner.value.handle(event, of: pid) })
         child.start()
         return child
     }
 
-    private func spawnFailed(_ label: String, _ error: Errno) -> Child? {
+    private func spawnFailed(_ label: String, _ error: Errno) -> ExecChild? {
         counters.spawnFailures += 1
         logger.warning("exec: cannot start /bin/sh: \(error) (event \(label))")
         return nil
-    }
-}
-
-/// A running command: its pipes and its exit (watches), its time limit (a timer), all on the
-/// sink's loop. Used only there.
-///
-/// Its standard error is read until the command exits, not until the pipe's end of file: a
-/// background process it left behind may keep the pipe open. (The daemon no longer keeps a
-/// writer of that pipe open itself: that worked around libdispatch on Linux crashing under
-/// hundreds of pipe hang-ups a second, docs/soak.md section 5; epoll takes a hang-up as the
-/// read of an end of file.)
-private final class Child {
-    /// What the loop reports about a command.
-    enum Event {
-        case inputWritable, errorsReadable, exited, timeUp, poll
-    }
-
-    let pid: pid_t
-    let device: String
-    let label: String
-    /// The limit it runs under (a reload changes only the next commands').
-    let timeout: Duration
-    let started = ContinuousClock.now
-    private let input: [UInt8]
-    private var written = 0
-    private let loop: EventLoop
-    private let handler: @Sendable (Event) -> Void
-    /// The pipe to its standard input until all is written (or it stops reading), and its number.
-    private var stdin: FileDescriptor?
-    private var inputOpen = true
-    private let stdinFD: Int32
-    /// The pipe from its standard error until it exits, and its number.
-    private var stderr: FileDescriptor?
-    private var errorsOpen = true
-    private let stderrFD: Int32
-    /// Its pidfd, while watched.
-    private var pidfd: FileDescriptor?
-    private var stdinWatch: Watch?
-    private var stderrWatch: Watch?
-    private var exitWatch: Watch?
-    private var timer: LoopTimer?
-    private var poller: LoopTimer?
-    private let stderrLimit: Int
-    private(set) var stderrKept: [UInt8] = []
-    private(set) var stderrTotal = 0
-    private(set) var timedOut = false
-    private(set) var stopped = false
-    private var done = false
-
-    init(
-        pid: pid_t, device: String, label: String, timeout: Duration, input: [UInt8], stdin: consuming FileDescriptor,
-        stderr: consuming FileDescriptor, stderrLimit: Int, loop: EventLoop, handler: @escaping @Sendable (Event) -> Void
-    ) {
-        self.pid = pid
-        self.device = device
-        self.label = label
-        self.timeout = timeout
-        self.input = input
-        self.stderrLimit = stderrLimit
-        self.loop = loop
-        self.handler = handler
-        let (inputFD, errorsFD) = (stdin.rawValue, stderr.rawValue)
-        _ = fcntl(inputFD, F_SETFL, fcntl(inputFD, F_GETFL) | O_NONBLOCK)
-        _ = fcntl(errorsFD, F_SETFL, fcntl(errorsFD, F_GETFL) | O_NONBLOCK)
-        stdinFD = inputFD
-        stderrFD = errorsFD
-        self.stdin = consume stdin
-        self.stderr = consume stderr
-    }
-
-    deinit {
-        // Watches go before their descriptors close (the stored properties, after this).
-        for watch in [stdinWatch, stderrWatch, exitWatch] { watch?.cancel() }
-    }
-
-    func start() {
-        let handler = self.handler
-        do {
-            stderrWatch = try loop.watch(fd: stderrFD, interest: .readable) { _ in handler(.errorsReadable) }
-        } catch {
-            closeErrors()  // cannot be watched: the command's writes to it fail (EPIPE) rather than block
-        }
-        let timer = loop.makeTimer { handler(.timeUp) }
-        timer.schedule(after: timeout)
-        self.timer = timer
-        let pidfd = ancsd_pidfd_open(pid)
-        if pidfd >= 0 {
-            let owned = FileDescriptor(adopting: pidfd)
-            if let watch = try? loop.watch(fd: pidfd, interest: .readable, handler: { _ in handler(.exited) }) {
-                exitWatch = watch
-                self.pidfd = consume owned
-            } else {
-                startPoller()
-            }
-        } else {
-            // No pidfd (a kernel before 5.3, or a seccomp filter): look every 50 ms while it runs.
-            startPoller()
-        }
-        writeInput()
-    }
-
-    private func startPoller() {
-        guard poller == nil, !done else { return }
-        let handler = self.handler
-        let poller = loop.makeTimer { handler(.poll) }
-        poller.schedule(after: .milliseconds(50), repeating: .milliseconds(50))
-        self.poller = poller
-    }
-
-    /// Writes what the pipe takes; closes it when all is written or the command stopped reading.
-    func writeInput() {
-        guard inputOpen else { return }
-        while written < input.count {
-            let result = input.withUnsafeBytes { bytes in
-                systemCall { () throws(Errno) in
-                    try Errno.retrying { write(stdinFD, bytes.baseAddress.map { $0 + written }, bytes.count - written) }
-                }
-            }
-            switch result {
-            case .success(let count) where count > 0:
-                written += count
-                continue
-            case .failure(.wouldBlock):
-                if stdinWatch == nil {
-                    let handler = self.handler
-                    stdinWatch = try? loop.watch(fd: stdinFD, interest: .writable) { _ in handler(.inputWritable) }
-                }
-                if stdinWatch != nil { return }  // else it cannot wait for room: the input is given up
-            case .success, .failure:
-                break  // EPIPE: the command does not read its input; that is its choice
-            }
-            break
-        }
-        closeInput()
-    }
-
-    private func closeInput() {
-        inputOpen = false
-        stdinWatch?.cancel()  // before the descriptor closes
-        stdinWatch = nil
-        stdin = nil
-    }
-
-    /// Reads what the pipe holds; at its end (every writer closed it) or an error, stops watching it.
-    func readErrors() {
-        guard errorsOpen else { return }
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let result = buffer.withUnsafeMutableBytes { bytes in
-                systemCall { () throws(Errno) in try Errno.retrying { read(stderrFD, bytes.baseAddress, bytes.count) } }
-            }
-            switch result {
-            case .success(let count) where count > 0:
-                stderrTotal += count
-                let room = stderrLimit - stderrKept.count
-                if room > 0 { stderrKept += buffer.prefix(min(room, count)) }
-                continue
-            case .failure(.wouldBlock):
-                return
-            case .success, .failure:
-                closeErrors()
-                return
-            }
-        }
-    }
-
-    private func closeErrors() {
-        errorsOpen = false
-        stderrWatch?.cancel()
-        stderrWatch = nil
-        stderr = nil
-    }
-
-    /// Kills the command and its process group now.
-    func stop() {
-        guard !done else { return }
-        stopped = true
-        kill(-pid, SIGKILL)
-    }
-
-    func timeUp() {
-        guard !done else { return }
-        timedOut = true
-        kill(-pid, SIGKILL)  // the whole process group: the shell and what it started
-    }
-
-    /// What `reap` found.
-    enum Reaped {
-        case running
-        /// Its wait status.
-        case exited(Int32)
-        /// Someone else reaped it (ECHILD).
-        case lost
-    }
-
-    /// Reaps the command if it has exited, and then ends its watches and timers.
-    func reap() -> Reaped {
-        guard !done else { return .running }
-        var status: Int32 = 0
-        let result = waitpid(pid, &status, WNOHANG)
-        if result == 0 || (result < 0 && errno == EINTR) {  // still running (or look again)
-            if exitWatch != nil {
-                // The pidfd said it exited: it is no longer watched, and polled instead.
-                exitWatch?.cancel()
-                exitWatch = nil
-                pidfd = nil
-                startPoller()
-            }
-            return .running
-        }
-        done = true
-        exitWatch?.cancel()
-        exitWatch = nil
-        pidfd = nil
-        poller?.cancel()
-        poller = nil
-        timer?.cancel()
-        timer = nil
-        closeInput()
-        readErrors()  // what it wrote before exiting; a leftover background process keeps the pipe, not us
-        closeErrors()
-        return result < 0 ? .lost : .exited(status)
-    }
-}
-
-/// A system call's result, or its errno.
-private func systemCall<Result>(_ call: () throws(Errno) -> Result) -> Swift.Result<Result, Errno> {
-    do throws(Errno) {
-        return .success(try call())
-    } catch {
-        return .failure(error)
     }
 }
 
