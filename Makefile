@@ -11,7 +11,7 @@ DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme f
 # The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
-TEST_DEPS   := $(BUILD_DEPS) dbus-daemon dbus-bin systemd bluez wireshark-common tshark socat util-linux $(DESKTOP_TEST_DEPS) $(MQTT_TEST_DEPS)
+TEST_DEPS   := $(BUILD_DEPS) python3 dbus-daemon dbus-bin systemd bluez wireshark-common tshark socat util-linux $(DESKTOP_TEST_DEPS) $(MQTT_TEST_DEPS)
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus valgrind
 SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 busybox-static xz-utils bluez bluez-test-tools \
 	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
