@@ -33,7 +33,7 @@ import PackageDescription
 /// - `MQTT` [CMosquitto, EventLoop, SystemCalls]: an MQTT client over libmosquitto, on an event loop.
 /// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
 ///   executor, its signals (a signalfd the loop watches), file helpers.
-/// - `ANCSControl` [ControlProtocol, EventLoop, JSON]: the control socket's path and `ControlClient`, the one client.
+/// - `ANCSControl` [ControlProtocol, EventLoop, JSON, SystemCalls]: the control socket's path and `ControlClient`, the one client.
 ///
 /// Layer 3: BlueZ, and what the simulated phones and the tests share
 /// - `BlueZ` [BluetoothUUIDs, DBus]: bluetoothd's objects, GATT client, agent, advertisement, HID accessory.
@@ -87,7 +87,7 @@ let package = Package(
         .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["EventLoop", "SystemCalls", "CLinux"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
-        .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop"], swiftSettings: strict),
+        .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop", "SystemCalls"], swiftSettings: strict),
         .target(
             name: "ANCSDaemon",
             dependencies: [

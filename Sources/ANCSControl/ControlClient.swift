@@ -4,6 +4,7 @@ import Glibc
 @_exported public import ControlProtocol
 public import EventLoop
 import JSON
+import SystemCalls
 
 /// The client of the daemon's control socket (docs/control.md), for `ancsd list`, `status`,
 /// `action`, `doctor` and `desktop` alike.
@@ -101,12 +102,11 @@ public final class ControlClient: Sendable {
         line.append(0x0A)
         var offset = 0
         while offset < line.count {
-            let written = line[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let written = Errno.retryingInterrupts { line[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
             if written > 0 {
                 offset += written
                 continue
             }
-            if written < 0 && errno == EINTR { continue }
             close()
             return nil
         }
@@ -150,13 +150,12 @@ public final class ControlClient: Sendable {
     private func readAvailable() {
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while !state.value.closed {
-            let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let count = Errno.retryingInterrupts { chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
             if count > 0 {
                 received(chunk[0..<count])
                 continue
             }
             if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-            if count < 0 && errno == EINTR { continue }
             close()  // end of stream or error
             return
         }

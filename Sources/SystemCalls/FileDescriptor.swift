@@ -95,6 +95,16 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     /// What `strerror(3)` says, e.g. "No such file or directory".
     public var description: String { String(cString: strerror(rawValue)) }
 
+    /// Runs a system call until it is not interrupted (EINTR) and returns what it last gave,
+    /// -1 with `errno` set included: for non-blocking code that tells EAGAIN from a failure
+    /// itself.
+    public static func retryingInterrupts<Result: BinaryInteger>(_ call: () -> Result) -> Result {
+        while true {
+            let result = call()
+            if result != -1 || errno != EINTR { return result }
+        }
+    }
+
     /// Runs a system call until it is not interrupted (EINTR) and returns what it gave; throws
     /// its `errno` when it gave -1.
     public static func retrying<Result: BinaryInteger>(_ call: () -> Result) throws(Errno) -> Result {

@@ -72,4 +72,15 @@ import Testing
         }
         #expect(result == 7 && calls == 3)
     }
+
+    /// For non-blocking code: EINTR is retried, any other failure comes back as -1 with errno.
+    @Test func retryingInterruptsGivesOtherFailuresBack() {
+        var calls = 0
+        let result = Errno.retryingInterrupts { () -> Int in
+            calls += 1
+            errno = calls < 3 ? EINTR : EAGAIN
+            return -1
+        }
+        #expect(result == -1 && errno == EAGAIN && calls == 3)
+    }
 }

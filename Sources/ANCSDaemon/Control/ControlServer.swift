@@ -7,6 +7,7 @@ public import ControlProtocol
 public import EventLoop
 import JSON
 import Synchronization
+import SystemCalls
 
 /// Answers control requests (docs/control.md); the daemon implements it.
 public protocol ControlHandler: Sendable {
@@ -449,7 +450,7 @@ public final class ControlServer: Sendable {
         func readAvailable() {
             var chunk = [UInt8](repeating: 0, count: 16_384)
             while !closed && !inputEnded {
-                let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                let count = Errno.retryingInterrupts { chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
                 if count > 0 {
                     for line in framer.feed(chunk[0..<count]) {
                         server?.received(line: line, from: self)
@@ -465,7 +466,6 @@ public final class ControlServer: Sendable {
                     continue
                 }
                 if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-                if count < 0 && errno == EINTR { continue }
                 if count < 0 {  // a reset: nobody reads what is left
                     server?.drop(id)
                     return
@@ -491,12 +491,11 @@ public final class ControlServer: Sendable {
 
         func flush() {
             while !closed && !output.isEmpty {
-                let written = output.withFront { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                let written = Errno.retryingInterrupts { output.withFront { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
                 if written > 0 {
                     output.consume(written)
                     continue
                 }
-                if written < 0 && errno == EINTR { continue }
                 if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
                 server?.drop(id)
                 return
