@@ -150,15 +150,10 @@ public actor Daemon {
     /// Answers the watchdog: proves the daemon's executor is not wedged.
     public func ping() -> Bool { true }
 
-    /// Applies new settings without dropping the phones it may keep (SIGHUP).
-    public func update(options newOptions: DaemonOptions, output newOutput: OutputRouter?) {
-        if newOptions.bus != options.bus { logger.warning("a new bus address takes effect only after a restart") }
-        if newOptions.stateDirectory != options.stateDirectory { logger.warning("a new state directory takes effect only after a restart") }
-        if newOptions.advertise != options.advertise { logger.warning("a new advertise setting takes effect only after a restart") }
-        var kept = newOptions
-        kept.bus = options.bus
-        kept.stateDirectory = options.stateDirectory
-        kept.advertise = options.advertise
+    /// Applies new settings without dropping the phones it may keep (SIGHUP). The reload has
+    /// already refused settings that take effect only at start (the settings table's `.restart`
+    /// keys: bus, state-dir, advertise, …), so the new `options` differ only in what applies live.
+    public func update(options kept: DaemonOptions, output newOutput: OutputRouter?) {
         if kept.accessory != options.accessory, let presence {
             let accessory = kept.accessory
             Task(executorPreference: executor) { await presence.setAccessory(accessory) }

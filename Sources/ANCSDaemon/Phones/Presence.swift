@@ -88,7 +88,7 @@ actor Presence {
         } catch is CancellationError {
         } catch {
             logger.warning("cannot keep an advertisement and agent registered: \(error)")
-            // Wait for cancellation without a timer (Task.sleep would start libdispatch's 1 Hz
+            // Wait for cancellation without a timer (a sleep on Swift's clock would start libdispatch's 1 Hz
             // workqueue monitor: see DaemonExecutor): a stream that never yields ends when the
             // task is cancelled.
             let (never, continuation) = AsyncStream<Never>.makeStream()

@@ -91,16 +91,6 @@ public enum ProcessMemory {
     }
 
     private static func readProcFile(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var result: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            guard let count = chunk.withUnsafeMutableBytes({ buffer in try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) } })
-            else { return nil }
-            if count == 0 { return result }
-            result.append(contentsOf: chunk[0..<count])
-        }
+        try? FileDescriptor.open(path, O_RDONLY | O_CLOEXEC).readToEnd()
     }
 }
