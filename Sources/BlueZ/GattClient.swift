@@ -52,35 +52,18 @@ public struct GattClient: Sendable {
             member: "WriteValue", arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
     }
 
-    /// A characteristic's `WriteValue` with `type: request` on one connection (a link's
-    /// Control Point), made once by `prepareWriteRequest` and started for each value with
-    /// `startWriteRequest(_:_:completion:)`.
-    public struct PreparedWrite: Sendable {
-        let connection: DBusConnection
-        let characteristic: ObjectPath
-        let timeout: Duration
-    }
-
-    /// The `WriteValue` calls with `type: request` on `characteristic`.
-    /// - Throws: `DBusError.invalidArgument` if the timeout is not positive.
-    public func prepareWriteRequest(_ characteristic: ObjectPath) throws(DBusError) -> PreparedWrite {
-        guard timeout > .zero else { throw .invalidArgument("timeout must be positive") }
-        return PreparedWrite(connection: connection, characteristic: characteristic, timeout: timeout)
-    }
-
     /// `writeRequest` without a task, for code on the connection's loop: the write is sent
     /// before this returns there, and `completion` gets its result on the loop (an error
     /// reply, or `DBusError.unexpectedSignature` for a reply that is not empty, as a failure).
     /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
     @discardableResult
-    public static func startWriteRequest(
-        _ prepared: PreparedWrite, _ value: [UInt8],
-        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    public func startWriteRequest(
+        _ characteristic: ObjectPath, _ value: [UInt8], completion: @escaping @Sendable (Result<Void, any Error>) -> Void
     ) throws(DBusError) -> DBusConnection.PendingCall {
-        try prepared.connection.startCall(
-            destination: BlueZ.service, path: prepared.characteristic,
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic,
             interface: InterfaceName(BlueZ.gattCharacteristicInterface), member: "WriteValue",
-            arguments: writeRequestArguments(value), timeout: prepared.timeout
+            arguments: Self.writeRequestArguments(value), timeout: timeout
         ) { reply in
             completion(reply.flatMap { message in
                 message.signature == .empty

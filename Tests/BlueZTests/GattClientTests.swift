@@ -33,10 +33,9 @@ import TestSupport
 
     /// One write's outcome, as the completion gives it.
     func write(_ gatt: GattClient, _ path: ObjectPath, _ bytes: [UInt8]) async throws -> Result<Void, any Error> {
-        let prepared = try gatt.prepareWriteRequest(path)
         return await withCheckedContinuation { continuation in
             do {
-                try GattClient.startWriteRequest(prepared, bytes) { continuation.resume(returning: $0) }
+                try gatt.startWriteRequest(path, bytes) { continuation.resume(returning: $0) }
             } catch {
                 continuation.resume(returning: .failure(error))
             }

@@ -731,12 +731,9 @@ public actor Daemon {
         startingWrite = true
         defer { startingWrite = false }
         do {
-            // Prepared on the link's first write: the later ones only copy their bytes into it.
-            let prepared = try link.controlPointWrite
-                ?? GattClient(connection: connection).prepareWriteRequest(link.characteristics.controlPoint)
-            link.controlPointWrite = prepared
-            let call = try GattClient.startWriteRequest(
-                prepared, bytes, completion: onLoop { $0.writeCompleted($1, number: number, linkID: id, path: path) })
+            let call = try GattClient(connection: connection).startWriteRequest(
+                link.characteristics.controlPoint, bytes,
+                completion: onLoop { $0.writeCompleted($1, number: number, linkID: id, path: path) })
             link.write = (call, connection)
         } catch {
             writeCompleted(.failure(error), number: number, linkID: id, path: path)

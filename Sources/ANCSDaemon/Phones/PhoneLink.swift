@@ -42,8 +42,6 @@ final class PhoneLink {
     /// Drops the copies bluetoothd makes of signalled values when other clients subscribed too.
     var copyFilter = SignalCopyFilter()
     var tasks: [Task<Void, Never>] = []
-    /// The Control Point's `WriteValue`, prepared on the first write.
-    var controlPointWrite: GattClient.PreparedWrite?
     /// The Control Point write in flight (the session keeps at most one).
     var write: (call: DBusConnection.PendingCall, connection: DBusConnection)?
     /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
