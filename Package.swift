@@ -12,6 +12,7 @@ import PackageDescription
 /// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.
 /// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID, and the UUIDs of ANCS's service and characteristics.
 /// - `JSON`: a small JSON value, parser and writer.
+/// - `GattSession`: the seam between a phone's link and a GATT service's pure state machine (`GattServiceSession`).
 /// - `SystemCalls`: an owning `FileDescriptor` (EINTR retried, closed once) and `Errno`, swift-system's shape.
 /// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
 /// - `CDBus`: libdbus-1 (pkg-config dbus-1).
@@ -82,6 +83,7 @@ let package = Package(
         .target(name: "BluetoothUUIDs", swiftSettings: strict),
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
+        .target(name: "GattSession", swiftSettings: strict),
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
