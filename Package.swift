@@ -22,6 +22,7 @@ import PackageDescription
 /// - `CLinux`: glibc calls the Glibc module leaves out (pwritev2, mallopt, signalfd), linking nothing.
 ///
 /// Layer 1: protocol state, file formats, the event loop
+/// - `AMS` [GattSession]: Apple Media Service: identifiers, values, the media state and `MediaSession`; no I/O.
 /// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
 /// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
@@ -84,6 +85,7 @@ let package = Package(
         .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "GattSession", swiftSettings: strict),
+        .target(name: "AMS", dependencies: ["GattSession"], swiftSettings: strict),
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
@@ -146,6 +148,7 @@ let package = Package(
             name: "PhoneSimulatorTests", dependencies: ["PhoneSimulator", "ANCS", "DBus", "JSON", "TestSupport"],
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
+        .testTarget(name: "AMSTests", dependencies: ["AMS", "GattSession"], swiftSettings: strict),
         .testTarget(name: "BluetoothUUIDsTests", dependencies: ["BluetoothUUIDs"], swiftSettings: strict),
         .testTarget(name: "SystemCallsTests", dependencies: ["SystemCalls"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
