@@ -201,9 +201,10 @@ bench:
 	@echo "make bench: the figures (docs/performance.md)"; cat $(BENCH_FIGURES)
 
 ## fuzz: libFuzzer for FUZZ_SECONDS each (default 60) over the ANCS core (reassembler, NS/CP
-## decoders), the JSON parser and writer, the ancs-capture/1 reader, the btsnoop reader and the
-## control socket's input path (Fuzz/README.md). FUZZ_TARGETS picks some: make fuzz FUZZ_TARGETS="json capture".
-FUZZ_TARGETS ?= ancs json capture btsnoop control
+## decoders), the JSON parser and writer, the ancs-capture/1 reader, the btsnoop reader, the
+## control socket's input path and the Apple Media Service session (Fuzz/README.md). FUZZ_TARGETS
+## picks some: make fuzz FUZZ_TARGETS="json capture".
+FUZZ_TARGETS ?= ancs json capture btsnoop control ams
 FUZZ_FLAGS  := -O -g -parse-as-library -swift-version 6 -warnings-as-errors -sanitize=fuzzer,address \
 	-enable-upcoming-feature ExistentialAny -enable-upcoming-feature InternalImportsByDefault
 # A module of the package as a static library for the fuzz targets: $(1) its name, $(2) its sources.
@@ -219,6 +220,8 @@ fuzz:
 	$(call fuzz-module,BluetoothUUIDs,Sources/BluetoothUUIDs/*.swift)
 	$(call fuzz-module,Btsnoop,Sources/Btsnoop/*.swift)
 	$(call fuzz-module,ControlProtocol,Sources/ControlProtocol/*.swift)
+	$(call fuzz-module,GattSession,Sources/GattSession/*.swift)
+	$(call fuzz-module,AMS,Sources/AMS/*.swift)
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lJSON Fuzz/formats/JSONFuzz.swift -o $(FUZZ_DIR)/json-fuzz
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lANCSCapture -lANCS -lJSON \
 		Fuzz/formats/CaptureFuzz.swift -o $(FUZZ_DIR)/capture-fuzz
@@ -226,6 +229,8 @@ fuzz:
 		Fuzz/formats/BtsnoopFuzz.swift -o $(FUZZ_DIR)/btsnoop-fuzz
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lControlProtocol -lJSON \
 		Fuzz/formats/ControlFuzz.swift -o $(FUZZ_DIR)/control-fuzz
+	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lAMS -lGattSession \
+		Fuzz/formats/AMSFuzz.swift -o $(FUZZ_DIR)/ams-fuzz
 	@for t in $(FUZZ_TARGETS); do \
 		seeds=Fuzz/seeds; [ $$t = ancs ] || seeds=Fuzz/seeds-$$t; \
 		echo "== $$t-fuzz for $(FUZZ_SECONDS) s"; \
