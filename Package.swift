@@ -23,7 +23,8 @@ import PackageDescription
 ///
 /// Layer 1: protocol state, file formats, the event loop
 /// - `AMS` [GattSession]: Apple Media Service: identifiers, values, the media state and `MediaSession`; no I/O.
-/// - `ANCSSession` [ANCS]: one phone's ANCS session: notifications, filters, events; no I/O.
+/// - `ANCSSession` [ANCS, BluetoothUUIDs, GattSession]: one phone's ANCS session: notifications, filters, events; no I/O;
+///   a `GattServiceSession`.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
 /// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
 /// - `EventLoop` [CEventLoop, SystemCalls]: an epoll run loop on one thread, a serial and task executor with timers
@@ -43,8 +44,8 @@ import PackageDescription
 /// - `TestSupport` [Btsnoop, JSON]: child processes, private buses, brokers, snoop files for the tests.
 ///
 /// Layer 4: the daemon and its companions
-/// - `ANCSDaemon` [ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, CLinux, CSpawn, ControlProtocol, DBus,
-///   EventLoop, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
+/// - `ANCSDaemon` [AMS, ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, CLinux, CSpawn, ControlProtocol,
+///   DBus, EventLoop, GattSession, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
 /// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
 /// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON]: `ancsd desktop`.
 /// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator, SystemCalls]: an iPhone on a real bluetoothd.
@@ -82,7 +83,7 @@ let package = Package(
     targets: [
         .target(name: "ANCS", swiftSettings: strict),
         .target(name: "BluetoothUUIDs", swiftSettings: strict),
-        .target(name: "ANCSSession", dependencies: ["ANCS"], swiftSettings: strict),
+        .target(name: "ANCSSession", dependencies: ["ANCS", "BluetoothUUIDs", "GattSession"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
         .target(name: "GattSession", swiftSettings: strict),
         .target(name: "AMS", dependencies: ["GattSession"], swiftSettings: strict),
@@ -95,8 +96,8 @@ let package = Package(
         .target(
             name: "ANCSDaemon",
             dependencies: [
-                "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "DBus", "CSpawn", "CLinux", "MQTT", "EventLoop",
-                "ControlProtocol", "SystemCalls",
+                "AMS", "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "BluetoothUUIDs", "DBus", "CSpawn", "CLinux",
+                "MQTT", "EventLoop", "ControlProtocol", "GattSession", "SystemCalls",
             ],
             swiftSettings: strict),
         .target(name: "ANCSPairing", dependencies: ["ANCSRuntime", "BlueZ", "DBus"], swiftSettings: strict),

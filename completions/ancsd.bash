@@ -2,11 +2,11 @@
 _ancsd() {
     local cur prev words cword
     _init_completion || return
-    local commands="pair run decode replay capture list action status doctor desktop"
+    local commands="pair run decode replay capture list action media status doctor desktop"
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            pair|run|decode|replay|capture|list|action|status|doctor|desktop) command=${words[i]}; break ;;
+            pair|run|decode|replay|capture|list|action|media|status|doctor|desktop) command=${words[i]}; break ;;
         esac
     done
     case $prev in
@@ -29,13 +29,14 @@ _ancsd() {
     esac
     case $command in
         "") COMPREPLY=($(compgen -W "$commands --bus --help --version" -- "$cur")) ;;
-        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --accessory --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --alive-check --resubscribe-after --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --log-level --config --help" -- "$cur")) ;;
+        run) COMPREPLY=($(compgen -W "--format --fifo --fifo-mode --device --adapter --bus --no-acquire-notify --no-advertise --no-media --accessory --record --record-redact --control --control-group --only-app --ignore-app --ignore-category --replays --state-dir --alive-check --resubscribe-after --exec --exec-timeout --mqtt --mqtt-password-file --mqtt-ca --mqtt-prefix --mqtt-discovery-prefix --mqtt-actions --log-level --config --help" -- "$cur")) ;;
         pair) COMPREPLY=($(compgen -W "--name --timeout --adapter --accessory --yes --bus --help" -- "$cur")) ;;
         decode) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--handles --to-capture --help" -- "$cur")) || _filedir ;;
         capture) COMPREPLY=($(compgen -W "--output --format --index --duration --count --handles --help" -- "$cur")) ;;
         replay) [[ $cur == -* ]] && COMPREPLY=($(compgen -W "--format --device --replays --state-dir --only-app --ignore-app --ignore-category --help" -- "$cur")) || _filedir ;;
         list) COMPREPLY=($(compgen -W "--device --json --control --help" -- "$cur")) ;;
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
+        media) COMPREPLY=($(compgen -W "play pause toggle next previous volume-up volume-down repeat shuffle skip-forward skip-backward like dislike bookmark --json --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--control --fifo --bus --help" -- "$cur")) ;;
         desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --log-level --help" -- "$cur")) ;;

@@ -171,7 +171,7 @@ public struct MediaSession: GattServiceSession {
     /// which lists every AMS characteristic the phone offers: the registrations start (again),
     /// one at a time; what the phone no longer offers is forgotten (its state, its commands,
     /// the reads of truncated values). A request in flight stays in flight: its result is still
-    /// expected.
+    /// expected (after a renewal, `renewing(now:)` has forgotten it).
     public mutating func subscribed(to characteristics: Set<CharacteristicUUID>, now: Duration) -> [GattSessionAction<MediaEvent>] {
         var actions: [GattSessionAction<MediaEvent>] = []
         self.characteristics = characteristics
@@ -194,6 +194,25 @@ public struct MediaSession: GattServiceSession {
         }
         noteChange(now: now)
         pump(into: &actions)
+        updateDeadline()
+        return actions
+    }
+
+    /// The link is dropping the subscriptions to renew them: the request in flight is
+    /// forgotten (its result will not come), and so are the commands waiting (each reported as
+    /// failed); the registrations start again at `subscribed(to:now:)`.
+    public mutating func renewing(now: Duration) -> [GattSessionAction<MediaEvent>] {
+        var actions: [GattSessionAction<MediaEvent>] = []
+        if case .command(let command)? = inFlight {
+            actions.append(.emit(.commandFailed(command, .failed("the subscriptions were renewed before the phone answered"))))
+        }
+        inFlight = nil
+        for command in pendingCommands {
+            actions.append(.emit(.commandFailed(command, .failed("the subscriptions were renewed before it was sent"))))
+        }
+        pendingCommands = []
+        pendingRegistrations = []
+        pendingFetches = []
         updateDeadline()
         return actions
     }

@@ -302,7 +302,7 @@ public actor DesktopCompanion {
             }
             markStale { $0.device == device }
             scheduleSweep()
-        case .sharing:
+        case .sharing, .media:
             break
         }
     }

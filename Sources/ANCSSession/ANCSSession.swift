@@ -195,6 +195,8 @@ public struct ANCSSession: Sendable {
 
     /// True once `subscribed(now:)` was called.
     private var isSubscribed = false
+    /// True once `subscribed(now:)` was called (again after `resubscribed(now:)`).
+    public var hasSubscribed: Bool { isSubscribed }
 
     /// The subscriptions are in place: the alive check and the watch on the Notification
     /// Source's silence start (a session never subscribed keeps no timer).

@@ -1,4 +1,4 @@
-import BluetoothUUIDs
+public import BluetoothUUIDs
 public import DBus
 
 /// A bonded-or-not Bluetooth device as BlueZ describes it (`org.bluez.Device1`).
@@ -102,28 +102,50 @@ public struct BlueZObjectTree: Sendable {
 
     /// The ANCS characteristics under a device, if it exposes all three.
     public func ancsCharacteristics(of device: ObjectPath) -> ANCSCharacteristics? {
+        for service in gattServices(ANCSUUID.service, of: device) {
+            let found = service.characteristics
+            if let ns = found[ANCSUUID.notificationSource], let cp = found[ANCSUUID.controlPoint],
+               let ds = found[ANCSUUID.dataSource] {
+                return ANCSCharacteristics(service: service.path, notificationSource: ns, controlPoint: cp, dataSource: ds)
+            }
+        }
+        return nil
+    }
+
+    /// Every instance of the GATT service `uuid` under a device, in path order, each with the
+    /// characteristics BlueZ has resolved under it (any of them may be missing).
+    public func gattServices(_ uuid: BluetoothUUID, of device: ObjectPath) -> [GattServiceObjects] {
         let services = objects.compactMap { path, interfaces -> ObjectPath? in
             guard let service = interfaces[BlueZ.gattServiceInterface],
                   service["Device"]?.unwrapped.objectPathValue == device,
-                  service["UUID"]?.unwrapped.stringValue.flatMap(BluetoothUUID.init) == ANCSUUID.service
+                  service["UUID"]?.unwrapped.stringValue.flatMap(BluetoothUUID.init) == uuid
             else { return nil }
             return path
         }
-        for service in services.sorted() {
+        return services.sorted().map { service in
             var found: [BluetoothUUID: ObjectPath] = [:]
             for (path, interfaces) in objects {
                 guard let characteristic = interfaces[BlueZ.gattCharacteristicInterface],
                       characteristic["Service"]?.unwrapped.objectPathValue == service,
                       let uuid = characteristic["UUID"]?.unwrapped.stringValue.flatMap(BluetoothUUID.init)
                 else { continue }
+                // Two characteristics of one UUID in one service: the first by path, always.
+                if let existing = found[uuid], existing < path { continue }
                 found[uuid] = path
             }
-            if let ns = found[ANCSUUID.notificationSource], let cp = found[ANCSUUID.controlPoint],
-               let ds = found[ANCSUUID.dataSource] {
-                return ANCSCharacteristics(service: service, notificationSource: ns, controlPoint: cp, dataSource: ds)
-            }
+            return GattServiceObjects(path: service, characteristics: found)
         }
-        return nil
+    }
+}
+
+/// One GATT service of a device as BlueZ exposes it: its object and its characteristics'.
+public struct GattServiceObjects: Hashable, Sendable {
+    public var path: ObjectPath
+    public var characteristics: [BluetoothUUID: ObjectPath]
+
+    public init(path: ObjectPath, characteristics: [BluetoothUUID: ObjectPath]) {
+        self.path = path
+        self.characteristics = characteristics
     }
 }
 

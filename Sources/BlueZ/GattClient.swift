@@ -72,6 +72,28 @@ public struct GattClient: Sendable {
         }
     }
 
+    /// `ReadValue` without a task, for code on the connection's loop: `completion` gets the
+    /// whole value on the loop (BlueZ reads a long value with Read Blob requests), an error
+    /// reply, or `DBusError.unexpectedSignature` for a reply that is not `ay`.
+    /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
+    @discardableResult
+    public func startReadValue(
+        _ characteristic: ObjectPath, completion: @escaping @Sendable (Result<[UInt8], any Error>) -> Void
+    ) throws(DBusError) -> DBusConnection.PendingCall {
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic,
+            interface: InterfaceName(BlueZ.gattCharacteristicInterface), member: "ReadValue",
+            arguments: [.variantDictionary([:])], timeout: timeout
+        ) { reply in
+            completion(reply.flatMap { message in
+                guard message.signature.rawValue == "ay", let bytes = message.arguments.first?.bytes else {
+                    return .failure(DBusError.unexpectedSignature(expected: "ay", actual: message.signature.rawValue))
+                }
+                return .success(bytes)
+            })
+        }
+    }
+
     private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {
         [.byteArray(value), requestOptions]
     }

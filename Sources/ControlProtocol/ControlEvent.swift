@@ -13,6 +13,8 @@ public enum ControlEvent: Sendable, Equatable {
     case disconnected(device: String, reason: String?)
     /// The phone stopped sharing its notifications (`allowed` false) or shares them again.
     case sharing(device: String, allowed: Bool)
+    /// What the phone's player says changed (Apple Media Service).
+    case media(ControlMedia)
 
     /// The version of the event format (`"v"`) this module reads and writes.
     public static let version = 1
@@ -22,6 +24,7 @@ public enum ControlEvent: Sendable, Equatable {
         switch self {
         case .added(let n), .modified(let n), .removed(let n): n.device
         case .connected(let device, _), .disconnected(let device, _), .sharing(let device, _): device
+        case .media(let media): media.device
         }
     }
 
@@ -34,6 +37,7 @@ public enum ControlEvent: Sendable, Equatable {
         case .connected: "connected"
         case .disconnected: "disconnected"
         case .sharing: "sharing"
+        case .media: "media"
         }
     }
 
@@ -52,6 +56,9 @@ public enum ControlEvent: Sendable, Equatable {
         case .sharing(let device, let allowed):
             object.append("device", .string(device))
             object.append("state", allowed ? "on" : "off")
+        case .media(let media):
+            object.append("device", .string(media.device))
+            media.appendFields(to: &object)
         }
         return object
     }
@@ -77,6 +84,8 @@ public enum ControlEvent: Sendable, Equatable {
             let state = try event.string("state")
             guard state == "on" || state == "off" else { throw ControlDecodingError("\"state\" of \(place) is \"\(state)\", not on or off") }
             self = .sharing(device: try event.string("device"), allowed: state == "on")
+        case "media":
+            self = .media(try ControlMedia(event))
         default:
             throw ControlDecodingError("an event of an unknown type \"\(type)\"")
         }

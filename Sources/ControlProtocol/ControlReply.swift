@@ -12,6 +12,11 @@ public enum ControlAnswer: Sendable, Equatable {
     case performed
     /// `subscribe`: `{"ok": true, "subscribed": true}`; the events follow.
     case subscribed
+    /// `media`: `{"ok": true, "players": [{"device", "player", "state", …}]}`.
+    case media([ControlMedia])
+    /// `media_command`: `{"ok": true, "result": "sent"}`: the phone acknowledged the command
+    /// (it may still ignore one its player does not support at that moment).
+    case sent
 
     /// The reply's members after `"ok": true`.
     func appendMembers(to object: inout JSONObject) {
@@ -21,6 +26,8 @@ public enum ControlAnswer: Sendable, Equatable {
         case .notification(let notification): object.append("notification", .object(notification.json))
         case .performed: object.append("result", "performed")
         case .subscribed: object.append("subscribed", true)
+        case .media(let players): object.append("players", .array(players.map { .object($0.json) }))
+        case .sent: object.append("result", "sent")
         }
     }
 
@@ -40,6 +47,12 @@ public enum ControlAnswer: Sendable, Equatable {
         case .subscribe:
             guard try fields.bool("subscribed") else { throw ControlDecodingError("the subscribe reply says \"subscribed\": false") }
             self = .subscribed
+        case .media:
+            self = .media(try fields.objects("players", "a player of the media reply", ControlMedia.init))
+        case .mediaCommand:
+            let result = try fields.string("result")
+            guard result == "sent" else { throw ControlDecodingError("the media_command reply's result is \"\(result)\", not sent") }
+            self = .sent
         }
     }
 }

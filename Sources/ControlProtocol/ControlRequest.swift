@@ -26,9 +26,13 @@ public enum ControlCommand: Sendable, Equatable {
     case action(device: BluetoothAddressText, uid: UInt32, action: ControlAction)
     /// Every event from now on, after the reply.
     case subscribe
+    /// What each phone's player says (Apple Media Service); `device` picks one.
+    case media(device: BluetoothAddressText?)
+    /// Sends a remote command to the phone's player.
+    case mediaCommand(device: BluetoothAddressText, command: ControlMediaCommand)
 
     /// The `cmd` values, in the order docs/control.md lists them.
-    public static let names = ["list", "get", "action", "status", "subscribe"]
+    public static let names = ["list", "get", "action", "status", "subscribe", "media", "media_command"]
 
     /// The `cmd` value.
     public var name: String {
@@ -38,6 +42,8 @@ public enum ControlCommand: Sendable, Equatable {
         case .get: "get"
         case .action: "action"
         case .subscribe: "subscribe"
+        case .media: "media"
+        case .mediaCommand: "media_command"
         }
     }
 }
@@ -71,6 +77,8 @@ public enum ControlErrorCode: String, Sendable, CaseIterable {
     case notificationGone = "notification_gone"
     case actionFailed = "action_failed"
     case notAvailable = "not_available"
+    /// `media_command`: the phone's player does not accept that command now (the message lists those it does).
+    case unsupportedCommand = "unsupported_command"
     case failed
 }
 
@@ -151,6 +159,14 @@ extension ControlRequest {
                 throw ControlError(.badRequest, "\"action\" must be \"positive\" or \"negative\"")
             }
             command = .action(device: try Self.device(object["device"]), uid: try Self.uid(object["uid"]), action: action)
+        case "media":
+            command = .media(device: try object["device"].map(Self.device))
+        case "media_command":
+            let names = ControlMediaCommand.allCases.map(\.rawValue).joined(separator: ", ")
+            guard let text = object["command"]?.stringValue, let mediaCommand = ControlMediaCommand(rawValue: text) else {
+                throw ControlError(.badRequest, "\"command\" must be one of \(names)")
+            }
+            command = .mediaCommand(device: try Self.device(object["device"]), command: mediaCommand)
         default:
             throw ControlError(.unknownCommand, "unknown command \"\(name)\"")
         }
@@ -187,6 +203,11 @@ extension ControlRequest {
             object.append("device", .string(device.description))
             object.append("uid", .int(Int(uid)))
             object.append("action", .string(action.rawValue))
+        case .media(let device):
+            if let device { object.append("device", .string(device.description)) }
+        case .mediaCommand(let device, let command):
+            object.append("device", .string(device.description))
+            object.append("command", .string(command.rawValue))
         }
         if let id { object.append("id", id) }
         return object

@@ -117,9 +117,19 @@ public protocol GattServiceSession: Sendable {
     mutating func handleNotification(_ value: [UInt8], from characteristic: CharacteristicUUID, now: Duration)
         -> [GattSessionAction<Event>]
 
-    /// The request in flight ended.
+    /// The latest request ended. (A session that lets a request go out before the previous
+    /// one's result came is told only the latest's: the earlier results are dropped.)
     mutating func handleResult(_ result: GattResult, now: Duration) -> [GattSessionAction<Event>]
+
+    /// The link is dropping the subscriptions to renew them (after `.resubscribe`): requests in
+    /// flight are forgotten, and `subscribed(to:now:)` follows once the subscriptions are back.
+    mutating func renewing(now: Duration) -> [GattSessionAction<Event>]
 
     /// `nextDeadline` has passed.
     mutating func handleTimer(now: Duration) -> [GattSessionAction<Event>]
+}
+
+extension GattServiceSession {
+    /// Nothing to do before a renewal: the session starts again at `subscribed(to:now:)`.
+    public mutating func renewing(now: Duration) -> [GattSessionAction<Event>] { [] }
 }

@@ -25,6 +25,8 @@ Commands:
   list              the notifications the running daemon holds (control socket)
   action DEVICE UID positive|negative
                     answer, decline or clear a notification on the phone
+  media [DEVICE] [COMMAND]
+                    the phone's player (what plays), or send it play, pause, next, …
   status            what the running daemon is doing (--json for machines)
   doctor            check the setup, with a plain-language fix for each problem
   desktop           show the phones' notifications as desktop notifications (session)
@@ -85,6 +87,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await ClientCommands.action(rest, loop: executor)
     case "status":
         return await ClientCommands.status(rest, loop: executor)
+    case "media":
+        return await MediaCommand.run(rest, loop: executor)
     case "doctor":
         return await DoctorCommand.run(rest, bus: bus, loop: executor)
     case "desktop":

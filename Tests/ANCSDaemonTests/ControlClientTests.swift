@@ -26,6 +26,8 @@ struct ControlClientTests {
                 return .success(.notification(ControlMessageTests.notification))
             case .action:
                 return .success(.performed)
+            case .media, .mediaCommand:
+                return .failure(ControlError(.notAvailable, "no media player in this test"))
             case .subscribe:
                 server.withLock { $0 }?.send(#"{"v":1,"type":"sharing","device":"AA:BB:CC:DD:EE:01","state":"off"}"#, to: client)
                 return .success(.subscribed)

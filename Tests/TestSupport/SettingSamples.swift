@@ -10,6 +10,7 @@ public let settingSamples: [String: String] = [
     "bus": "unix:path=/nonexistent/bus",
     "acquire-notify": "no",
     "advertise": "no",
+    "media": "no",
     "accessory": "none",
     "record": "DIR",
     "record-redact": "yes",

@@ -24,6 +24,12 @@ extension Daemon: ControlHandler, PhoneActions {
         case .subscribe:
             subscribe(client)
             return .success(.subscribed)
+        case .media(let device):
+            if let device, connectedLink(device) == nil { return .failure(Self.noSuchDevice(device.description)) }
+            return .success(.media(mediaPlayers(device: device?.description)))
+        case .mediaCommand(let device, let command):
+            guard let link = connectedLink(device) else { return .failure(Self.noSuchDevice(device.description)) }
+            return await mediaCommand(command, on: link)
         }
     }
 

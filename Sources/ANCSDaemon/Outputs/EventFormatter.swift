@@ -12,6 +12,8 @@ public enum OutputEvent: Hashable, Sendable {
     /// The phone stopped sharing its notifications (`allowed` false: it refuses the Control
     /// Point with ATT 0x03, "Share System Notifications" is off) or shares them again.
     case sharing(device: String, allowed: Bool)
+    /// An event of another GATT service (AMS), with its own renderings.
+    case service(ServiceOutput)
 }
 
 /// The two output formats of `ancsd run`.
@@ -51,6 +53,10 @@ public enum EventFormatter {
             object.append("type", "sharing")
             object.append("device", .string(device))
             object.append("state", allowed ? "on" : "off")
+        case .service(let output):
+            object.append("type", .string(output.type))
+            object.append("device", .string(output.device))
+            for (key, value) in output.fields { object.append(key, value) }
         case .notification(let event, let device, let seenBefore):
             let n = event.notification
             object.append("type", .string(event.kind.rawValue))
@@ -88,6 +94,8 @@ public enum EventFormatter {
             return allowed
                 ? "sharing on    \(device) (the phone shares its notifications again)"
                 : "sharing off   \(device) (turn on Settings > Bluetooth > (i) > Share System Notifications on the phone)"
+        case .service(let output):
+            return output.type.padding(to: 14) + sanitize(output.text) + "  [" + output.device + "]"
         case .notification(let event, let device, let seenBefore):
             let n = event.notification
             let line = event.kind.rawValue.padding(to: 14) + summary(

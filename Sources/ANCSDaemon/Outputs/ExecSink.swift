@@ -380,6 +380,9 @@ extension ExecSink {
             result.append("ANCSD_UID=\(n.uid)")
             result.append("ANCSD_CATEGORY=\(n.category.name ?? "reserved")")
             if let app = n.appIdentifier { result.append("ANCSD_APP_ID=\(app.filter { $0 != "\0" })") }
+        case .service(let output):
+            result.append("ANCSD_TYPE=\(output.type)")
+            result += output.environment.map { $0.filter { $0 != "\0" } }
         }
         return result
     }
@@ -391,6 +394,7 @@ extension ExecSink {
         case .disconnected(let device, _): "disconnected \(device)"
         case .sharing(let device, let allowed): "sharing \(allowed ? "on" : "off") \(device)"
         case .notification(let change, let device, _): "\(change.kind.rawValue) #\(change.notification.uid) from \(device)"
+        case .service(let output): "\(output.label) from \(output.device)"
         }
     }
 

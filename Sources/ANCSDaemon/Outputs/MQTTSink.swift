@@ -155,6 +155,12 @@ public final class MQTTSink: OutputSink {
                 }
             }
             refreshCount(address: address, device: device, after: [])
+        case .service(let output):
+            announce(address: output.device, name: nil, force: false)
+            for state in output.retained {
+                client.publish(MQTTMessage(topic: "\(settings.prefix)/\(device)/\(state.topic)", text: state.payload, retain: true))
+            }
+            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
         }
     }
 

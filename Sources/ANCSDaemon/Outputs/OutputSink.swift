@@ -85,6 +85,7 @@ public final class OutputRecord: Sendable {
     public var device: String {
         switch event {
         case .notification(_, let device, _), .connected(let device, _), .disconnected(let device, _), .sharing(let device, _): device
+        case .service(let output): output.device
         }
     }
 

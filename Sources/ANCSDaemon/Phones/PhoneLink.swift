@@ -3,16 +3,12 @@ import ANCSSession
 import BlueZ
 import DBus
 import EventLoop
+import GattSession
 
-/// One phone's connection: its ANCS session and how notifications reach it.
+/// One phone's connection: the GATT services spoken over it (ANCS first) and its timer.
 ///
 /// Owned and used only by the `Daemon` actor.
 final class PhoneLink {
-    enum Delivery: Equatable {
-        case acquired(mtu: UInt16)
-        case signals
-    }
-
     enum State: Equatable {
         case subscribing
         case running
@@ -20,103 +16,111 @@ final class PhoneLink {
         case stopped
     }
 
-    enum Input: Sendable {
-        case notificationSource([UInt8])
-        case dataSource([UInt8])
-        case closed(String)
-    }
-
     let id: UInt64
     /// The device as BlueZ last described it: its `Address` (the identity address once bonded:
     /// BlueZ replaces the resolvable private address when the phone's IRK arrives, at the same
     /// object path) is what every output, the seen store, `list` and the recorder use.
     var device: BlueZDevice
+    /// The ANCS characteristics the link was started with (a change of them ends it).
     let characteristics: ANCSCharacteristics
-    /// The daemon's loop, whose clock the session runs on.
+    /// The daemon's loop, whose clock the sessions run on.
     private let clock: EventLoop
     let start: ContinuousClock.Instant
-    var session: ANCSSession
     var state = State.subscribing
-    var delivery: [ObjectPath: Delivery] = [:]
-    var readers: [NotificationReader] = []
-    /// Drops the copies bluetoothd makes of signalled values when other clients subscribed too.
-    var copyFilter = SignalCopyFilter()
+    /// The services on this link, ANCS first; each subscribed in this order.
+    private(set) var services: [ServiceLink] = []
+    /// Services added so far (each gets the next number).
+    private var servicesAdded = 0
+    /// ANCS's handler: its session, replay gate and waiters.
+    let ancs: ANCSService
     var tasks: [Task<Void, Never>] = []
-    /// The Control Point write in flight (the session keeps at most one).
-    var write: (call: DBusConnection.PendingCall, connection: DBusConnection)?
-    /// Calls the session's `handleTimer`; created on first use, disarmed while nothing waits.
+    /// Calls the services' `handleTimer`; created on first use, disarmed while nothing waits.
     var timer: LoopTimer?
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
-    var notificationCount = 0
-    /// The subscriptions are being renewed (`SessionAction.resubscribe`): unsubscribed, and
-    /// subscribing again.
-    var renewing = false
-    /// A renewal met a notify session of another program on this characteristic (bluetoothd
-    /// then writes no CCCD): its name for `status` and the log, nil when none was met.
-    var sharedNotifySession: String?
-    /// True from the phone's `sharing off` event to its `sharing on` (for `status`).
-    var sharingOff = false
-    /// Decides which notification events reach the outputs (`--replays`).
-    var gate: ReplayGate
-    /// Replayed notifications held back by the replay policy in this session.
-    var heldBack = 0
-    /// The last warning or error the session logged, for `ancsd status`.
+    /// Extra services (by name) that could not be subscribed to: off until the link starts again.
+    var failedServices: Set<String> = []
+    /// The last warning or error a service logged, for `ancsd status`.
     var lastError: String?
-    /// Control-socket requests waiting for an action's outcome, oldest first per UID and action.
-    var actionWaiters: [ActionKey: [CheckedContinuation<ActionOutcome, Never>]] = [:]
-    /// Control-socket requests waiting for a notification's next event.
-    var eventWaiters: [UInt32: [CheckedContinuation<PhoneNotification?, Never>]] = [:]
-
-    struct ActionKey: Hashable {
-        var uid: UInt32
-        var action: UInt8
-    }
-
-    /// "AcquireNotify" or "StartNotify", once subscribed.
-    var deliveryName: String? {
-        if delivery.isEmpty { return nil }
-        return delivery.values.contains(.signals) ? "StartNotify" : "AcquireNotify"
-    }
     /// Writes the session to a capture file (`--record`).
     var recorder: SessionRecorder?
 
     init(
-        id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, configuration: SessionConfiguration, replays: ReplayPolicy,
-        clock: EventLoop
+        id: UInt64, device: BlueZDevice, characteristics: ANCSCharacteristics, service: GattServiceObjects,
+        configuration: SessionConfiguration, replays: ReplayPolicy, clock: EventLoop
     ) {
         self.id = id
         self.clock = clock
-        gate = ReplayGate(policy: replays)
         self.device = device
         self.characteristics = characteristics
         start = clock.now
-        session = ANCSSession(configuration: configuration)
+        ancs = ANCSService(configuration: configuration, replays: replays)
+        services = [ServiceLink(handler: ancs, service: service, number: 0)]
+        servicesAdded = 1
     }
 
-    /// Time on the session's clock: the loop's, from the link's start.
+    /// Time on the sessions' clock: the loop's, from the link's start.
     var now: Duration { clock.now - start }
 
-    /// True for the Notification Source or Data Source of this link delivered by signals.
-    func receivesSignals(for path: ObjectPath) -> Bool {
-        delivery[path] == .signals
+    /// The service one of whose characteristics is at `path`.
+    func service(for path: ObjectPath) -> ServiceLink? {
+        services.first { $0.uuid(of: path) != nil }
     }
 
-    /// Stops every reader, task and timer.
+    /// The service with this number, if it is still on the link.
+    func service(number: Int) -> ServiceLink? {
+        if number == 0 { return services[0] }
+        return services.first { $0.number == number }
+    }
+
+    /// The link's ANCS service.
+    var ancsLink: ServiceLink { services[0] }
+
+    /// Adds a service found on the phone (after ANCS).
+    func add(_ handler: any ServiceHandler, service: GattServiceObjects) -> ServiceLink {
+        let link = ServiceLink(handler: handler, service: service, number: servicesAdded)
+        servicesAdded += 1
+        services.append(link)
+        return link
+    }
+
+    /// Removes a service the phone no longer offers (never ANCS: the link ends with it).
+    func remove(_ service: ServiceLink) {
+        services.removeAll { $0 !== ancsLink && $0 === service }
+    }
+
+    // MARK: ANCS, as `status`, `list` and the tests read it
+
+    var session: ANCSSession {
+        get { ancs.session }
+        set { ancs.session = newValue }
+    }
+    var gate: ReplayGate { ancs.gate }
+    var heldBack: Int { ancs.heldBack }
+    /// Notification events shown from this link.
+    var notificationCount: Int { ancs.notificationCount }
+    var sharingOff: Bool { ancs.sharingOff }
+    /// The ANCS subscriptions are being renewed.
+    var renewing: Bool { ancsLink.renewing }
+    /// The Control Point write in flight.
+    var write: (call: DBusConnection.PendingCall, connection: DBusConnection, number: UInt64)? { ancsLink.request }
+    var sharedNotifySession: String? { ancsLink.sharedNotifySession }
+    /// "AcquireNotify" or "StartNotify", once ANCS is subscribed.
+    var deliveryName: String? { ancsLink.deliveryName }
+
+    /// Stops every reader, request, task and timer, and ends what waits on the services.
     func tearDown() {
         state = .stopped
-        for reader in readers { reader.cancel() }
-        readers = []
+        for service in services {
+            for reader in service.readers { reader.cancel() }
+            service.readers = []
+            service.cancelRequest()
+            service.handler.tearDown()
+        }
         for task in tasks { task.cancel() }
         tasks = []
-        if let write { write.connection.cancelCall(write.call) }
-        write = nil
         timer?.cancel()
         timer = nil
         timerDeadline = nil
-        for waiters in actionWaiters.values { for waiter in waiters { waiter.resume(returning: .failed("the phone disconnected")) } }
-        actionWaiters = [:]
-        for waiters in eventWaiters.values { for waiter in waiters { waiter.resume(returning: nil) } }
-        eventWaiters = [:]
     }
 }

@@ -15,6 +15,8 @@ public struct DaemonOptions: Sendable {
     /// Keep a connectable LE advertisement and a pairing agent that refuses every request
     /// registered with bluetoothd (see `Presence`); off where another agent owns pairing.
     public var advertise = true
+    /// Follow the phone's player over Apple Media Service (`--media`, default yes).
+    public var media = true
     /// What the advertisement and the GATT application show the phone (`--accessory`): the
     /// HID accessory by default. SIGHUP applies a change.
     public var accessory = AccessoryKind.hid

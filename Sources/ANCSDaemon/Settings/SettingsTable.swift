@@ -40,6 +40,12 @@ extension Setting {
                 do not register an LE advertisement (connectable, not discoverable: bonded phones reconnect to it) and a pairing \
                 agent that refuses every pairing request; for desktops where another agent owns pairing
                 """),
+        .yesNo(
+            "media", flag: "--no-media", .live, at: \.options.media,
+            help: """
+                do not follow the phone's music (Apple Media Service): no media events, no "ancsd media" commands, no MPRIS \
+                player on the desktop
+                """),
         .value(
             "accessory", nil, .live, .cases(lowercasing: true), at: \.options.accessory,
             help: """

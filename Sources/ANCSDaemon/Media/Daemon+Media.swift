@@ -1,0 +1,42 @@
+import AMS
+public import ControlProtocol
+public import JSON
+
+/// The phone's player through the control socket and the outputs that take commands.
+extension Daemon {
+    /// The players of the running links that speak AMS (`device`: one phone's), by address.
+    func mediaPlayers(device: String?) -> [ControlMedia] {
+        links.values.filter { $0.state == .running && (device == nil || $0.device.address == device) }
+            .sorted { $0.device.address < $1.device.address }
+            .compactMap { link in link.media.map { $0.handler.control(device: link.device.address, now: link.now) } }
+    }
+
+    /// Sends a remote command to the phone's player.
+    func mediaCommand(_ command: ControlMediaCommand, on link: PhoneLink) async -> Result<ControlAnswer, ControlError> {
+        guard let media = link.media else {
+            return .failure(ControlError(.notAvailable, "\(link.device.address) offers no media player (Apple Media Service) now"))
+        }
+        guard let remote = RemoteCommand(name: command.rawValue) else {
+            return .failure(ControlError(.badRequest, "unknown media command \(command.rawValue)"))
+        }
+        return await media.handler.send(remote, service: media.service, link: link, daemon: self)
+    }
+
+    /// The `media_command` path, for outputs that take commands (MQTT): its reply.
+    public func performMediaCommand(_ command: ControlMediaCommand, device: String) async -> JSONObject {
+        guard let link = links.values.first(where: { $0.device.address == device && $0.state == .running }) else {
+            return ControlReply(id: nil, .failure(Self.noSuchDevice(device))).json
+        }
+        return ControlReply(id: nil, await mediaCommand(command, on: link)).json
+    }
+}
+
+extension PhoneLink {
+    /// The link's AMS service and its handler, while the phone offers it and it is subscribed.
+    var media: (service: ServiceLink, handler: MediaService)? {
+        for service in services {
+            if let handler = service.handler as? MediaService, !service.starting { return (service, handler) }
+        }
+        return nil
+    }
+}

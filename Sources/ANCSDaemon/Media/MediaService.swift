@@ -1,0 +1,122 @@
+import AMS
+import ANCSRuntime
+import ControlProtocol
+import GattSession
+
+/// Apple Media Service on a phone's link: what the phone's player says (`media` events) and
+/// its remote commands (`ancsd media`, MQTT, the desktop's MPRIS player).
+///
+/// Owned and used only by the `Daemon` actor.
+final class MediaService: ServiceHandler {
+    var session: MediaSession
+    /// Control requests waiting for their command's write, in the order they were made, until
+    /// the session sends it (`sending`); then by request number until its result.
+    private var queued: [(command: RemoteCommand, waiter: Waiter)] = []
+    private var sent: [UInt64: Waiter] = [:]
+    typealias Waiter = CheckedContinuation<Result<ControlAnswer, ControlError>, Never>
+
+    init(configuration: MediaSession.Configuration = MediaSession.Configuration()) {
+        session = MediaSession(configuration: configuration)
+    }
+
+    /// AMS in the daemon's list of services beside ANCS (`--media`).
+    static let extra = Daemon.ExtraService(
+        description: MediaSession.service, enabled: { $0.media }, make: { _ in MediaService() })
+
+    var description: GattServiceDescription { MediaSession.service }
+    var nextDeadline: Duration? { session.nextDeadline }
+
+    func subscribed(to characteristics: Set<CharacteristicUUID>, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(session.subscribed(to: characteristics, now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func received(
+        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, service: ServiceLink, link: PhoneLink,
+        daemon: isolated Daemon
+    ) {
+        run(session.handleNotification(value, from: characteristic, now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {
+        guard case .write(let uuid, let bytes) = request, uuid == AMSUUID.remoteCommand, bytes.count == 1,
+              let index = queued.firstIndex(where: { $0.command.rawValue == bytes[0] })
+        else { return }
+        sent[number] = queued.remove(at: index).waiter
+    }
+
+    /// Only the latest request's result reaches the session (it keeps one in flight); a
+    /// command's also answers the control request that sent it.
+    func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        if let waiter = sent.removeValue(forKey: number) {
+            switch result {
+            case .written, .read: waiter.resume(returning: .success(.sent))
+            case .attError(let code):
+                waiter.resume(returning: .failure(ControlError(.failed, "the phone refused the command (ATT error \(AMSErrorCode(rawValue: code)))")))
+            case .failed(let message): waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: \(message)")))
+            }
+        }
+        guard number == service.requestsIssued else { return }
+        run(session.handleResult(result, now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func timerFired(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(session.handleTimer(now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func renewing(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        failWaiters("the subscriptions to the phone's player were renewed")
+        run(session.renewing(now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func tearDown() {
+        failWaiters("the phone's player went away")
+    }
+
+    /// Sends `command` to the phone's player; the reply once the phone acknowledged the write.
+    /// A command the player does not support now is refused at once, with those it does.
+    func send(_ command: RemoteCommand, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) async
+        -> Result<ControlAnswer, ControlError>
+    {
+        let actions: [GattSessionAction<MediaEvent>]
+        do {
+            actions = try session.send(command, now: link.now)
+        } catch {
+            return .failure(ControlError(.unsupportedCommand, error.description))
+        }
+        return await withCheckedContinuation { waiter in
+            queued.append((command, waiter))
+            run(actions, service: service, link: link, daemon: daemon)
+        }
+    }
+
+    /// The player's state as the `media` command answers it.
+    func control(device: String, now: Duration) -> ControlMedia {
+        MediaOutput.control(session.state, device: device, now: now)
+    }
+
+    private func failWaiters(_ why: String) {
+        for (_, waiter) in queued { waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: \(why)"))) }
+        queued = []
+        for waiter in sent.values { waiter.resume(returning: .failure(ControlError(.failed, "no answer to the command: \(why)"))) }
+        sent = [:]
+    }
+
+    private func run(_ actions: [GattSessionAction<MediaEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        daemon.perform(actions, on: service, of: link) { event in handle(event, link: link, daemon: daemon) }
+        // A command the session dropped (its characteristic went away) is never sent.
+        if !queued.isEmpty, !session.hasRemoteCommand { failWaiters("the phone no longer offers remote commands") }
+    }
+
+    private func handle(_ event: MediaEvent, link: PhoneLink, daemon: isolated Daemon) {
+        switch event {
+        case .state(let state):
+            let media = MediaOutput.control(state, device: link.device.address, now: link.now)
+            // What plays is content: its title only at debug.
+            daemon.logger.info("\(link.device.address): media \(media.state ?? "state unknown")\(media.player.map { " (\($0))" } ?? "")")
+            daemon.logger.debug("\(link.device.address): media: \(media.artist ?? "-") / \(media.album ?? "-") / \(media.title ?? "-")")
+            daemon.output.emit(.service(MediaOutput.output(media)))
+        case .commandFailed(let command, let failure):
+            daemon.logger.warning("\(link.device.address): the \(command) media command failed: \(failure)")
+        }
+    }
+}

@@ -1,0 +1,177 @@
+import ANCS
+import ANCSCapture
+import ANCSRuntime
+import ANCSSession
+import GattSession
+
+/// ANCS on a phone's link: the session, and what the daemon does with its events: the replay
+/// gate and the seen store before the outputs, the control socket's waiters, the copies
+/// bluetoothd makes of signalled values, the recorder.
+///
+/// Owned and used only by the `Daemon` actor.
+final class ANCSService: ServiceHandler {
+    var session: ANCSSession
+    /// Decides which notification events reach the outputs (`--replays`).
+    var gate: ReplayGate
+    /// Replayed notifications held back by the replay policy in this session.
+    var heldBack = 0
+    /// Notification events shown.
+    var notificationCount = 0
+    /// True from the phone's `sharing off` event to its `sharing on` (for `status`).
+    var sharingOff = false
+    /// Drops the copies bluetoothd makes of signalled values when other clients subscribed too.
+    var copyFilter = SignalCopyFilter()
+    /// Control-socket requests waiting for an action's outcome, oldest first per UID and action.
+    var actionWaiters: [ActionKey: [CheckedContinuation<ActionOutcome, Never>]] = [:]
+    /// Control-socket requests waiting for a notification's next event.
+    var eventWaiters: [UInt32: [CheckedContinuation<PhoneNotification?, Never>]] = [:]
+
+    struct ActionKey: Hashable {
+        var uid: UInt32
+        var action: UInt8
+    }
+
+    init(configuration: SessionConfiguration, replays: ReplayPolicy) {
+        session = ANCSSession(configuration: configuration)
+        gate = ReplayGate(policy: replays)
+    }
+
+    var description: GattServiceDescription { ANCSSession.service }
+    var nextDeadline: Duration? { session.nextDeadline }
+
+    func subscribed(to characteristics: Set<CharacteristicUUID>, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(session.subscribed(to: characteristics, now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    func received(
+        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, service: ServiceLink, link: PhoneLink,
+        daemon: isolated Daemon
+    ) {
+        let isDataSource = characteristic == ANCSSession.dataSourceUUID
+        if signalled {
+            let copies = copyFilter.copies
+            let admitted = isDataSource
+                ? copyFilter.admitDataSource(value) : copyFilter.admitNotificationSource(value, now: link.now)
+            if copyFilter.copies != copies { reportCopies(link: link, daemon: daemon) }
+            guard admitted else { return }
+        }
+        link.recorder?.received(isDataSource ? .ds : .ns, value, at: link.now)
+        let actions = isDataSource
+            ? session.handleDataSource(value, now: link.now) : session.handleNotificationSource(value, now: link.now)
+        run(ANCSSession.seam(actions), service: service, link: link, daemon: daemon)
+    }
+
+    func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {
+        guard case .write(_, let bytes) = request else { return }
+        copyFilter.expectResponse(to: bytes)
+        link.recorder?.wroteControlPoint(bytes, at: link.now)
+    }
+
+    /// Every write's result is recorded; the session is told each with its number, and ignores
+    /// those of writes it no longer waits for (the link counts the writes as the session does).
+    func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        let write = ANCSSession.writeResult(result)
+        link.recorder?.writeFinished(write, at: link.now)
+        run(ANCSSession.seam(session.handleWriteResult(write, write: number, now: link.now)), service: service, link: link, daemon: daemon)
+    }
+
+    func timerFired(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(session.handleTimer(now: link.now) as [GattSessionAction<ANCSSessionEvent>], service: service, link: link, daemon: daemon)
+    }
+
+    func renewing(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        copyFilter = SignalCopyFilter()
+        run(session.renewing(now: link.now), service: service, link: link, daemon: daemon)
+    }
+
+    /// Asks the phone to perform an action (the outcome comes as `.actionCompleted`).
+    func performAction(_ action: ActionID, on uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(ANCSSession.seam(session.performAction(action, on: uid, now: link.now)), service: service, link: link, daemon: daemon)
+    }
+
+    /// Fetches a notification's whole message again.
+    func fetchFullMessage(of uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        run(ANCSSession.seam(session.fetchFullMessage(of: uid, now: link.now)), service: service, link: link, daemon: daemon)
+    }
+
+    /// Applies reloaded options: the filter, the replay policy and the checks' intervals.
+    func update(_ options: DaemonOptions, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+        session.updateFilter(options.session.filter)
+        gate.policy = options.replays
+        let actions = session.updateChecks(
+            aliveCheckInterval: options.session.aliveCheckInterval, resubscribeAfter: options.session.resubscribeAfter, now: link.now)
+        run(ANCSSession.seam(actions), service: service, link: link, daemon: daemon)
+    }
+
+    func tearDown() {
+        for waiters in actionWaiters.values { for waiter in waiters { waiter.resume(returning: .failed("the phone disconnected")) } }
+        actionWaiters = [:]
+        for waiters in eventWaiters.values { for waiter in waiters { waiter.resume(returning: nil) } }
+        eventWaiters = [:]
+    }
+
+    private func run(
+        _ actions: [GattSessionAction<ANCSSessionEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon
+    ) {
+        daemon.perform(actions, on: service, of: link) { event in handle(event, link: link, daemon: daemon) }
+    }
+
+    private func handle(_ event: ANCSSessionEvent, link: PhoneLink, daemon: isolated Daemon) {
+        switch event {
+        case .notification(let event):
+            if !eventWaiters.isEmpty {
+                let n = event.notification
+                for waiter in eventWaiters.removeValue(forKey: n.uid) ?? [] {
+                    waiter.resume(returning: event.kind == .removed ? nil : n)
+                }
+            }
+            show(event, link: link, daemon: daemon)
+        case .actionCompleted(let uid, let action, let outcome):
+            daemon.logger.info("\(link.device.address): \(action) action on \(uid): \(outcome)")
+            let key = ActionKey(uid: uid, action: action.rawValue)
+            if var waiters = actionWaiters[key], !waiters.isEmpty {
+                waiters.removeFirst().resume(returning: outcome)
+                actionWaiters[key] = waiters.isEmpty ? nil : waiters
+            }
+        case .sharingChanged(let allowed):
+            guard sharingOff == allowed else { break }
+            sharingOff = !allowed
+            daemon.output.emit(.sharing(device: link.device.address, allowed: allowed))
+        }
+    }
+
+    /// Prints a session's event unless the replay policy holds it back, and remembers what was
+    /// shown (`seen_before`).
+    private func show(_ event: NotificationEvent, link: PhoneLink, daemon: isolated Daemon) {
+        let n = event.notification, address = link.device.address
+        let admitted = gate.admit(event, device: address, store: daemon.seen)
+        if gate.seenBefore.count > daemon.options.session.maxKnownNotifications + 1024 {
+            gate.retain(only: Set(session.notifications.map(\.uid)))
+        }
+        guard let (shown, seenBefore) = admitted else {
+            if event.kind != .removed { heldBack += 1 }
+            daemon.logger.debug("\(address): \(event.kind.rawValue) \(n.uid) held back (replayed, --replays \(gate.policy.rawValue))")
+            return
+        }
+        daemon.eventsEmitted += 1
+        notificationCount += 1
+        // What happened, never what it says: the journal is readable by more people than the phone's owner.
+        daemon.logger.info("\(address): notification \(n.uid) \(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))")
+        daemon.logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")
+        daemon.output.emit(.notification(shown, device: address, seenBefore: seenBefore))
+        daemon.scheduleStatus()
+    }
+
+    private func reportCopies(link: PhoneLink, daemon: isolated Daemon) {
+        let copies = copyFilter.copies
+        if copies > 1 {
+            daemon.logger.warning("""
+                \(link.device.address): bluetoothd delivers every notification \(copies) times: another program has \
+                notifications of the phone's ANCS characteristics turned on (bluetoothctl's "notify on", another ANCS \
+                client); ancsd drops the copies, but closing that program is safer
+                """)
+        } else {
+            daemon.logger.info("\(link.device.address): bluetoothd delivers every notification once again")
+        }
+    }
+}
