@@ -2,6 +2,7 @@ import ANCS
 import ANCSDaemon
 import ANCSRuntime
 import ANCSSession
+import ControlProtocol
 import Foundation
 import JSON
 import EventLoop
@@ -284,6 +285,7 @@ private final class RecordingSink: OutputSink {
 
 private struct NoActions: PhoneActions {
     func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject { ["ok": false] }
+    func performMediaCommand(_ command: ControlMediaCommand, device: String) async -> JSONObject { ["ok": false] }
 }
 
 @Suite struct OutputRouterTests {

@@ -2,8 +2,8 @@ public import JSON
 
 /// Home Assistant's MQTT discovery schema for the entity types ancsd announces, as documented
 /// (https://www.home-assistant.io/integrations/mqtt/, binary_sensor.mqtt, sensor.mqtt,
-/// event.mqtt): the keys each type accepts, the required ones and their types. Home Assistant
-/// rejects a config with an unknown key or a missing required one ("Invalid config").
+/// event.mqtt, button.mqtt): the keys each type accepts, the required ones and their types.
+/// Home Assistant rejects a config with an unknown key or a missing required one ("Invalid config").
 public enum HomeAssistantSchema {
     /// Keys every MQTT entity accepts.
     static let common: Set<String> = [
@@ -19,6 +19,7 @@ public enum HomeAssistantSchema {
                     "suggested_display_precision", "state_class", "state_topic", "unit_of_measurement", "value_template"],
                    ["state_topic"]),
         "event": (["device_class", "event_types", "state_topic", "value_template"], ["state_topic", "event_types"]),
+        "button": (["command_template", "command_topic", "device_class", "payload_press", "retain"], ["command_topic"]),
     ]
     static let deviceKeys: Set<String> = [
         "configuration_url", "connections", "hw_version", "identifiers", "manufacturer", "model", "model_id", "name",
@@ -32,8 +33,11 @@ public enum HomeAssistantSchema {
 
     /// The problems with a set of discovery messages (topic → payload); empty when Home
     /// Assistant would accept every one. `published`: topics that carry messages; every state,
-    /// attributes and availability topic a config names must be one of them.
-    public static func problems(_ configs: [(topic: String, payload: JSONValue)], published: Set<String>? = nil) -> [String] {
+    /// attributes and availability topic a config names must be one of them. `subscribed`: the
+    /// filters the publisher subscribes to; every command topic must match one of them.
+    public static func problems(
+        _ configs: [(topic: String, payload: JSONValue)], published: Set<String>? = nil, subscribed: [String]? = nil
+    ) -> [String] {
         var problems: [String] = []
         var uniqueIDs: Set<String> = []
         for (topic, payload) in configs {
@@ -68,6 +72,19 @@ public enum HomeAssistantSchema {
                     continue
                 }
                 topics.append(text)
+            }
+            if let value = object["command_topic"] {
+                if let text = value.stringValue, !text.isEmpty {
+                    if text.contains("+") || text.contains("#") { problem("command topic '\(text)' has a wildcard") }
+                    if let subscribed, !subscribed.contains(where: { matches(filter: $0, topic: text) }) {
+                        problem("command topic '\(text)' reaches no subscriber")
+                    }
+                } else {
+                    problem("'command_topic' must be a non-empty string")
+                }
+            }
+            for key in ["value_template", "json_attributes_template", "command_template", "payload_press", "icon"] {
+                if let value = object[key], value.stringValue?.isEmpty != false { problem("'\(key)' must be a non-empty string") }
             }
             if let unique = object["unique_id"] {
                 if let text = unique.stringValue, !text.isEmpty {
@@ -137,10 +154,26 @@ public enum HomeAssistantSchema {
                 if let deviceClass = object["device_class"], !["button", "doorbell", "motion"].contains(deviceClass.stringValue ?? "") {
                     problem("event device_class '\(deviceClass.stringValue ?? "?")' is not one Home Assistant knows")
                 }
+            case "button":
+                if let deviceClass = object["device_class"], !["identify", "restart", "update"].contains(deviceClass.stringValue ?? "") {
+                    problem("button device_class '\(deviceClass.stringValue ?? "?")' is not one Home Assistant knows")
+                }
+                if let retain = object["retain"], retain.boolValue == nil { problem("'retain' must be true or false") }
             default:
                 break
             }
         }
         return problems
+    }
+
+    /// Whether an MQTT subscription `filter` (with `+` and `#`) takes messages on `topic`.
+    public static func matches(filter: String, topic: String) -> Bool {
+        let filterLevels = filter.split(separator: "/", omittingEmptySubsequences: false)
+        let topicLevels = topic.split(separator: "/", omittingEmptySubsequences: false)
+        for (index, level) in filterLevels.enumerated() {
+            if level == "#" { return true }
+            guard index < topicLevels.count, level == "+" || level == topicLevels[index] else { return false }
+        }
+        return filterLevels.count == topicLevels.count
     }
 }

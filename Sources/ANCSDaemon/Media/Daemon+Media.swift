@@ -1,4 +1,5 @@
 import AMS
+import BlueZ
 public import ControlProtocol
 public import JSON
 
@@ -22,10 +23,13 @@ extension Daemon {
         return await media.handler.send(remote, service: media.service, link: link, daemon: self)
     }
 
-    /// The `media_command` path, for outputs that take commands (MQTT): its reply.
+    /// The `media_command` path, for outputs that take commands (MQTT, `PhoneActions`): its reply.
     public func performMediaCommand(_ command: ControlMediaCommand, device: String) async -> JSONObject {
-        guard let link = links.values.first(where: { $0.device.address == device && $0.state == .running }) else {
-            return ControlReply(id: nil, .failure(Self.noSuchDevice(device))).json
+        guard let address = normalizedAddress(device) else {
+            return ControlReply(id: nil, .failure(ControlError(.badRequest, "\"device\" must be a Bluetooth address such as AA:BB:CC:DD:EE:FF"))).json
+        }
+        guard let link = links.values.first(where: { $0.device.address == address && $0.state == .running }) else {
+            return ControlReply(id: nil, .failure(Self.noSuchDevice(address))).json
         }
         return ControlReply(id: nil, await mediaCommand(command, on: link)).json
     }

@@ -32,6 +32,17 @@ public struct MQTTTopics: Sendable, Hashable {
     public func actionResult(_ device: String) -> String { "\(prefix)/\(device)/action/result" }
     /// What the action subscription listens to.
     public var actionFilter: String { "\(prefix)/+/action" }
+    /// The phone's player: the `media` event's object, retained.
+    public func media(_ device: String) -> String { "\(prefix)/\(device)/\(Self.mediaState)" }
+    /// With `--mqtt-actions`: a media command's name (`play`) or `{"command": "play"}`.
+    public func mediaCommand(_ device: String) -> String { "\(prefix)/\(device)/\(Self.mediaCommand)" }
+    /// The phone's answer to a media command.
+    public func mediaCommandResult(_ device: String) -> String { "\(prefix)/\(device)/\(Self.mediaCommand)/result" }
+    /// What the media command subscription listens to.
+    public var mediaCommandFilter: String { "\(prefix)/+/\(Self.mediaCommand)" }
+    /// The player's state and command topics below `PREFIX/DEVICE/`.
+    public static let mediaState = "media"
+    public static let mediaCommand = "media/command"
 
     /// DEVICE for an address: `AA:BB:CC:DD:EE:FF` → `aabbccddeeff`.
     public static func device(_ address: String) -> String {
@@ -58,8 +69,8 @@ public struct MQTTTopics: Sendable, Hashable {
 }
 
 /// Home Assistant MQTT discovery (https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery):
-/// per phone one device with four entities, each a retained config message at
-/// `DISCOVERY/COMPONENT/ancsd_DEVICE/OBJECT/config`.
+/// per phone one device with five entities of its own and those of its other services (the
+/// player's), each a retained config message at `DISCOVERY/COMPONENT/ancsd_DEVICE/OBJECT/config`.
 public struct HomeAssistantDiscovery: Sendable {
     public var topics: MQTTTopics
     /// The discovery prefix (`homeassistant` by default).
@@ -81,50 +92,92 @@ public struct HomeAssistantDiscovery: Sendable {
     /// The configs for one phone: (topic, payload) pairs, all to be published retained.
     public func configs(address: String, name: String?) -> [(topic: String, payload: JSONValue)] {
         let device = MQTTTopics.device(address)
-        let node = "ancsd_\(device)"
-        let deviceBlock: JSONValue = [
-            "identifiers": [.string(node)],
-            "connections": [["bluetooth", .string(address.lowercased())]],
-            "name": .string(name.map(EventFormatter.sanitize).flatMap { $0.isEmpty ? nil : $0 } ?? "iPhone \(address)"),
-            "manufacturer": "Apple",
-            "model": "iPhone (ANCS)",
+        let online = onlineAvailability, phoneConnected = phoneAvailability(device)
+        let phone = Phone(discovery: self, address: address, name: name)
+        return [
+            phone.config("binary_sensor", "connected", [
+                "name": "Connected", "device_class": "connectivity", "state_topic": .string(topics.state(device)),
+                "payload_on": "connected", "payload_off": "disconnected",
+            ], availability: [online]),
+            phone.config("binary_sensor", "sharing", [
+                "name": "Sharing notifications", "icon": "mdi:bell-check", "state_topic": .string(topics.sharing(device)),
+                "payload_on": "on", "payload_off": "off",
+            ], availability: [online, phoneConnected]),
+            phone.config("sensor", "notifications", [
+                "name": "Notifications", "icon": "mdi:bell", "state_topic": .string(topics.count(device)),
+                "state_class": "measurement", "unit_of_measurement": "notifications",
+            ], availability: [online, phoneConnected]),
+            phone.config("sensor", "latest", [
+                "name": "Latest notification", "icon": "mdi:message-text", "state_topic": .string(topics.latest(device)),
+                "json_attributes_topic": .string(topics.latestAttributes(device)),
+            ], availability: [online]),
+            phone.config("event", "notification", [
+                "name": "Notification", "icon": "mdi:cellphone-message", "state_topic": .string(topics.notification(device)),
+                "event_types": .array(Self.eventTypes.map { .string($0) }),
+            ], availability: [online]),
         ]
-        let origin: JSONValue = ["name": "ancsd", "sw_version": .string(version)]
-        let online: JSONValue = ["topic": .string(topics.status)]
-        let phoneConnected: JSONValue = [
-            "topic": .string(topics.state(device)), "payload_available": "connected", "payload_not_available": "disconnected",
-        ]
-        func config(_ object: String, _ fields: JSONObject, availability: [JSONValue]) -> JSONValue {
+    }
+
+    /// The config topic of a service's entity (`media`, `title`):
+    /// `DISCOVERY/sensor/ancsd_DEVICE/media_title/config`.
+    public func configTopic(address: String, type: String, entity: ServiceOutput.Entity) -> String {
+        "\(discoveryPrefix)/\(entity.component)/ancsd_\(MQTTTopics.device(address))/\(type)_\(entity.object)/config"
+    }
+
+    /// The config of a service's entity (`ServiceOutput.entities`) at `configTopic`: its members,
+    /// with the topics they name below `PREFIX/DEVICE/` written in full, in the phone's device,
+    /// available while ancsd is online and the phone connected.
+    public func serviceConfig(address: String, name: String?, type: String, entity: ServiceOutput.Entity) -> (topic: String, payload: JSONValue) {
+        let device = MQTTTopics.device(address)
+        var fields: JSONObject = ["name": .string(entity.name)]
+        for (key, value) in entity.config {
+            if key.hasSuffix("_topic"), let relative = value.stringValue {
+                fields.append(key, .string("\(topics.prefix)/\(device)/\(relative)"))
+            } else {
+                fields.append(key, value)
+            }
+        }
+        return Phone(discovery: self, address: address, name: name)
+            .config(entity.component, "\(type)_\(entity.object)", fields, availability: [onlineAvailability, phoneAvailability(device)])
+    }
+
+    /// Available while ancsd is online.
+    private var onlineAvailability: JSONValue { ["topic": .string(topics.status)] }
+
+    /// Available while the phone is connected.
+    private func phoneAvailability(_ device: String) -> JSONValue {
+        ["topic": .string(topics.state(device)), "payload_available": "connected", "payload_not_available": "disconnected"]
+    }
+
+    /// What every config of one phone shares: its device block and ancsd's origin.
+    private struct Phone {
+        let discoveryPrefix: String
+        let node: String
+        let deviceBlock: JSONValue
+        let origin: JSONValue
+
+        init(discovery: HomeAssistantDiscovery, address: String, name: String?) {
+            discoveryPrefix = discovery.discoveryPrefix
+            node = "ancsd_\(MQTTTopics.device(address))"
+            deviceBlock = [
+                "identifiers": [.string(node)],
+                "connections": [["bluetooth", .string(address.lowercased())]],
+                "name": .string(name.map(EventFormatter.sanitize).flatMap { $0.isEmpty ? nil : $0 } ?? "iPhone \(address)"),
+                "manufacturer": "Apple",
+                "model": "iPhone (ANCS)",
+            ]
+            origin = ["name": "ancsd", "sw_version": .string(discovery.version)]
+        }
+
+        func config(_ component: String, _ object: String, _ fields: JSONObject, availability: [JSONValue]) -> (topic: String, payload: JSONValue) {
             var out: JSONObject = ["unique_id": .string("\(node)_\(object)")]
             for (key, value) in fields { out.append(key, value) }
             out.append("availability", .array(availability))
             if availability.count > 1 { out.append("availability_mode", "all") }
             out.append("device", deviceBlock)
             out.append("origin", origin)
-            return .object(out)
+            return ("\(discoveryPrefix)/\(component)/\(node)/\(object)/config", .object(out))
         }
-        return [
-            ("\(discoveryPrefix)/binary_sensor/\(node)/connected/config", config("connected", [
-                "name": "Connected", "device_class": "connectivity", "state_topic": .string(topics.state(device)),
-                "payload_on": "connected", "payload_off": "disconnected",
-            ], availability: [online])),
-            ("\(discoveryPrefix)/binary_sensor/\(node)/sharing/config", config("sharing", [
-                "name": "Sharing notifications", "icon": "mdi:bell-check", "state_topic": .string(topics.sharing(device)),
-                "payload_on": "on", "payload_off": "off",
-            ], availability: [online, phoneConnected])),
-            ("\(discoveryPrefix)/sensor/\(node)/notifications/config", config("notifications", [
-                "name": "Notifications", "icon": "mdi:bell", "state_topic": .string(topics.count(device)),
-                "state_class": "measurement", "unit_of_measurement": "notifications",
-            ], availability: [online, phoneConnected])),
-            ("\(discoveryPrefix)/sensor/\(node)/latest/config", config("latest", [
-                "name": "Latest notification", "icon": "mdi:message-text", "state_topic": .string(topics.latest(device)),
-                "json_attributes_topic": .string(topics.latestAttributes(device)),
-            ], availability: [online])),
-            ("\(discoveryPrefix)/event/\(node)/notification/config", config("notification", [
-                "name": "Notification", "icon": "mdi:cellphone-message", "state_topic": .string(topics.notification(device)),
-                "event_types": .array(Self.eventTypes.map { .string($0) }),
-            ], availability: [online])),
-        ]
     }
 
     /// The latest sensor's state: `App: Title` (or the app alone), sanitized, at most 255

@@ -1,5 +1,6 @@
 import ANCS
 public import ANCSRuntime
+import ControlProtocol
 public import JSON
 public import MQTT
 import Synchronization
@@ -14,7 +15,8 @@ public struct MQTTSettings: Sendable, Equatable {
     public var prefix = "ancsd"
     /// nil: no Home Assistant discovery (`--mqtt-discovery-prefix none`).
     public var discoveryPrefix: String? = "homeassistant"
-    /// `--mqtt-actions`: take actions on `PREFIX/DEVICE/action`.
+    /// `--mqtt-actions`: take actions on `PREFIX/DEVICE/action` and media commands on
+    /// `PREFIX/DEVICE/media/command`, and announce the player's buttons to Home Assistant.
     public var actions = false
     /// Messages that wait for the broker at most (the oldest events go first past it).
     public var queueLimit = 1000
@@ -33,9 +35,11 @@ public protocol NotificationCounts: Sendable {
 }
 
 /// The MQTT output (docs/mqtt.md): every event on `PREFIX/DEVICE/event` (QoS 1), each phone's
-/// state, notification count and latest notification as retained topics, `PREFIX/status`
-/// online with `offline` as the last will, Home Assistant discovery, and with `--mqtt-actions`
-/// actions taken from `PREFIX/DEVICE/action`.
+/// state, notification count and latest notification as retained topics, the retained states
+/// of its other services (`PREFIX/DEVICE/media`), `PREFIX/status` online with `offline` as the
+/// last will, Home Assistant discovery (the services' entities as their `ServiceOutput` lists
+/// them), and with `--mqtt-actions` actions taken from `PREFIX/DEVICE/action` and media
+/// commands from `PREFIX/DEVICE/media/command`.
 ///
 /// Queue and policy: `send` only formats and hands the messages to the `MQTTClient`, whose
 /// queue holds at most `queueLimit` messages (default 1000) waiting for the broker, in order,
@@ -57,6 +61,10 @@ public final class MQTTSink: OutputSink {
         var announced = false
         /// What the retained `sharing` topic says, nil before anything was published there.
         var sharing: Bool?
+        /// The Home Assistant entities of its other services, by service type, as last sent.
+        var services: [String: [ServiceOutput.Entity]] = [:]
+        /// What was last published on each of their config topics ("" for an entity removed).
+        var serviceConfigs: [String: String] = [:]
     }
     private struct State {
         var context: OutputContext?
@@ -107,10 +115,13 @@ public final class MQTTSink: OutputSink {
         guard first else { return }
         client.publish(MQTTMessage(topic: topics.status, text: "online", retain: true))
         if let discovery { client.subscribe(discovery.birthTopic) }
-        if settings.actions { client.subscribe(topics.actionFilter) }
+        if settings.actions {
+            client.subscribe(topics.actionFilter)
+            client.subscribe(topics.mediaCommandFilter)
+        }
         logger.info("MQTT: publishing to \(settings.endpoint) under \(settings.prefix)/"
             + (settings.discoveryPrefix.map { ", Home Assistant discovery under \($0)/" } ?? "")
-            + (settings.actions ? ", actions taken from \(topics.actionFilter)" : ""))
+            + (settings.actions ? ", actions taken from \(topics.actionFilter) and \(topics.mediaCommandFilter)" : ""))
         client.start()
     }
 
@@ -157,6 +168,7 @@ public final class MQTTSink: OutputSink {
             refreshCount(address: address, device: device, after: [])
         case .service(let output):
             announce(address: output.device, name: nil, force: false)
+            announceEntities(of: output)
             for state in output.retained {
                 client.publish(MQTTMessage(topic: "\(settings.prefix)/\(device)/\(state.topic)", text: state.payload, retain: true))
             }
@@ -209,6 +221,50 @@ public final class MQTTSink: OutputSink {
         for (topic, payload) in discovery.configs(address: address, name: knownName) {
             client.publish(MQTTMessage(topic: topic, text: payload.serialized, retain: true))
         }
+        publishServiceConfigs(address: address, force: force)
+    }
+
+    /// Keeps a service's Home Assistant entities and publishes what changed of their configs.
+    private func announceEntities(of output: ServiceOutput) {
+        guard discovery != nil else { return }
+        let device = MQTTTopics.device(output.device)
+        let changed = state.withLock { state -> Bool in
+            guard state.phones[device, default: Phone()].services[output.type] != output.entities else { return false }
+            state.phones[device, default: Phone()].services[output.type] = output.entities
+            return true
+        }
+        if changed { publishServiceConfigs(address: output.device, force: false) }
+    }
+
+    /// Publishes the configs of the phone's service entities that differ from what was published
+    /// last (all of them when `force`: Home Assistant restarted): an entity the service has now
+    /// (a button only with `--mqtt-actions`) is announced, any other removed with an empty
+    /// retained config, once per run even if nothing was announced (an earlier run may have).
+    private func publishServiceConfigs(address: String, force: Bool) {
+        guard let discovery else { return }
+        let device = MQTTTopics.device(address)
+        let messages = state.withLock { state -> [MQTTMessage] in
+            guard var phone = state.phones[device] else { return [] }
+            var messages: [MQTTMessage] = []
+            for (type, entities) in phone.services.sorted(by: { $0.key < $1.key }) {
+                for entity in entities {
+                    let topic: String, payload: String
+                    if entity.present && (settings.actions || !entity.takesCommands) {
+                        let config = discovery.serviceConfig(address: address, name: phone.name, type: type, entity: entity)
+                        (topic, payload) = (config.topic, config.payload.serialized)
+                    } else {
+                        (topic, payload) = (discovery.configTopic(address: address, type: type, entity: entity), "")
+                    }
+                    let last = phone.serviceConfigs[topic]
+                    guard last != payload || (force && !payload.isEmpty) else { continue }
+                    phone.serviceConfigs[topic] = payload
+                    messages.append(MQTTMessage(topic: topic, text: payload, retain: true))
+                }
+            }
+            state.phones[device] = phone
+            return messages
+        }
+        for message in messages { client.publish(message) }
     }
 
     /// Publishes the phone's notification count now and after each of `delays` (the replays a
@@ -244,18 +300,22 @@ public final class MQTTSink: OutputSink {
                     logger.warning("MQTT: ignored a retained message on \(topic): an action is taken only when it is sent")
                     return
                 }
-                action(topic: topic, payload: payload)
+                let prefixLevels = settings.prefix.split(separator: "/", omittingEmptySubsequences: false).count
+                let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+                guard levels.count > prefixLevels else { return }
+                let device = String(levels[prefixLevels])
+                switch levels.dropFirst(prefixLevels + 1).joined(separator: "/") {
+                case "action": action(device: device, payload: payload)
+                case MQTTTopics.mediaCommand: mediaCommand(device: device, payload: payload)
+                default: break
+                }
             }
         }
     }
 
     /// Takes `{"uid": N, "action": "positive"|"negative"}` from `PREFIX/DEVICE/action`, and
     /// publishes the phone's answer on `PREFIX/DEVICE/action/result`.
-    private func action(topic: String, payload: [UInt8]) {
-        let prefixLevels = settings.prefix.split(separator: "/", omittingEmptySubsequences: false).count
-        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
-        guard levels.count == prefixLevels + 2, levels.last == "action" else { return }
-        let device = String(levels[prefixLevels])
+    private func action(device: String, payload: [UInt8]) {
         let resultTopic = topics.actionResult(device)
         guard let address = MQTTTopics.address(device) else {
             return answer(resultTopic, Self.failure("bad_request", "\(device) is not a phone's address in lower case without colons"))
@@ -279,6 +339,47 @@ public final class MQTTSink: OutputSink {
             let reply = await context.actions.performAction(actionID, uid: uid, device: address)
             self.answer(resultTopic, reply, uid: uidValue, action: actionValue)
         }
+    }
+
+    /// Takes a media command from `PREFIX/DEVICE/media/command`: its name (`play`, `toggle`, …) or
+    /// `{"command": "play"}`, and publishes the phone's answer on `PREFIX/DEVICE/media/command/result`.
+    private func mediaCommand(device: String, payload: [UInt8]) {
+        let resultTopic = topics.mediaCommandResult(device)
+        let name: String?
+        switch try? JSONValue(parsing: payload) {
+        case .object(let object)?: name = object["command"]?.stringValue
+        case .string(let text)?: name = text
+        case nil: name = Self.trimmed(String(decoding: payload, as: UTF8.self))
+        default: name = nil
+        }
+        // The request's command in the answer; not a long text someone sent instead.
+        let requested: JSONValue = name.map { $0.unicodeScalars.count <= 64 ? .string($0) : .null } ?? .null
+        guard let address = MQTTTopics.address(device) else {
+            return answerMedia(resultTopic, Self.failure("bad_request", "\(device) is not a phone's address in lower case without colons"), command: requested)
+        }
+        guard let name, let command = ControlMediaCommand(rawValue: name.lowercased()) else {
+            let names = ControlMediaCommand.allCases.map(\.rawValue).joined(separator: ", ")
+            return answerMedia(
+                resultTopic, Self.failure("bad_request", "a media command is one of \(names), alone or as {\"command\": NAME}"), command: requested)
+        }
+        guard let context = state.withLock({ $0.context }) else { return }
+        logger.info("MQTT: \(command.rawValue) media command for \(address)")
+        Task(executorPreference: context.executor) {
+            let reply = await context.actions.performMediaCommand(command, device: address)
+            self.answerMedia(resultTopic, reply, command: .string(command.rawValue))
+        }
+    }
+
+    /// Publishes a media command's answer: the command, then the control socket's reply.
+    private func answerMedia(_ topic: String, _ reply: JSONObject, command: JSONValue) {
+        var object: JSONObject = ["command": command]
+        for (key, value) in reply { object.append(key, value) }
+        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized))
+    }
+
+    /// `text` without white space at either end.
+    private static func trimmed(_ text: String) -> String {
+        String(text.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
     }
 
     /// Publishes an action's answer: the request's uid and action, then the control socket's reply.

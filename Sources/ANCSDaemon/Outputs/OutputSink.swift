@@ -1,5 +1,6 @@
 public import ANCS
 public import ANCSRuntime
+public import ControlProtocol
 public import JSON
 
 /// One output of the daemon: standard output, the FIFO, a control-socket subscriber, a command
@@ -66,6 +67,13 @@ public protocol PhoneActions: Sendable {
     /// {"code": …, "message": …}}` with the codes `no_such_device`, `no_such_notification`,
     /// `not_available`, `notification_gone`, `action_failed`, `failed`.
     func performAction(_ action: ActionID, uid: UInt32, device: String) async -> JSONObject
+
+    /// Sends `command` to the player of phone `device` (an address, any case), as the control
+    /// socket's `media_command` does, and answers with its reply: `{"ok": true, "result":
+    /// "sent"}` once the phone acknowledged the command, or `{"ok": false, "error": {"code": …,
+    /// "message": …}}` with the codes `no_such_device`, `not_available`, `unsupported_command`,
+    /// `failed`, `bad_request`.
+    func performMediaCommand(_ command: ControlMediaCommand, device: String) async -> JSONObject
 }
 
 /// One event on its way to the sinks, with its JSON line: the line every JSON output sends

@@ -150,8 +150,8 @@ extension Setting {
         .yesNo(
             "mqtt-actions", flag: "--mqtt-actions", .outputs, at: \.mqttActions,
             help: """
-                take actions from PREFIX/DEVICE/action: {"uid": N, "action": "positive"|"negative"}; the phone's answer goes \
-                to …/action/result
+                take actions from PREFIX/DEVICE/action: {"uid": N, "action": "positive"|"negative"}, and media commands \
+                from PREFIX/DEVICE/media/command (play, pause, …); the phone's answers go to …/result
                 """),
         .value(
             "log-level", "LEVEL", .live, .choice(["debug", "info", "warning", "error"]) { LogLevel(name: $0) }, at: \.logLevel,
