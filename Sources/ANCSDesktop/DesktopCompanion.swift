@@ -240,6 +240,7 @@ public actor DesktopCompanion {
                 // A reply: its request is answered, unread. An event (a later daemon's?): passed over.
                 if let id = error.requestID?.integerValue, pending.removeValue(forKey: id) != nil {
                     logger.warning("\(error); ignored")
+                    finishMediaCommand(id, ControlError(.failed, "ancsd's answer could not be read: \(error)"))
                 } else {
                     logger.debug("\(error); ignored")
                 }
