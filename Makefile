@@ -6,8 +6,9 @@ SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
-# The desktop companion's test runs a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool.
-DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji
+# The desktop companion's test runs a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool;
+# its MPRIS players are checked with playerctl.
+DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl
 # The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
@@ -125,7 +126,7 @@ demo:
 ## in parallel (a warm run takes well under 3 minutes). Under ANCSD_UNIT=1 a test that starts an
 ## installed program (dbus-daemon, mosquitto, btmon, ...) fails and names it: its suite goes in
 ## UNIT_SKIP, and make test runs it.
-UNIT_SKIP := EndToEndTests|GattPhoneTests|PhoneSimulatorTests|DBusTests|MQTTTests|AccessoryExportTests|GattClientTests|CaptureLoopTests|DaemonOnVirtualTimeTests
+UNIT_SKIP := EndToEndTests|GattPhoneTests|PhoneSimulatorTests|DBusTests|MQTTTests|AccessoryExportTests|GattClientTests|CaptureLoopTests|DaemonOnVirtualTimeTests|MPRISBusTests
 unit: deps
 	$(SWIFT) build --build-tests $(STRICT)
 	ANCSD_UNIT=1 $(SWIFT) test --skip-build --parallel --skip '$(UNIT_SKIP)'

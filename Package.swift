@@ -161,7 +161,9 @@ let package = Package(
             name: "ANCSDaemonTests", dependencies: ["ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop",
                 "PhoneSimulator"],
             swiftSettings: strict),
-        .testTarget(name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "DBus", "JSON"], swiftSettings: strict),
+        .testTarget(
+            name: "ANCSDesktopTests", dependencies: ["ANCSDesktop", "ANCSControl", "ANCSDaemon", "ANCSRuntime", "DBus", "EventLoop", "JSON", "TestSupport"],
+            swiftSettings: strict),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "JSONTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(

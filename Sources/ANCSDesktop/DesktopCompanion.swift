@@ -27,7 +27,11 @@ public import EventLoop
 /// A replayed notification is never popped up again when the daemon marks it `seen_before`
 /// or when this companion showed it before (the user saw it, or dismissed it).
 ///
-/// Everything runs on the executor's one serial queue (the D-Bus connection's too); no task
+/// Each phone with a player (Apple Media Service) is also an MPRIS player on the session bus
+/// (`MPRISPlayer`, `DesktopCompanion+Media.swift`): its name comes with the phone's first `media`
+/// state and goes when the phone disconnects or the daemon does.
+///
+/// Everything runs on the executor's one serial queue (the D-Bus connections' too); no task
 /// runs on Swift's global executor.
 public actor DesktopCompanion {
     public struct Options: Sendable {
@@ -38,14 +42,17 @@ public actor DesktopCompanion {
         /// How long after the daemon or a phone comes back its replays may take: popups not
         /// found again by then are closed.
         public var replaySettle: Duration
+        /// Whether each phone's player is an MPRIS player on the bus (`--no-mpris`: not).
+        public var mpris: Bool
 
         public init(
             controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session,
-            replaySettle: Duration = DesktopCompanion.defaultReplaySettle
+            replaySettle: Duration = DesktopCompanion.defaultReplaySettle, mpris: Bool = true
         ) {
             self.controlPath = controlPath
             self.bus = bus
             self.replaySettle = replaySettle
+            self.mpris = mpris
         }
     }
 
@@ -100,19 +107,23 @@ public actor DesktopCompanion {
         }
     }
 
-    private enum Request {
+    enum Request {
         case subscribe
         case list
         /// The `list` after the replays settled: what is still stale goes.
         case sweep
-        case action(Key, ControlAction)
+        case action(device: String, uid: UInt32, ControlAction)
+        /// What the phones' players say now.
+        case media
+        /// A remote command of an MPRIS client; its answer goes to `mediaWaiters`.
+        case mediaCommand(device: String, ControlMediaCommand)
     }
 
-    private let options: Options
-    private let logger: Logger
-    private let executor: DaemonExecutor
+    let options: Options
+    let logger: Logger
+    let executor: DaemonExecutor
     private var bus: DBusConnection?
-    private var link: ControlClient?
+    var link: ControlClient?
     /// Server ID → popup.
     private var popups: [UInt32: Popup] = [:]
     /// Phone notification (of the current session) → the ID of its popup.
@@ -121,10 +132,18 @@ public actor DesktopCompanion {
     private var record: Set<Int> = []
     private var recordOrder: [Int] = []
     private var sweepTimer: LoopTimer?
-    private var pending: [Int: Request] = [:]
+    var pending: [Int: Request] = [:]
     /// Whether the server takes body markup (`GetCapabilities`), once known.
     private var markup: Bool?
     private var serverFailing = false
+    /// The phones' MPRIS players, by device.
+    var players: [String: MPRISPlayer] = [:]
+    /// The phones' Bluetooth names, for the players' `Identity`.
+    var phoneNames: [String: String] = [:]
+    /// The `media_command`s sent and not answered yet, by request id.
+    var mediaWaiters: [Int: MediaWaiter] = [:]
+    /// Whether the last attempt to put a player on the bus failed (warned once).
+    var mprisFailing = false
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -196,7 +215,7 @@ public actor DesktopCompanion {
                 logger.warning("ancsd closed the control connection; reconnecting")
                 if subscribed { delay = Self.firstRetry }
             }
-            await pause(delay)
+            await pause(delay, on: executor)
             delay = min(delay * 2, Self.longestRetry)
         }
     }
@@ -209,6 +228,7 @@ public actor DesktopCompanion {
         markStale { _ in true }
         send(.subscribe, .subscribe)
         send(.list, .list(device: nil))
+        if options.mpris { send(.media, .media(device: nil)) }
         var subscribed = false
         for await message in link.incoming {
             switch message {
@@ -220,6 +240,7 @@ public actor DesktopCompanion {
                 // A reply: its request is answered, unread. An event (a later daemon's?): passed over.
                 if let id = error.requestID?.integerValue, pending.removeValue(forKey: id) != nil {
                     logger.warning("\(error); ignored")
+                    finishMediaCommand(id, ControlError(.failed, "ancsd's answer could not be read: \(error)"))
                 } else {
                     logger.debug("\(error); ignored")
                 }
@@ -229,14 +250,23 @@ public actor DesktopCompanion {
         self.link = nil
         pending = [:]
         markStale { _ in true }
+        let reason = Task.isCancelled ? "ancsd desktop is stopping" : "the connection to ancsd closed"
+        failMediaCommands(reason)
+        await removePlayers(because: reason)
         return subscribed
     }
 
-    /// Sends a request, remembering what it was for by the `id` it was given.
-    private func send(_ request: Request, _ command: ControlCommand) {
-        guard let link else { return }
-        guard let id = link.send(command) else { return logger.warning("cannot write to ancsd's control socket") }
+    /// Sends a request, remembering what it was for by the `id` it was given; that id, or nil
+    /// when it could not be sent.
+    @discardableResult
+    func send(_ request: Request, _ command: ControlCommand) -> Int? {
+        guard let link else { return nil }
+        guard let id = link.send(command) else {
+            logger.warning("cannot write to ancsd's control socket")
+            return nil
+        }
         pending[id] = request
+        return id
     }
 
     /// A reply; true if it confirms the subscription.
@@ -250,16 +280,23 @@ public actor DesktopCompanion {
             switch request {
             case .subscribe: logger.error("ancsd refused the subscription: \(error)")
             case .list, .sweep: logger.warning("ancsd refused to list the notifications: \(error)")
-            case .action(let key, let action): logger.warning("\(action.rawValue) action on \(key.device) #\(key.uid) failed: \(error)")
+            case .action(let device, let uid, let action): logger.warning("\(action.rawValue) action on \(device) #\(uid) failed: \(error)")
+            case .media: logger.info("ancsd gives no media players (\(error)): no MPRIS player until a phone's media event")
+            case .mediaCommand: finishMediaCommand(id, error)
             }
             return false
         }
         switch (request, answer) {
         case (.subscribe, .subscribed):
             return true
+        case (.media, .media(let players)):
+            await showPlayers(players)
+        case (.mediaCommand, _):
+            finishMediaCommand(id, nil)
         case (.list, .list(let phones)), (.sweep, .list(let phones)):
             var count = 0
             for phone in phones {
+                await learnName(phone.name, of: phone.device)
                 for entry in phone.notifications {
                     count += 1
                     await show(DesktopNotification(entry), why: "listed")
@@ -271,8 +308,8 @@ public actor DesktopCompanion {
             } else if hasStale {
                 scheduleSweep()
             }
-        case (.action(let key, let action), _):
-            logger.info("\(action.rawValue) action on \(key.device) #\(key.uid): performed")
+        case (.action(let device, let uid, let action), _):
+            logger.info("\(action.rawValue) action on \(device) #\(uid): performed")
         default:
             break  // an answer of another shape: the client reads each as its command's
         }
@@ -287,8 +324,9 @@ public actor DesktopCompanion {
         case .removed(let entry):
             logger.debug("removed \(device) #\(entry.uid)")
             await close(Key(device: device, uid: entry.uid))
-        case .connected:
+        case .connected(_, let name):
             logger.info("\(device) connected")
+            await learnName(name, of: device)
             // It replays what it holds now: give that time before closing what is not found.
             if popups.values.contains(where: { $0.stale.contains { $0.device == device } }) { scheduleSweep() }
         case .disconnected(_, let reason):
@@ -302,7 +340,10 @@ public actor DesktopCompanion {
             }
             markStale { $0.device == device }
             scheduleSweep()
-        case .sharing, .media:
+            await removePlayer(device, because: "it disconnected")
+        case .media(let media):
+            await showPlayer(media)
+        case .sharing:
             break
         }
     }
@@ -506,8 +547,11 @@ public actor DesktopCompanion {
         }
     }
 
-    /// On the way out: close what we show, whose buttons nobody would answer any more.
+    /// On the way out: close what we show, whose buttons nobody would answer any more, and
+    /// take the players off the bus.
     private func closeEverything() async {
+        failMediaCommands("ancsd desktop is stopping")
+        await removePlayers(because: "ancsd desktop is stopping")
         guard let bus, await bus.isConnected else { return }
         let ids = Array(popups.keys)
         popups = [:]
@@ -539,7 +583,7 @@ public actor DesktopCompanion {
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")
-            send(.action(key, chosen), .action(device: device, uid: key.uid, action: chosen))
+            send(.action(device: key.device, uid: key.uid, chosen), .action(device: device, uid: key.uid, action: chosen))
         case "NotificationClosed":
             guard let arguments = try? signal.arguments(matching: "uu"), let id = arguments[0].uint32Value,
                   let popup = popups.removeValue(forKey: id)
@@ -550,49 +594,4 @@ public actor DesktopCompanion {
             break
         }
     }
-
-    // MARK: Waiting
-
-    /// Waits `duration` (less if the task is cancelled), with a timer on the executor's loop.
-    private func pause(_ duration: Duration) async {
-        let loop = executor
-        let state = LoopBound(PauseState(), loop: loop)
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                loop.execute {  // the timer holds the state until it fires or the pause is cancelled
-                    state.value.arm(continuation, timer: loop.makeTimer { state.value.fire() }, after: duration)
-                }
-            }
-        } onCancel: {
-            loop.execute { state.value.fire() }
-        }
-    }
-}
-
-/// A pause's timer and continuation, on the executor's loop (`LoopBound`).
-private struct PauseState {
-    private var continuation: CheckedContinuation<Void, Never>?
-    private var timer: LoopTimer?
-    private var fired = false
-
-    mutating func arm(_ continuation: CheckedContinuation<Void, Never>, timer: LoopTimer, after duration: Duration) {
-        guard !fired else { return continuation.resume() }
-        self.continuation = continuation
-        timer.schedule(after: duration)
-        self.timer = timer
-    }
-
-    mutating func fire() {
-        fired = true
-        timer?.cancel()
-        timer = nil
-        continuation?.resume()
-        continuation = nil
-    }
-}
-
-/// A failure of `ancsd desktop`, as text.
-public struct DesktopError: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    public init(_ description: String) { self.description = description }
 }

@@ -555,6 +555,15 @@ public actor DBusConnection {
         try core.updateProperty(path, interface, name, value)
     }
 
+    /// Changes several properties of one interface of an exported object at once and emits one
+    /// `PropertiesChanged` for them all, as each is declared; nothing changes if one is refused.
+    /// - Throws: `DBusError.invalidArgument` for an unknown property or a value of the wrong type.
+    public func setExportedProperties(
+        path: ObjectPath, interface: InterfaceName, values: [(name: String, value: DBusValue)]
+    ) throws {
+        try core.updateProperties(path, interface, values)
+    }
+
     /// The stored value of an exported object's property.
     public func exportedProperty(path: ObjectPath, interface: InterfaceName, name: String) -> DBusValue? {
         core.exports[path]?.values[interface.rawValue]?[name]

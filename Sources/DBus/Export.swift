@@ -118,6 +118,10 @@ public struct ExportedProperty: Sendable {
     /// Called for a remote `Set` before the value is stored; throw to refuse it (the error
     /// becomes the reply). Runs on the connection's loop: keep it quick.
     public let onSet: (@Sendable (_ newValue: DBusValue, _ call: MethodCall) throws -> Void)?
+    /// For a property computed when read (`computed`): gives its value to every `Get`,
+    /// `GetAll` and `GetManagedObjects`, on the connection's loop (keep it quick). A value of
+    /// another type than `signature` is ignored: the stored value is read instead.
+    public let read: (@Sendable () -> DBusValue)?
 
     /// A property with an initial value.
     public init(
@@ -130,6 +134,40 @@ public struct ExportedProperty: Sendable {
         self.value = value
         self.changeSignal = changeSignal
         self.onSet = onSet
+        self.read = nil
+    }
+
+    private init(
+        _ name: MemberName, value: DBusValue, changeSignal: ChangeSignal, read: @escaping @Sendable () -> DBusValue
+    ) {
+        self.name = name
+        self.signature = value.signature
+        self.access = .read
+        self.value = value
+        self.changeSignal = changeSignal
+        self.onSet = nil
+        self.read = read
+    }
+
+    /// A read-only property whose value is computed each time a caller reads it, such as a
+    /// media player's position, which moves on without anyone setting it. `value` gives its
+    /// type (and is what is read should `read` return another type). By default a change
+    /// emits nothing (`.none`): nobody sets it; `setExportedProperty` still announces a value
+    /// as `changeSignal` says.
+    public static func computed(
+        _ name: MemberName, value: DBusValue, changeSignal: ChangeSignal = .none,
+        read: @escaping @Sendable () -> DBusValue
+    ) -> ExportedProperty {
+        ExportedProperty(name, value: value, changeSignal: changeSignal, read: read)
+    }
+
+    /// The value a caller reads: `read`'s when there is one of the right type, else `stored`.
+    func current(stored: DBusValue?) -> DBusValue {
+        if let read {
+            let computed = read()
+            if computed.signatureString == signature.rawValue, (try? computed.validate()) != nil { return computed }
+        }
+        return stored ?? value
     }
 }
 

@@ -23,7 +23,7 @@ extension ConnectionCore {
         func readableProperties(_ iface: ExportedInterface) -> DBusValue {
             var dict: [String: DBusValue] = [:]
             for p in iface.properties where p.access != .write {
-                dict[p.name.rawValue] = values[iface.name.rawValue]?[p.name.rawValue] ?? p.value
+                dict[p.name.rawValue] = p.current(stored: values[iface.name.rawValue]?[p.name.rawValue])
             }
             return .variantDictionary(dict)
         }
@@ -76,6 +76,38 @@ extension ConnectionCore {
         try value.validate()
         state.values[interface.rawValue, default: [:]][name] = value
         emitChanged(path, iface, property, value)
+    }
+
+    /// Updates several properties of one interface and emits one `PropertiesChanged` for all
+    /// of them (those declared `.emits` with their values, `.invalidates` by name; none if
+    /// every one is `.none`). All or nothing: nothing is stored when one is refused.
+    func updateProperties(_ path: ObjectPath, _ interface: InterfaceName, _ updates: [(name: String, value: DBusValue)]) throws(DBusError) {
+        guard let state = exports[path] else { throw .invalidArgument("no object exported at \(path)") }
+        guard let iface = state.interface(interface.rawValue) else { throw .invalidArgument("no interface \(interface) at \(path)") }
+        var checked: [(ExportedProperty, DBusValue)] = []
+        for (name, value) in updates {
+            guard let property = iface.properties.first(where: { $0.name.rawValue == name }) else {
+                throw .invalidArgument("no property \(interface).\(quoted(name)) at \(path)")
+            }
+            guard value.signatureString == property.signature.rawValue else {
+                throw .invalidArgument("property \(name) has type \(property.signature), not \(value.signatureString)")
+            }
+            try value.validate()
+            checked.append((property, value))
+        }
+        var changed: [String: DBusValue] = [:]
+        var invalidated: [String] = []
+        for (property, value) in checked {
+            state.values[interface.rawValue, default: [:]][property.name.rawValue] = value
+            switch property.changeSignal {
+            case .emits: changed[property.name.rawValue] = value
+            case .invalidates: if !invalidated.contains(property.name.rawValue) { invalidated.append(property.name.rawValue) }
+            case .none: break
+            }
+        }
+        guard !changed.isEmpty || !invalidated.isEmpty else { return }
+        emit(path, StandardInterface.properties, "PropertiesChanged",
+             [.string(interface.rawValue), .variantDictionary(changed), .stringArray(invalidated)])
     }
 
     private func emitChanged(_ path: ObjectPath, _ iface: ExportedInterface, _ property: ExportedProperty, _ value: DBusValue) {
@@ -262,8 +294,7 @@ extension ConnectionCore {
             guard property.access != .write else {
                 return replyError(call, DBusError.Names.accessDenied, "Property '\(name)' is not readable")
             }
-            let value = object.values[ifaceName]?[name] ?? property.value
-            reply(call, [.variant(value)])
+            reply(call, [.variant(property.current(stored: object.values[ifaceName]?[name]))])
         case "GetAll":
             guard args.count == 1, let ifaceName = args[0].stringValue else {
                 return replyError(call, DBusError.Names.invalidArgs, "GetAll takes (s)")

@@ -170,7 +170,7 @@ extension GattPhone {
         case .end:
             return
         case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
-             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn:
+             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn, .media:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

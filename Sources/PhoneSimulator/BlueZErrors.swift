@@ -53,22 +53,68 @@ enum BlueZ {
     static let adapterPath: ObjectPath = "/org/bluez/hci0"
 }
 
-/// The three ANCS characteristics, with the handles that make up their BlueZ paths.
-public enum ANCSCharacteristic: String, CaseIterable, Sendable {
+/// The characteristics a simulated phone serves: ANCS's three and the Apple Media Service's
+/// three, with the handles that make up their BlueZ paths.
+public enum PhoneCharacteristic: String, CaseIterable, Sendable {
     case notificationSource = "char0011"
     case controlPoint = "char0013"
     case dataSource = "char0016"
+    case remoteCommand = "char001a"
+    case entityUpdate = "char001d"
+    case entityAttribute = "char0020"
 
-    var uuid: BluetoothUUID {
+    /// ANCS's characteristics.
+    static let ancs: [PhoneCharacteristic] = [.notificationSource, .controlPoint, .dataSource]
+    /// AMS's characteristics.
+    static let ams: [PhoneCharacteristic] = [.remoteCommand, .entityUpdate, .entityAttribute]
+    /// The characteristics that notify: a StartNotify session or an acquired socket each.
+    static let notifying: [PhoneCharacteristic] = [.notificationSource, .dataSource, .remoteCommand, .entityUpdate]
+
+    /// The UUID as BlueZ shows it (lower case).
+    var uuid: String {
         switch self {
-        case .notificationSource: ANCSUUID.notificationSource
-        case .controlPoint: ANCSUUID.controlPoint
-        case .dataSource: ANCSUUID.dataSource
+        case .notificationSource: ANCSUUID.notificationSource.description
+        case .controlPoint: ANCSUUID.controlPoint.description
+        case .dataSource: ANCSUUID.dataSource.description
+        case .remoteCommand: AMSUUID.remoteCommand
+        case .entityUpdate: AMSUUID.entityUpdate
+        case .entityAttribute: AMSUUID.entityAttribute
         }
     }
 
-    /// BlueZ's Flags for the characteristic's properties.
-    var flags: [String] { self == .controlPoint ? ["write"] : ["notify"] }
+    /// BlueZ's Flags for the characteristic's properties, in bluetoothd's order.
+    var flags: [String] {
+        switch self {
+        case .notificationSource, .dataSource: ["notify"]
+        case .controlPoint: ["write"]
+        case .remoteCommand, .entityUpdate: ["write", "notify"]
+        case .entityAttribute: ["read", "write"]
+        }
+    }
 
-    var notifies: Bool { self != .controlPoint }
+    var notifies: Bool { flags.contains("notify") }
+
+    /// A characteristic of the Apple Media Service.
+    var isAMS: Bool { Self.ams.contains(self) }
+
+    /// Its name in the settings' `ams_characteristics` and in logs.
+    var name: String {
+        switch self {
+        case .notificationSource: "notification_source"
+        case .controlPoint: "control_point"
+        case .dataSource: "data_source"
+        case .remoteCommand: "remote_command"
+        case .entityUpdate: "entity_update"
+        case .entityAttribute: "entity_attribute"
+        }
+    }
+}
+
+/// The Apple Media Service's UUIDs, as BlueZ shows them, from Apple's specification. Written
+/// here rather than imported: the simulator is an oracle independent of ancsd's AMS client.
+enum AMSUUID {
+    static let service = "89d3502b-0f36-433a-8ef4-c502ad55f8dc"
+    static let remoteCommand = "9b3c81d8-57b1-4a8a-b8df-0e56f7ca51c2"
+    static let entityUpdate = "2f7cabce-808d-411f-9a0c-bb92ba96c102"
+    static let entityAttribute = "c6b2f38c-23ab-46d8-a6ab-a3a870bbd5d7"
 }

@@ -16,6 +16,7 @@ extension PhoneSimulator {
             guard d.present else { continue }
             try exportDevice(device, c)
             if d.ancsExported { try exportANCS(device, c) }
+            if d.amsExported { try exportAMS(device, c) }
         }
     }
 
@@ -28,10 +29,39 @@ extension PhoneSimulator {
     /// Exports a phone's ANCS service and characteristics.
     func exportANCS(_ device: Int, _ c: isolated DBusConnection) throws {
         let paths = state.withLock { $0.devices[device].paths }
-        try c.export(serviceObject(paths), at: paths.service)
-        for characteristic in ANCSCharacteristic.allCases {
+        try c.export(serviceObject(ANCSUUID.service.description, paths.device), at: paths.service)
+        for characteristic in PhoneCharacteristic.ancs {
             try c.export(characteristicObject(device, characteristic, paths, c), at: paths.characteristic(characteristic))
         }
+    }
+
+    /// Exports a phone's Apple Media Service and the characteristics the scenario offers (the
+    /// service first, then each characteristic, as bluetoothd registers them).
+    func exportAMS(_ device: Int, _ c: isolated DBusConnection) throws {
+        let paths = state.withLock { $0.devices[device].paths }
+        try c.export(serviceObject(AMSUUID.service, paths.device), at: paths.amsService)
+        for characteristic in settings.amsCharacteristics {
+            try c.export(characteristicObject(device, characteristic, paths, c), at: paths.characteristic(characteristic))
+        }
+    }
+
+    /// Removes a phone's Apple Media Service: each characteristic, then the service, as
+    /// bluetoothd unregisters them when Service Changed takes the service away.
+    func unexportAMS(_ device: Int, _ c: isolated DBusConnection) {
+        let paths = state.withLock { $0.devices[device].paths }
+        for characteristic in settings.amsCharacteristics { c.unexport(paths.characteristic(characteristic)) }
+        c.unexport(paths.amsService)
+    }
+
+    /// The Device1 UUIDs: the phone's services, AMS among them while it is offered.
+    func deviceUUIDs(_ d: DeviceState) -> [String] {
+        var uuids = [
+            "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
+            "00001805-0000-1000-8000-00805f9b34fb", "0000180a-0000-1000-8000-00805f9b34fb",
+            "0000180f-0000-1000-8000-00805f9b34fb", ANCSUUID.service.description,
+        ]
+        if d.media?.offered ?? false { uuids.append(AMSUUID.service) }
+        return uuids
     }
 
     /// Runs `body` in the isolation of the connection a handler belongs to.
@@ -239,22 +269,17 @@ extension PhoneSimulator {
                 ExportedProperty("Blocked", value: .bool(false)),
                 ExportedProperty("LegacyPairing", value: .bool(false)),
                 ExportedProperty("Connected", value: .bool(connected)),
-                ExportedProperty("UUIDs", value: .stringArray([
-                    "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
-                    "00001805-0000-1000-8000-00805f9b34fb", "0000180a-0000-1000-8000-00805f9b34fb",
-                    "0000180f-0000-1000-8000-00805f9b34fb", ANCSUUID.service.description,
-                    "89d3502b-0f36-433a-8ef4-c502ad55f8dc",
-                ])),
+                ExportedProperty("UUIDs", value: .stringArray(deviceUUIDs(state))),
                 ExportedProperty("Adapter", value: .objectPath(BlueZ.adapterPath)),
                 ExportedProperty("ServicesResolved", value: .bool(connected)),
                 ExportedProperty("WakeAllowed", value: .bool(false)),
             ]))
     }
 
-    private func serviceObject(_ paths: DevicePaths) -> ExportedObject {
+    private func serviceObject(_ uuid: String, _ device: ObjectPath) -> ExportedObject {
         ExportedObject(ExportedInterface(BlueZ.gattService1, properties: [
-            ExportedProperty("UUID", value: .string(ANCSUUID.service.description)),
-            ExportedProperty("Device", value: .objectPath(paths.device)),
+            ExportedProperty("UUID", value: .string(uuid)),
+            ExportedProperty("Device", value: .objectPath(device)),
             ExportedProperty("Primary", value: .bool(true)),
             ExportedProperty("Includes", value: .objectPathArray([])),
         ]))
@@ -263,11 +288,11 @@ extension PhoneSimulator {
     // MARK: Characteristics
 
     private func characteristicObject(
-        _ device: Int, _ characteristic: ANCSCharacteristic, _ paths: DevicePaths, _ conn: DBusConnection
+        _ device: Int, _ characteristic: PhoneCharacteristic, _ paths: DevicePaths, _ conn: DBusConnection
     ) -> ExportedObject {
         var properties = [
-            ExportedProperty("UUID", value: .string(characteristic.uuid.description)),
-            ExportedProperty("Service", value: .objectPath(paths.service)),
+            ExportedProperty("UUID", value: .string(characteristic.uuid)),
+            ExportedProperty("Service", value: .objectPath(paths.service(of: characteristic))),
             ExportedProperty("Value", value: .byteArray([])),
             ExportedProperty("Flags", value: .stringArray(characteristic.flags)),
         ]
@@ -279,9 +304,10 @@ extension PhoneSimulator {
         return ExportedObject(ExportedInterface(
             BlueZ.gattCharacteristic1,
             methods: [
-                method("ReadValue", input: "a{sv}", output: "ay", conn) { _, _ in
+                method("ReadValue", input: "a{sv}", output: "ay", conn) { call, _ in
                     try self.requireConnected(device)
-                    throw BlueZError.notPermitted("Read not permitted")
+                    guard characteristic == .entityAttribute else { throw BlueZError.notPermitted("Read not permitted") }
+                    return try self.readEntityAttribute(call, device)
                 },
                 // One call per notification of a burst: it enters the connection's isolation
                 // only when it changes what shows on D-Bus.
@@ -311,7 +337,7 @@ extension PhoneSimulator {
     }
 
     private func startNotify(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: PhoneCharacteristic, _ c: isolated DBusConnection
     ) throws -> [DBusValue] {
         let changes = try state.withLock { s throws -> [PropertyChange] in
             var d = s.devices[device]
@@ -342,7 +368,7 @@ extension PhoneSimulator {
     }
 
     private func stopNotify(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: PhoneCharacteristic, _ c: isolated DBusConnection
     ) throws -> [DBusValue] {
         let changes = try state.withLock { s throws -> [PropertyChange] in
             var d = s.devices[device]
@@ -360,7 +386,7 @@ extension PhoneSimulator {
     }
 
     private func acquireNotify(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ c: isolated DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: PhoneCharacteristic, _ c: isolated DBusConnection
     ) throws -> [DBusValue] {
         let (changes, clientEnd, mtu) = try state.withLock { s throws -> ([PropertyChange], Int32, Int) in
             var d = s.devices[device]
@@ -393,13 +419,26 @@ extension PhoneSimulator {
     }
 
     /// The phone sees notifications enabled: on the Notification Source it replays every
-    /// notification it holds, as iOS does at the start of a session. Call under the lock.
-    func activated(_ d: inout DeviceState, _ characteristic: ANCSCharacteristic, _ device: Int) {
+    /// notification it holds, as iOS does at the start of a session; on AMS's Remote Command it
+    /// sends the supported commands; on its Entity Update it starts with nothing registered.
+    /// Call under the lock.
+    func activated(_ d: inout DeviceState, _ characteristic: PhoneCharacteristic, _ device: Int) {
         // Called only when the first subscription comes after the last went: bluetoothd writes the CCCD.
         if d.silence.cccdRewritten(characteristic, sharingDenied: d.model.sharingDenied) {
             log("\(d.settings.name): the \(characteristic == .dataSource ? "Data Source" : "Notification Source") CCCD was rewritten; it sends again")
         }
-        guard characteristic == .notificationSource else { return }
+        switch characteristic {
+        case .remoteCommand:
+            // The supported commands, at once.
+            queueCommandList(&d, device)
+            return
+        case .entityUpdate:
+            // A new subscription starts with no registrations (the strictest, docs/field-evidence.md).
+            d.media?.forgetRegistrations()
+            return
+        case .notificationSource: break
+        default: return
+        }
         let outbox = outbox(device, .notificationSource)
         let replay = d.model.replay()
         note(device, "subscribed", ["session": .int(Int(d.session)), "replay": .int(replay.count)])
@@ -446,7 +485,7 @@ extension PhoneSimulator {
     /// entry of that name whose value (through nested variants) is a string; any other
     /// value counts as no `type`.
     private func writeValue(
-        _ call: MethodCall, _ device: Int, _ characteristic: ANCSCharacteristic, _ conn: DBusConnection
+        _ call: MethodCall, _ device: Int, _ characteristic: PhoneCharacteristic, _ conn: DBusConnection
     ) throws -> [DBusValue] {
         let value = call.arguments.first?.bytes ?? []
         let type = call.arguments.last.flatMap { Self.stringOption("type", in: $0) }
@@ -480,12 +519,16 @@ extension PhoneSimulator {
     /// How phone `device` (`d`, under the lock) answers a write: the property changes to show
     /// and whether the link drops with it.
     private func answerWrite(
-        _ value: [UInt8], type: String?, _ characteristic: ANCSCharacteristic, _ device: Int, _ d: inout DeviceState
+        _ value: [UInt8], type: String?, _ characteristic: PhoneCharacteristic, _ device: Int, _ d: inout DeviceState
     ) throws -> ([PropertyChange], Bool) {
         guard d.connected else { throw BlueZError.notConnected }
         if let type, type != "request" {
             guard type == "command" || type == "reliable" else { throw BlueZError.invalidArguments() }
             throw BlueZError.notSupported
+        }
+        if characteristic.isAMS {
+            try answerMediaWrite(value, characteristic, device, &d)
+            return ([], false)
         }
         guard characteristic == .controlPoint else { throw BlueZError.forATT(.writeNotPermitted) }
         if d.disconnectOnWrite {

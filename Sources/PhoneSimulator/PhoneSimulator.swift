@@ -43,7 +43,8 @@ public final class PhoneSimulator: Sendable {
     /// on one thread, with no hop in between. (Nil only if no loop could be made: `start`
     /// then fails.)
     let loop: EventLoop?
-    /// `outboxes[device][0]` carries Notification Source values, `[1]` Data Source values.
+    /// `outboxes[device][i]` carries the values of `PhoneCharacteristic.notifying[i]`: the
+    /// Notification Source's, the Data Source's, AMS's Remote Command's and Entity Update's.
     let outboxes: [[Outbox]]
     /// How long the timeline and events-log lines of the values sent wait in memory before
     /// they are written (by a timer on the loop, not on the send path).
@@ -63,12 +64,14 @@ public final class PhoneSimulator: Sendable {
         self.timeline = timeline
         self.events = events
         self.log = log
+        let now = ContinuousClock.now
         state = Mutex(SimState(devices: settings.devices.map { device in
             var d = DeviceState(settings: device, apps: settings.apps, policy: device.ios ?? settings.ios)
             if d.connected { _ = d.addOtherPrograms(settings.otherNotifyClients) }
+            if settings.ams { d.media = MediaState(player: MediaPlayer(settings.media, now: now)) }
             return d
         }))
-        outboxes = settings.devices.map { _ in [Outbox(), Outbox()] }
+        outboxes = settings.devices.map { _ in PhoneCharacteristic.notifying.map { _ in Outbox() } }
         loop = try? EventLoop(name: "phone-sim")
     }
 
@@ -199,7 +202,7 @@ public final class PhoneSimulator: Sendable {
     private func startOutboxes(_ loop: EventLoop) {
         for (device, row) in outboxes.enumerated() {
             for (index, outbox) in row.enumerated() {
-                let characteristic: ANCSCharacteristic = index == 0 ? .notificationSource : .dataSource
+                let characteristic = PhoneCharacteristic.notifying[index]
                 outbox.start { [weak self] in
                     guard let self else { return }
                     loop.execute { self.drain(outbox, device: device, characteristic: characteristic, loop) }
@@ -208,8 +211,14 @@ public final class PhoneSimulator: Sendable {
         }
     }
 
-    func outbox(_ device: Int, _ characteristic: ANCSCharacteristic) -> Outbox {
-        outboxes[device][characteristic == .notificationSource ? 0 : 1]
+    func outbox(_ device: Int, _ characteristic: PhoneCharacteristic) -> Outbox {
+        switch characteristic {
+        case .notificationSource: outboxes[device][0]
+        case .dataSource: outboxes[device][1]
+        case .remoteCommand: outboxes[device][2]
+        // Nothing is ever queued for the characteristics that do not notify.
+        case .entityUpdate, .controlPoint, .entityAttribute: outboxes[device][3]
+        }
     }
 
     /// Items one drain handles before it lets the loop's other work (a Control Point write
@@ -219,7 +228,7 @@ public final class PhoneSimulator: Sendable {
     /// Sends what `outbox` holds, in order, on the loop. Stops at a `pause` or a full socket
     /// and goes on after it on a timer. The timeline and events lines of the values sent wait
     /// in memory for `flushLogs`, `logFlushDelay` later.
-    private func drain(_ outbox: Outbox, device: Int, characteristic: ANCSCharacteristic, _ loop: EventLoop) {
+    private func drain(_ outbox: Outbox, device: Int, characteristic: PhoneCharacteristic, _ loop: EventLoop) {
         // Made only when the drain goes on later (most drains empty their outbox).
         func again() -> @Sendable () -> Void {
             { [weak self] in self?.drain(outbox, device: device, characteristic: characteristic, loop) }
@@ -255,7 +264,7 @@ public final class PhoneSimulator: Sendable {
     /// Sends one GATT notification value the way the client subscribed: a datagram on the
     /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop.
     private func deliver(
-        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: ANCSCharacteristic, _ c: DBusConnection
+        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: PhoneCharacteristic, _ c: DBusConnection
     ) -> Delivery {
         enum Target { case none, socket(NotifySocket), signal(ObjectPath, copies: Int) }
         let sentAt = monotonicNanoseconds()
@@ -264,7 +273,12 @@ public final class PhoneSimulator: Sendable {
             // The phone dropped the subscription without telling: it sends nothing.
             if s.devices[device].silence.isSilent(characteristic) { return .none }
             // Stored properties only: a method of the phone's state would copy all of it.
-            let sub = characteristic == .dataSource ? s.devices[device].dataSource : s.devices[device].notificationSource
+            let sub = switch characteristic {
+            case .dataSource: s.devices[device].dataSource
+            case .remoteCommand: s.devices[device].remoteCommand
+            case .entityUpdate: s.devices[device].entityUpdate
+            default: s.devices[device].notificationSource
+            }
             if let socket = sub.acquired { return .socket(socket) }
             // bluetoothd 5.66 emits one PropertiesChanged per StartNotify client (notify_cb).
             return sub.clients.isEmpty ? .none : .signal(s.devices[device].paths.characteristic(characteristic), copies: sub.clients.count)
@@ -299,6 +313,8 @@ public final class PhoneSimulator: Sendable {
                 "session": .int(Int(session)), "pre_existing": .bool(event.flags.contains(.preExisting)),
             ], at: sentAt, deferred: true)
             scheduleLogFlush()
+        } else if characteristic.isAMS, events != nil {
+            noteMediaValue(bytes, device: device, session: session, characteristic, at: sentAt)
         }
         return .sent
     }
@@ -404,7 +420,7 @@ public final class PhoneSimulator: Sendable {
         let changes = state.withLock { s -> [PropertyChange] in
             var changes: [PropertyChange] = []
             for i in s.devices.indices {
-                for characteristic in [ANCSCharacteristic.notificationSource, .dataSource] {
+                for characteristic in PhoneCharacteristic.notifying {
                     changes += s.devices[i].endSession(of: name, characteristic)
                 }
             }
@@ -420,7 +436,7 @@ public final class PhoneSimulator: Sendable {
         // every later AcquireNotify failed with "Notify acquired" (soak seed 345850489).
         let changes = state.withLock { s -> [PropertyChange] in
             for i in s.devices.indices {
-                for characteristic in [ANCSCharacteristic.notificationSource, .dataSource]
+                for characteristic in PhoneCharacteristic.notifying
                 where s.devices[i].subscription(characteristic).acquired === socket {
                     return s.devices[i].releaseAcquired(characteristic)
                 }

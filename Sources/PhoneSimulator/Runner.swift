@@ -147,6 +147,8 @@ extension PhoneSimulator {
             try await rogue(error: error)
         case .sleep(let seconds):
             try await Task.sleep(for: .seconds(seconds))
+        case .media(let step):
+            try await media(step, device: device)
         case .end:
             break
         }

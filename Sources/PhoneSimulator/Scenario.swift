@@ -79,6 +79,14 @@ public struct ScenarioSettings: Hashable, Sendable {
     public var adapterDiscoverable = false
     public var adapterPairableTimeout: UInt32 = 0
     public var adapterDiscoverableTimeout: UInt32 = 180
+    /// The phones serve the Apple Media Service beside ANCS (`"ams"`). Off by default: with it on,
+    /// an AMS client subscribes and writes on every phone, which changes what a test of ANCS sees.
+    public var ams = false
+    /// The player each phone starts with (`"media"`).
+    public var media = MediaSettings()
+    /// The AMS characteristics the phones offer (`"ams_characteristics"`: any subset, as the
+    /// specification allows), in handle order.
+    public var amsCharacteristics: [PhoneCharacteristic] = PhoneCharacteristic.ams
 
     public init(
         name: String = "scenario", mtu: Int = 185, acquireNotify: Bool = true, renumberOnConnect: Bool = true,
@@ -198,7 +206,24 @@ public enum ScenarioAction: Hashable, Sendable {
     /// advertisement; each must fail (with `error`, if given).
     case rogue(error: String?)
     case sleep(seconds: Double)
+    /// The phone's media player changes, or the phone withdraws or offers AMS (`media_*` steps).
+    case media(MediaStep)
     case end
+}
+
+/// What a `media_*` step does to the phone's player or its Apple Media Service.
+public enum MediaStep: Hashable, Sendable {
+    /// `media_track`: the current track is replaced by this one, from its start.
+    case track(MediaTrack)
+    /// `media_play`, `media_pause`: the user presses play or pause on the phone.
+    case play
+    case pause
+    /// `media_volume`: 0…1.
+    case volume(Double)
+    /// `media_commands`: the Remote Commands the player supports now.
+    case commands([MediaCommand])
+    /// `media_service`: the phone withdraws AMS (false) or offers it again (true).
+    case service(present: Bool)
 }
 
 /// How a pairing attempt ended.
@@ -243,6 +268,10 @@ public struct StateExpectation: Hashable, Sendable {
     public var keyboard: Bool?
     /// The step's phone: it subscribed to the accessory's input Report (StartNotify).
     public var reportSubscribed: Bool?
+    /// The step's phone: its media player is "playing" or "paused".
+    public var mediaState: String?
+    /// The step's phone: how many Remote Command writes it received.
+    public var mediaCommandsReceived: Int?
 
     public init() {}
 }
@@ -336,7 +365,7 @@ extension ScenarioStep {
 
 /// Reads members of one line's object, remembering which were used so unknown keys
 /// (usually typos) are reported.
-private struct ObjectReader {
+struct ObjectReader {
     let object: JSONObject
     let line: Int
     var used: Set<String> = []
@@ -438,6 +467,7 @@ private struct ObjectReader {
                 s.apps[id] = name
             }
         }
+        try mediaSettings(&s)
         if let devices = value("devices") {
             guard let list = devices.arrayValue, !list.isEmpty else { throw fail("\"devices\" must be a non-empty array") }
             s.devices = []
@@ -599,6 +629,11 @@ private struct ObjectReader {
             e.inputReports = try integer("input_reports", min: 0, max: Int(Int32.max))
             e.keyboard = try bool("keyboard")
             e.reportSubscribed = try bool("report_subscribed")
+            if let state = try string("media_state") {
+                guard state == "playing" || state == "paused" else { throw fail("\"media_state\" must be \"playing\" or \"paused\"") }
+                e.mediaState = state
+            }
+            e.mediaCommandsReceived = try integer("media_commands_received", min: 0, max: Int(Int32.max))
             step.action = .waitState(e, timeout: try number("timeout", max: 86_400) ?? 30)
         case "release_advertisement": step.action = .releaseAdvertisements
         case "rogue": step.action = .rogue(error: try string("error"))
@@ -606,6 +641,8 @@ private struct ObjectReader {
             guard let seconds = try number("seconds") else { throw fail("\"seconds\" is required") }
             step.action = .sleep(seconds: seconds)
         case "end": step.action = .end
+        case "media_track", "media_play", "media_pause", "media_volume", "media_commands", "media_service":
+            step.action = .media(try mediaStep(kind, settings: settings))
         default:
             throw fail("unknown step \"\(kind)\"")
         }

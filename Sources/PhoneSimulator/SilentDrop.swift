@@ -22,17 +22,18 @@ struct Silence: Sendable {
     /// Control Point writes get no reply at all (`silent_drop_all`), until both CCCDs are rewritten.
     var controlPointUnanswered = false
 
-    func isSilent(_ c: ANCSCharacteristic) -> Bool {
+    func isSilent(_ c: PhoneCharacteristic) -> Bool {
         switch c {
         case .notificationSource: notificationSource
         case .dataSource: dataSource
-        case .controlPoint: false
+        // The Control Point has nothing to send; AMS is not silenced with ANCS (not reported).
+        case .controlPoint, .remoteCommand, .entityUpdate, .entityAttribute: false
         }
     }
 
     /// The CCCD of `c` was written again; true when that ended a silence. While sharing is
     /// denied the phone stays silent.
-    mutating func cccdRewritten(_ c: ANCSCharacteristic, sharingDenied: Bool) -> Bool {
+    mutating func cccdRewritten(_ c: PhoneCharacteristic, sharingDenied: Bool) -> Bool {
         guard isSilent(c), !sharingDenied else { return false }
         if c == .dataSource { dataSource = false } else { notificationSource = false }
         if !notificationSource, !dataSource { controlPointUnanswered = false }

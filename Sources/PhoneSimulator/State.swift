@@ -75,10 +75,16 @@ struct Subscription {
 /// Object paths of one phone.
 struct DevicePaths {
     let device: ObjectPath
+    /// The ANCS service.
     let service: ObjectPath
     let notificationSource: ObjectPath
     let controlPoint: ObjectPath
     let dataSource: ObjectPath
+    /// The Apple Media Service, after ANCS's handles.
+    let amsService: ObjectPath
+    let remoteCommand: ObjectPath
+    let entityUpdate: ObjectPath
+    let entityAttribute: ObjectPath
 
     init(_ settings: DeviceSettings) { self.init(address: settings.address) }
 
@@ -87,21 +93,32 @@ struct DevicePaths {
         let device = BlueZ.adapterPath.rawValue + "/dev_" + address.replacingAll(":", with: "_")
         self.device = ObjectPath(validating: device) ?? "/org/bluez/hci0/dev_invalid"
         service = ObjectPath(validating: device + "/service0010") ?? "/org/bluez/hci0/dev_invalid/service0010"
-        func path(_ c: ANCSCharacteristic) -> ObjectPath {
-            ObjectPath(validating: device + "/service0010/" + c.rawValue) ?? "/org/bluez/hci0/dev_invalid/char"
+        amsService = ObjectPath(validating: device + "/service0019") ?? "/org/bluez/hci0/dev_invalid/service0019"
+        func path(_ c: PhoneCharacteristic) -> ObjectPath {
+            let service = c.isAMS ? "/service0019/" : "/service0010/"
+            return ObjectPath(validating: device + service + c.rawValue) ?? "/org/bluez/hci0/dev_invalid/char"
         }
         notificationSource = path(.notificationSource)
         controlPoint = path(.controlPoint)
         dataSource = path(.dataSource)
+        remoteCommand = path(.remoteCommand)
+        entityUpdate = path(.entityUpdate)
+        entityAttribute = path(.entityAttribute)
     }
 
-    func characteristic(_ c: ANCSCharacteristic) -> ObjectPath {
+    func characteristic(_ c: PhoneCharacteristic) -> ObjectPath {
         switch c {
         case .notificationSource: notificationSource
         case .controlPoint: controlPoint
         case .dataSource: dataSource
+        case .remoteCommand: remoteCommand
+        case .entityUpdate: entityUpdate
+        case .entityAttribute: entityAttribute
         }
     }
+
+    /// The service `c` belongs to.
+    func service(of c: PhoneCharacteristic) -> ObjectPath { c.isAMS ? amsService : service }
 }
 
 /// One phone: its ANCS model, its link, and the misbehaviour switched on.
@@ -144,6 +161,15 @@ struct DeviceState {
     var session: UInt64 = 0
     var notificationSource = Subscription()
     var dataSource = Subscription()
+    /// AMS's notifying characteristics.
+    var remoteCommand = Subscription()
+    var entityUpdate = Subscription()
+    /// The phone's Apple Media Service (nil unless the scenario's `ams` is true).
+    var media: MediaState?
+
+    /// The phone's AMS service is in bluetoothd's tree: it comes and goes with ANCS (iOS shows
+    /// both only to a bonded accessory), and while the phone offers it.
+    var amsExported: Bool { ancsExported && media?.offered ?? false }
     /// Delay before each Data Source response.
     var slowDelay: Double = 0
     /// Send half of the next response, then drop the link.
@@ -186,12 +212,28 @@ struct DeviceState {
         return bytes.map { b in String(BlueZError.hex(b).dropFirst(2)).uppercasedASCII }.joined(separator: ":")
     }
 
-    func subscription(_ c: ANCSCharacteristic) -> Subscription {
-        c == .dataSource ? dataSource : notificationSource
+    /// Who is subscribed to `c` (nobody, for a characteristic that does not notify).
+    func subscription(_ c: PhoneCharacteristic) -> Subscription {
+        switch c {
+        case .notificationSource: notificationSource
+        case .dataSource: dataSource
+        case .remoteCommand: remoteCommand
+        case .entityUpdate: entityUpdate
+        case .controlPoint, .entityAttribute: Subscription()
+        }
     }
 
-    mutating func modifySubscription<T>(_ c: ANCSCharacteristic, _ body: (inout Subscription) -> T) -> T {
-        c == .dataSource ? body(&dataSource) : body(&notificationSource)
+    /// Changes who is subscribed to `c` (a characteristic that does not notify keeps nobody).
+    mutating func modifySubscription<T>(_ c: PhoneCharacteristic, _ body: (inout Subscription) -> T) -> T {
+        switch c {
+        case .notificationSource: return body(&notificationSource)
+        case .dataSource: return body(&dataSource)
+        case .remoteCommand: return body(&remoteCommand)
+        case .entityUpdate: return body(&entityUpdate)
+        case .controlPoint, .entityAttribute:
+            var nobody = Subscription()
+            return body(&nobody)
+        }
     }
 
     mutating func newSession(renumber: Bool) {
@@ -202,8 +244,18 @@ struct DeviceState {
     /// Ends every subscription, closing acquired sockets; returns the property changes.
     @discardableResult
     mutating func dropSubscriptions() -> [PropertyChange] {
+        let changes = endSubscriptions(PhoneCharacteristic.notifying)
+        // A new link is a new ANCS session: the phone sends again.
+        silence.linkLost()
+        midResponseDisconnect = false
+        return changes
+    }
+
+    /// Ends the subscriptions of `characteristics`, closing acquired sockets; returns the
+    /// property changes. The Entity Update's going takes the AMS registrations with it.
+    mutating func endSubscriptions(_ characteristics: [PhoneCharacteristic]) -> [PropertyChange] {
         var changes: [PropertyChange] = []
-        for c in [ANCSCharacteristic.notificationSource, .dataSource] {
+        for c in characteristics {
             let path = paths.characteristic(c)
             modifySubscription(c) { sub in
                 if let socket = sub.acquired {
@@ -216,9 +268,7 @@ struct DeviceState {
                 sub = Subscription()
             }
         }
-        // A new link is a new ANCS session: the phone sends again.
-        silence.linkLost()
-        midResponseDisconnect = false
+        if characteristics.contains(.entityUpdate) { media?.forgetRegistrations() }
         return changes
     }
 
@@ -227,7 +277,7 @@ struct DeviceState {
     mutating func addOtherPrograms(_ count: Int) -> [PropertyChange] {
         guard count > 0 else { return [] }
         var changes: [PropertyChange] = []
-        for c in [ANCSCharacteristic.notificationSource, .dataSource] {
+        for c in [PhoneCharacteristic.notificationSource, .dataSource] {
             let path = paths.characteristic(c)
             modifySubscription(c) { sub in
                 if sub.clients.isEmpty { changes.append(PropertyChange(path, BlueZ.gattCharacteristic1, "Notifying", .bool(true))) }
@@ -238,7 +288,7 @@ struct DeviceState {
     }
 
     /// Releases the acquired socket of `c`, if any.
-    mutating func releaseAcquired(_ c: ANCSCharacteristic) -> [PropertyChange] {
+    mutating func releaseAcquired(_ c: PhoneCharacteristic) -> [PropertyChange] {
         let path = paths.characteristic(c)
         return modifySubscription(c) { sub in
             guard let socket = sub.acquired else { return [] }
@@ -249,7 +299,7 @@ struct DeviceState {
     }
 
     /// Ends the StartNotify session and acquired socket that `client` holds on `c`.
-    mutating func endSession(of client: String, _ c: ANCSCharacteristic) -> [PropertyChange] {
+    mutating func endSession(of client: String, _ c: PhoneCharacteristic) -> [PropertyChange] {
         var changes: [PropertyChange] = []
         if subscription(c).acquired?.sender == client { changes += releaseAcquired(c) }
         let path = paths.characteristic(c)

@@ -295,14 +295,15 @@ extension PhoneSimulator {
         let name = settings.devices[device].name
         try await onBusThrowing { c in
             guard let c else { return }
-            let (exportANCS, path, old) = self.state.withLock { s -> (Bool, ObjectPath, String) in
+            let (exportANCS, exportAMS, path, old) = self.state.withLock { s -> (Bool, Bool, ObjectPath, String) in
                 let old = s.devices[device].address
                 s.devices[device].paired = true
                 s.devices[device].bonded = true
                 s.devices[device].address = self.settings.devices[device].address
                 s.devices[device].addressType = self.settings.devices[device].addressType
                 defer { s.devices[device].ancsExported = true }
-                return (!s.devices[device].ancsExported, s.devices[device].paths.device, old)
+                let fresh = !s.devices[device].ancsExported
+                return (fresh, fresh && s.devices[device].media?.offered ?? false, s.devices[device].paths.device, old)
             }
             try c.assumeIsolated { c in
                 if self.strict(device), old != self.settings.devices[device].address {
@@ -315,9 +316,10 @@ extension PhoneSimulator {
                 try? c.setExportedProperty(path: path, interface: BlueZ.device1, name: "Bonded", value: .bool(true))
                 // iOS shows ANCS only to a bonded accessory (Service Changed after bonding).
                 if exportANCS { try self.exportANCS(device, c) }
+                if exportAMS { try self.exportAMS(device, c) }
             }
         }
-        log("\(name): paired and bonded; ANCS exposed")
+        log("\(name): paired and bonded; ANCS\(settings.ams ? " and AMS" : "") exposed")
     }
 
     /// Device1.Pair() on the phone: a security request from the accessory. Answers when the

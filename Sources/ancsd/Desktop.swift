@@ -21,6 +21,10 @@ enum DesktopCommand {
     twice, nothing the user dismissed comes back); stops cleanly (closing what it shows) on
     SIGTERM or SIGINT.
 
+    Each phone whose player ancsd follows (Apple Media Service) is also a media player on the
+    session bus (MPRIS: org.mpris.MediaPlayer2.ancsd_<address>), which the desktop's media
+    controls, playerctl and media keys show and drive: play, pause, next, previous, volume.
+
     The systemd user unit ancsd-desktop.service runs it:
       systemctl --user enable --now ancsd-desktop.service
     The user needs access to the control socket (its group, see --control-group of "run").
@@ -32,8 +36,9 @@ enum DesktopCommand {
       --replay-settle SECONDS
                            after the daemon or a phone comes back, how long its replay may take
                            before notifications it no longer has are closed (default 10)
-      --log-level LEVEL    debug, info (default), warning or error; notification content is
-                           logged only at debug
+      --no-mpris           put no MPRIS media player on the bus for the phones' players
+      --log-level LEVEL    debug, info (default), warning or error; notification content and
+                           track titles are logged only at debug
       -h, --help           show this help
     """
 
@@ -62,6 +67,9 @@ enum DesktopCommand {
                     throw UsageError("--replay-settle takes seconds from 0 to 3600, not '\(text)'")
                 }
                 options.replaySettle = .milliseconds(Int(seconds * 1000))
+            case .option("--no-mpris", let inline):
+                guard inline == nil else { throw UsageError("--no-mpris takes no value") }
+                options.mpris = false
             case .option("--log-level", let inline):
                 let name = try scanner.value(of: "--log-level", inline: inline)
                 guard let parsed = LogLevel(name: name) else {

@@ -175,6 +175,51 @@ extension DBusTests {
             }
         }
 
+        @Test func computedPropertiesAndGroupedChanges() async throws {
+            try await withPair { pair in
+                let path: ObjectPath = "/com/example/player"
+                let clock = Mutex<Int64>(10)
+                try await pair.server.export(ExportedObject(ExportedInterface("com.example.Player", properties: [
+                    ExportedProperty("Status", value: .string("Stopped")),
+                    ExportedProperty("Title", value: .string("")),
+                    ExportedProperty("Art", value: .string(""), changeSignal: .invalidates),
+                    ExportedProperty("Hidden", value: .int32(0), changeSignal: .none),
+                    ExportedProperty.computed("Position", value: .int64(0)) { .int64(clock.withLock { $0 }) },
+                    ExportedProperty.computed("Broken", value: .int64(7)) { .string("not an int64") },
+                ])), at: path)
+                let c = pair.client
+                let dest = pair.serverName
+                // Read at each call, by Get and GetAll alike; a value of the wrong type is not sent.
+                #expect(try await c.getProperty(destination: dest, path: path, interface: "com.example.Player", name: "Position") == .int64(10))
+                clock.withLock { $0 = 25 }
+                #expect(try await c.getProperty(destination: dest, path: path, interface: "com.example.Player", name: "Position") == .int64(25))
+                let all = try await c.getAllProperties(destination: dest, path: path, interface: "com.example.Player")
+                #expect(all["Position"] == .int64(25) && all["Broken"] == .int64(7))
+                await expectErrorName(DBusError.Names.propertyReadOnly) {
+                    try await c.setProperty(destination: dest, path: path, interface: "com.example.Player", name: "Position", value: .int64(1))
+                }
+
+                let changes = try await c.signals(matching: .propertiesChanged(sender: dest, path: path))
+                try await pair.server.setExportedProperties(path: path, interface: "com.example.Player", values: [
+                    ("Status", .string("Playing")), ("Title", .string("Song")), ("Art", .string("a.png")), ("Hidden", .int32(1)),
+                ])
+                // One refused value: nothing changes, nothing is emitted.
+                await #expect(throws: DBusError.self) {
+                    try await pair.server.setExportedProperties(path: path, interface: "com.example.Player", values: [
+                        ("Status", .string("Paused")), ("Title", .int32(3)),
+                    ])
+                }
+                // Only .none properties: no signal.
+                try await pair.server.setExportedProperties(path: path, interface: "com.example.Player", values: [("Hidden", .int32(2))])
+                try await pair.server.setExportedProperty(path: path, interface: "com.example.Player", name: "Status", value: .string("Paused"))
+                let signals = try await next(2, from: changes).map { try PropertiesChanged($0) }
+                #expect(signals[0].changed == ["Status": .string("Playing"), "Title": .string("Song")] && signals[0].invalidated == ["Art"])
+                #expect(signals[1].changed == ["Status": .string("Paused")], "the refused update and the silent one emitted nothing")
+                #expect(await pair.server.exportedProperty(path: path, interface: "com.example.Player", name: "Hidden") == .int32(2))
+                #expect(await pair.server.exportedProperty(path: path, interface: "com.example.Player", name: "Title") == .string("Song"))
+            }
+        }
+
         @Test func objectManager() async throws {
             try await withPair { pair in
                 let added = try await pair.client.signals(matching: .interfacesAdded(sender: pair.serverName))
