@@ -6,8 +6,8 @@ import GattSession
 
 /// The services a link speaks beside ANCS. Each is found in bluetoothd's tree under the phone,
 /// started on a running link when it appears (the phone may offer it only later, with Service
-/// Changed), and stopped when it goes; a service that cannot be subscribed to stays off until
-/// the link starts again. Adding a service is one entry in `extraServices`.
+/// Changed), and stopped when it goes; a service that cannot be subscribed to stays off for
+/// `extraServiceRetry`. Adding a service is one entry in `extraServices`.
 extension Daemon {
     /// A service a link may speak beside ANCS.
     struct ExtraService: Sendable {
@@ -18,6 +18,9 @@ extension Daemon {
         /// Its handler for a new link.
         var make: @Sendable (DaemonOptions) -> any ServiceHandler
     }
+
+    /// How long a service beside ANCS that could not be subscribed to stays off.
+    static let extraServiceRetry = Duration.seconds(30)
 
     /// Every service a link may speak beside ANCS.
     static let extraServices: [ExtraService] = [MediaService.extra]
@@ -32,10 +35,23 @@ extension Daemon {
             if let current, current.servicePath != found?.path || current.paths != found.map({ paths(of: $0, extra.description) }) {
                 let reason = !extra.enabled(options) ? "turned off" : found == nil ? "the phone no longer offers it" : "the phone changed it"
                 stopService(current, on: link, reason: reason)
+                // bluetoothd adds and removes a changed service's objects one by one: start
+                // again once they have settled, not at each.
+                holdOff(extra.description.name, on: link, for: Self.socketClosedPause)
             }
-            guard let found, !link.services.contains(where: { $0.description.uuid == extra.description.uuid }),
+            guard let found else {
+                link.settledServices.remove(extra.description.name)
+                continue
+            }
+            guard !link.services.contains(where: { $0.description.uuid == extra.description.uuid }),
                   !link.failedServices.contains(extra.description.name)
             else { continue }
+            // A service that appears has its objects added one by one: it starts once they settled.
+            guard link.settledServices.contains(extra.description.name) else {
+                link.settledServices.insert(extra.description.name)
+                holdOff(extra.description.name, on: link, for: Self.socketClosedPause)
+                continue
+            }
             startService(extra.make(options), objects: found, on: link)
         }
     }
@@ -71,12 +87,13 @@ extension Daemon {
                 try await enableNotifications(characteristic, of: service, on: link, gatt: gatt)
             } catch {
                 guard link.state == .running, service.starting else { return }
+                let name = service.description.name
                 logger.warning("""
-                    \(link.device.address): cannot subscribe to \(service.description.name)'s \(service.name(of: characteristic)): \
-                    \(error); \(service.description.name) stays off until the phone connects again
+                    \(link.device.address): cannot subscribe to \(name)'s \(service.name(of: characteristic)): \(error); \
+                    trying again in \(Int(Self.extraServiceRetry.components.seconds)) s
                     """)
-                link.failedServices.insert(service.description.name)
                 stopService(service, on: link, reason: nil)
+                holdOff(name, on: link, for: Self.extraServiceRetry)
                 return
             }
             guard link.state == .running, service.starting else { return }
@@ -84,6 +101,17 @@ extension Daemon {
         service.starting = false
         logger.info("\(link.device.address): subscribed to \(service.description.name) (\(service.deliveryName ?? "no notifications"))")
         service.handler.subscribed(to: Set(service.paths.keys), service: service, link: link, daemon: self)
+    }
+
+    /// Keeps the service `name` off the link for `pause`, then looks again whether to start it.
+    func holdOff(_ name: String, on link: PhoneLink, for pause: Duration) {
+        guard link.failedServices.insert(name).inserted else { return }
+        let id = link.id, path = link.device.path
+        executor.after(pause, onLoop { daemon in
+            guard let link = daemon.link(id: id, at: path) else { return }
+            link.failedServices.remove(name)
+            daemon.updateExtraServices(of: link)
+        })
     }
 
     /// Ends a service on a running link: its sockets, its request, its subscriptions, its waiters.

@@ -62,7 +62,7 @@ extension Daemon {
                 let reader = try NotificationReader(
                     fd: raw, loop: executor,
                     onValue: onLoop { $0.received($1, from: uuid, service: number, linkID: id, path: path) },
-                    onClose: onLoop { $0.socketClosed($1, linkID: id, path: path) })
+                    onClose: onLoop { $0.socketClosed($1, service: number, linkID: id, path: path) })
                 service.readers.append(reader)
                 service.delivery[characteristic] = .acquired(mtu: mtu)
                 return
@@ -114,9 +114,18 @@ extension Daemon {
         service.handler.received(value, from: uuid, signalled: false, service: service, link: link, daemon: self)
     }
 
-    /// A link's socket closed: the link ends; a phone still connected gets a new one after a pause.
-    private func socketClosed(_ reason: String, linkID: UInt64, path: ObjectPath) {
+    /// A link's socket closed. ANCS's: the link ends, and a phone still connected gets a new one
+    /// after a pause. Another service's (the phone withdrew it, with Service Changed, or the link
+    /// is going): that service ends, and starts again after the pause if the phone still offers it.
+    private func socketClosed(_ reason: String, service number: Int, linkID: UInt64, path: ObjectPath) {
         guard let link = link(id: linkID, at: path), link.state != .stopped else { return }
+        if number != 0 {
+            guard let service = link.service(number: number) else { return }
+            let name = service.description.name
+            stopService(service, on: link, reason: "its notification socket closed (\(reason))")
+            holdOff(name, on: link, for: Self.socketClosedPause)
+            return
+        }
         logger.info("\(link.device.address): notification socket closed (\(reason))")
         stopLink(at: path, reason: "disconnected")
         guard tree.device(at: path)?.connected == true else { return }

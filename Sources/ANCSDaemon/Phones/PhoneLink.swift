@@ -38,8 +38,12 @@ final class PhoneLink {
     var timer: LoopTimer?
     /// When `timer` fires (session time), nil while disarmed.
     var timerDeadline: Duration?
-    /// Extra services (by name) that could not be subscribed to: off until the link starts again.
+    /// Services beside ANCS (by name) that stay off for a while: their subscription failed, or
+    /// their socket closed a moment ago.
     var failedServices: Set<String> = []
+    /// Services beside ANCS (by name) that the phone has offered for a moment: their objects
+    /// settled, so they may start.
+    var settledServices: Set<String> = []
     /// The last warning or error a service logged, for `ancsd status`.
     var lastError: String?
     /// Writes the session to a capture file (`--record`).
@@ -86,7 +90,8 @@ final class PhoneLink {
 
     /// Removes a service the phone no longer offers (never ANCS: the link ends with it).
     func remove(_ service: ServiceLink) {
-        services.removeAll { $0 !== ancsLink && $0 === service }
+        let ancs = ancsLink
+        services.removeAll { $0 !== ancs && $0 === service }
     }
 
     // MARK: ANCS, as `status`, `list` and the tests read it
