@@ -89,9 +89,10 @@ final class MediaService: ServiceHandler {
         }
     }
 
-    /// The player's state as the `media` command answers it.
+    /// The player's state as the `media` command answers it: what the last `media` event said
+    /// (a change still being gathered into one event is not in it yet), its position now.
     func control(device: String, now: Duration) -> ControlMedia {
-        MediaOutput.control(session.state, device: device, now: now)
+        MediaOutput.control(session.lastEmitted, device: device, now: now)
     }
 
     private func failWaiters(_ why: String) {
