@@ -425,6 +425,34 @@ struct MediaServiceTests {
         }
     }
 
+    @Test("the shipped scenarios/media.jsonl, as a subscribed client sees it")
+    func shippedScenario() async throws {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent("scenarios/media.jsonl"), encoding: .utf8)
+        let scenario = try Scenario(parsing: text)
+        try await IntegrationTests.withSimulator(scenario.settings) { _, simulator, client in
+            let updates = try await Self.subscribe(client, Self.eu)
+            let commands = try await Self.subscribe(client, Self.rc)
+            try await Self.write(client, Self.eu, [2, 2])
+            try await Self.write(client, Self.eu, [0, 1, 2])
+            _ = try await Self.call(client, "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_01/service0010/char0011", "StartNotify")
+            // Without the pauses between the steps.
+            let steps = scenario.steps.map { step in
+                var quick = step
+                quick.after = 0
+                return quick
+            }
+            #expect(await simulator.run(steps) == .ended)
+            let got = try await Self.updates(updates, 8)
+            #expect(got.map(\.attribute) == [2, 1, 2, 1, 2, 2, 1, 1])
+            #expect(got[0] == Update(2, 2, "Clair de lune") && got[2] == Update(0, 2, "0.5") && got[4] == Update(0, 2, "0.75"))
+            #expect(got[5] == Update(2, 2, "Les Barricades mystérieuses, a title long enough to be cut at a small MTU"))
+            #expect(got.map { $0.value.prefix(2) }[3] == "0," && got[7].value.hasPrefix("1,1.0,"))
+            #expect(try await commands.waitForValues(2, at: Self.rc) == [[0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2, 9, 10]])
+            let objects = try await client.getManagedObjects(destination: "org.bluez")
+            #expect(objects[Self.eu]?[Self.chr.rawValue]?["Notifying"] == .bool(false), "a new service after media_service")
+        }
+    }
+
     @Test("steps from a scenario: the media steps, wait_state on the player and the commands received")
     func scenarioSteps() async throws {
         let scenario = try Scenario(parsing: """

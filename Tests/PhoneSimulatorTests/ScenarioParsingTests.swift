@@ -11,7 +11,8 @@ struct ScenarioParsingTests {
         let files = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".jsonl") }.sorted()
         #expect(files == [
             "bluez-restart.jsonl", "burst.jsonl", "cp-errors.jsonl", "demo.jsonl", "deny-sharing.jsonl",
-            "disconnect.jsonl", "music.jsonl", "omitted-tuple.jsonl", "pair-refused.jsonl", "pair-window-closes.jsonl", "pair.jsonl",
+            "disconnect.jsonl", "media.jsonl", "music.jsonl", "omitted-tuple.jsonl", "pair-refused.jsonl", "pair-window-closes.jsonl",
+            "pair.jsonl",
             "run-presence.jsonl", "two-phones.jsonl",
         ])
         for file in files {
