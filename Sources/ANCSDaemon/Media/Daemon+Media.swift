@@ -1,4 +1,5 @@
 import AMS
+import GattSession
 import BlueZ
 public import ControlProtocol
 public import JSON
@@ -20,7 +21,14 @@ extension Daemon {
         guard let remote = RemoteCommand(name: command.rawValue) else {
             return .failure(ControlError(.badRequest, "unknown media command \(command.rawValue)"))
         }
-        return await media.handler.send(remote, service: media.service, link: link, daemon: self)
+        let actions: [GattSessionAction<MediaEvent>]
+        switch media.handler.send(remote, now: link.now) {
+        case .success(let sent): actions = sent
+        case .failure(let refusal): return .failure(refusal)
+        }
+        return await withCheckedContinuation { waiter in
+            media.handler.start(remote, actions, waiter: waiter, service: media.service, link: link, daemon: self)
+        }
     }
 
     /// The `media_command` path, for outputs that take commands (MQTT, `PhoneActions`): its reply.

@@ -7,7 +7,7 @@ import GattSession
 /// its remote commands (`ancsd media`, MQTT, the desktop's MPRIS player).
 ///
 /// Owned and used only by the `Daemon` actor.
-final class MediaService: ServiceHandler {
+final class MediaService: ServiceHandler, ServiceEvents {
     var session: MediaSession
     /// Control requests waiting for their command's write, in the order they were made, until
     /// the session sends it (`sending`); then by request number until its result.
@@ -72,21 +72,24 @@ final class MediaService: ServiceHandler {
         failWaiters("the phone's player went away")
     }
 
-    /// Sends `command` to the phone's player; the reply once the phone acknowledged the write.
-    /// A command the player does not support now is refused at once, with those it does.
-    func send(_ command: RemoteCommand, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) async
-        -> Result<ControlAnswer, ControlError>
-    {
-        let actions: [GattSessionAction<MediaEvent>]
+    /// Asks the session to send `command`: its actions, or the refusal of a command the player
+    /// does not support now (with those it does). `waiter` gets the reply once the phone
+    /// acknowledged the write.
+    func send(_ command: RemoteCommand, now: Duration) -> Result<[GattSessionAction<MediaEvent>], ControlError> {
         do {
-            actions = try session.send(command, now: link.now)
+            return .success(try session.send(command, now: now))
         } catch {
             return .failure(ControlError(.unsupportedCommand, error.description))
         }
-        return await withCheckedContinuation { waiter in
-            queued.append((command, waiter))
-            run(actions, service: service, link: link, daemon: daemon)
-        }
+    }
+
+    /// Carries out the actions of `send(_:now:)`; `waiter` gets the command's reply.
+    func start(
+        _ command: RemoteCommand, _ actions: [GattSessionAction<MediaEvent>], waiter: Waiter, service: ServiceLink, link: PhoneLink,
+        daemon: isolated Daemon
+    ) {
+        queued.append((command, waiter))
+        run(actions, service: service, link: link, daemon: daemon)
     }
 
     /// The player's state as the `media` command answers it: what the last `media` event said
@@ -103,12 +106,12 @@ final class MediaService: ServiceHandler {
     }
 
     private func run(_ actions: [GattSessionAction<MediaEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        daemon.perform(actions, on: service, of: link) { event in handle(event, link: link, daemon: daemon) }
+        daemon.perform(actions, on: service, of: link, events: self)
         // A command the session dropped (its characteristic went away) is never sent.
         if !queued.isEmpty, !session.hasRemoteCommand { failWaiters("the phone no longer offers remote commands") }
     }
 
-    private func handle(_ event: MediaEvent, link: PhoneLink, daemon: isolated Daemon) {
+    func handle(_ event: MediaEvent, link: PhoneLink, daemon: isolated Daemon) {
         switch event {
         case .state(let state):
             let media = MediaOutput.control(state, device: link.device.address, now: link.now)

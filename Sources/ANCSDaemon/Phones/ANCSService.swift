@@ -9,7 +9,7 @@ import GattSession
 /// bluetoothd makes of signalled values, the recorder.
 ///
 /// Owned and used only by the `Daemon` actor.
-final class ANCSService: ServiceHandler {
+final class ANCSService: ServiceHandler, ServiceEvents {
     var session: ANCSSession
     /// Decides which notification events reach the outputs (`--replays`).
     var gate: ReplayGate
@@ -113,10 +113,10 @@ final class ANCSService: ServiceHandler {
     private func run(
         _ actions: [GattSessionAction<ANCSSessionEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon
     ) {
-        daemon.perform(actions, on: service, of: link) { event in handle(event, link: link, daemon: daemon) }
+        daemon.perform(actions, on: service, of: link, events: self)
     }
 
-    private func handle(_ event: ANCSSessionEvent, link: PhoneLink, daemon: isolated Daemon) {
+    func handle(_ event: ANCSSessionEvent, link: PhoneLink, daemon: isolated Daemon) {
         switch event {
         case .notification(let event):
             if !eventWaiters.isEmpty {

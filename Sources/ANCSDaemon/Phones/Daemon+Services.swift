@@ -32,7 +32,8 @@ extension Daemon {
         for extra in Self.extraServices {
             let current = link.services.first { $0.description.uuid == extra.description.uuid }
             let found = extra.enabled(options) ? offered(extra.description, on: link) : nil
-            if let current, current.servicePath != found?.path || current.paths != found.map({ paths(of: $0, extra.description) }) {
+            let foundPaths = found.map { paths(of: $0, extra.description) }
+            if let current, current.servicePath != found?.path || current.paths != foundPaths {
                 let reason = !extra.enabled(options) ? "turned off" : found == nil ? "the phone no longer offers it" : "the phone changed it"
                 stopService(current, on: link, reason: reason)
                 // bluetoothd adds and removes a changed service's objects one by one: start

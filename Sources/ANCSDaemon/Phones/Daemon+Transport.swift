@@ -153,8 +153,8 @@ extension Daemon {
     ///
     /// Requests go out first, the rest in order after them: the phone then works on the next
     /// request while this formats and prints the notification that just completed.
-    func perform<Event>(
-        _ actions: [GattSessionAction<Event>], on service: ServiceLink, of link: PhoneLink, events: (Event) -> Void
+    func perform<Events: ServiceEvents>(
+        _ actions: [GattSessionAction<Events.Event>], on service: ServiceLink, of link: PhoneLink, events: Events
     ) {
         for case .request(let request) in actions { send(request, on: service, of: link) }
         for action in actions {
@@ -162,7 +162,7 @@ extension Daemon {
             case .request:
                 break  // sent above
             case .emit(let event):
-                events(event)
+                events.handle(event, link: link, daemon: self)
             case .log(let level, let message):
                 logger.log(LogLevel(level), "\(link.device.address): \(message)")
                 if level >= .warning { link.lastError = message }

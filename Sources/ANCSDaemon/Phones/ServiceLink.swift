@@ -119,6 +119,12 @@ protocol ServiceHandler: AnyObject {
     func tearDown()
 }
 
+/// What a handler does with its session's events (`Daemon.perform(_:on:of:events:)`).
+protocol ServiceEvents: AnyObject {
+    associatedtype Event: Sendable
+    func handle(_ event: Event, link: PhoneLink, daemon: isolated Daemon)
+}
+
 extension ServiceHandler {
     func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {}
 }
