@@ -1,19 +1,32 @@
 import BluetoothUUIDs
 public import ANCSCapture
 
-/// The attribute handles of the ANCS characteristics' values on one phone.
+/// The attribute handles of the characteristics' values `ancsd decode` reads on one phone:
+/// ANCS's (Notification Source, Control Point, Data Source) and Apple Media Service's (Remote
+/// Command, Entity Update, Entity Attribute).
 public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
     public var notificationSource: UInt16?
     public var controlPoint: UInt16?
     public var dataSource: UInt16?
+    /// AMS's Remote Command.
+    public var remoteCommand: UInt16?
+    /// AMS's Entity Update.
+    public var entityUpdate: UInt16?
+    /// AMS's Entity Attribute.
+    public var entityAttribute: UInt16?
 
-    public init(notificationSource: UInt16? = nil, controlPoint: UInt16? = nil, dataSource: UInt16? = nil) {
+    public init(notificationSource: UInt16? = nil, controlPoint: UInt16? = nil, dataSource: UInt16? = nil,
+                remoteCommand: UInt16? = nil, entityUpdate: UInt16? = nil, entityAttribute: UInt16? = nil) {
         self.notificationSource = notificationSource
         self.controlPoint = controlPoint
         self.dataSource = dataSource
+        self.remoteCommand = remoteCommand
+        self.entityUpdate = entityUpdate
+        self.entityAttribute = entityAttribute
     }
 
-    /// Parses `ns=0x0010,cp=0x0013,ds=0x0016` (hex with 0x, or decimal; any subset).
+    /// Parses `ns=0x0010,cp=0x0013,ds=0x0016,rc=0x0020,eu=0x0023,ea=0x0026` (hex with 0x, or
+    /// decimal; any subset).
     public init?(parsing text: String) {
         for item in text.split(separator: ",") {
             let parts = item.split(separator: "=", maxSplits: 1).map { String($0).lowercased() }
@@ -24,22 +37,39 @@ public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
             case "ns": notificationSource = handle
             case "cp": controlPoint = handle
             case "ds": dataSource = handle
+            case "rc": remoteCommand = handle
+            case "eu": entityUpdate = handle
+            case "ea": entityAttribute = handle
             default: return nil
             }
         }
-        guard notificationSource != nil || controlPoint != nil || dataSource != nil else { return nil }
+        guard self != ANCSHandles() else { return nil }
     }
 
-    /// `ns=0x0010,cp=0x0013,ds=0x0016`, the known ones.
+    /// `ns=0x0010,cp=0x0013,ds=0x0016,rc=0x0020,eu=0x0023,ea=0x0026`, the known ones.
     public var description: String {
-        [("ns", notificationSource), ("cp", controlPoint), ("ds", dataSource)]
+        [("ns", notificationSource), ("cp", controlPoint), ("ds", dataSource),
+         ("rc", remoteCommand), ("eu", entityUpdate), ("ea", entityAttribute)]
             .compactMap { name, handle in handle.map { "\(name)=\(hex4($0))" } }.joined(separator: ",")
+    }
+
+    /// True if any of AMS's handles is known.
+    public var hasAMS: Bool { remoteCommand != nil || entityUpdate != nil || entityAttribute != nil }
+
+    /// The AMS characteristic whose value has this handle, if any.
+    func amsCharacteristic(_ handle: UInt16) -> AMSRecord.Characteristic? {
+        if handle == remoteCommand { return .rc }
+        if handle == entityUpdate { return .eu }
+        if handle == entityAttribute { return .ea }
+        return nil
     }
 
     /// `self` with the handles `other` knows put over it.
     func overlaid(with other: ANCSHandles) -> ANCSHandles {
         ANCSHandles(notificationSource: other.notificationSource ?? notificationSource,
-                    controlPoint: other.controlPoint ?? controlPoint, dataSource: other.dataSource ?? dataSource)
+                    controlPoint: other.controlPoint ?? controlPoint, dataSource: other.dataSource ?? dataSource,
+                    remoteCommand: other.remoteCommand ?? remoteCommand, entityUpdate: other.entityUpdate ?? entityUpdate,
+                    entityAttribute: other.entityAttribute ?? entityAttribute)
     }
 }
 
@@ -59,17 +89,46 @@ public struct ConnectionKey: Hashable, Sendable, Comparable, CustomStringConvert
     public static func < (a: ConnectionKey, b: ConnectionKey) -> Bool { (a.controller, a.handle) < (b.controller, b.handle) }
 }
 
-/// A capture record taken out of a btsnoop file, with where it came from.
+/// A record taken out of a btsnoop file, with where it came from.
 public struct ExtractedRecord: Hashable, Sendable {
-    /// The btsnoop record (1-based) that carried it; for a Control Point write, the request's.
+    /// What a record of a btsnoop file gave.
+    public enum Content: Hashable, Sendable {
+        /// An ANCS value or a connection event, as an `ancs-capture/1` line holds it.
+        case capture(CaptureRecord)
+        /// A value of an Apple Media Service characteristic (not part of `ancs-capture/1`).
+        case ams(AMSRecord)
+    }
+
+    /// The btsnoop record (1-based) that carried it; for a write, the request's; for a read,
+    /// its first response's.
     public var recordNumber: Int
     public var connection: ConnectionKey
-    public var record: CaptureRecord
+    public var content: Content
     /// The peer's address, on a `connected` event.
     public var peer: String?
+
+    public init(recordNumber: Int, connection: ConnectionKey, content: Content, peer: String? = nil) {
+        self.recordNumber = recordNumber
+        self.connection = connection
+        self.content = content
+        self.peer = peer
+    }
+
+    /// The ANCS value or connection event; nil for an AMS value.
+    public var record: CaptureRecord? {
+        if case .capture(let record) = content { return record }
+        return nil
+    }
+
+    /// The AMS value; nil for an ANCS value or a connection event.
+    public var ams: AMSRecord? {
+        if case .ams(let record) = content { return record }
+        return nil
+    }
 }
 
-/// Turns the records of a btsnoop file into ANCS capture records, per connection. Pure.
+/// Turns the records of a btsnoop file into ANCS capture records and Apple Media Service
+/// values, per connection. Pure.
 ///
 /// HCI ACL packets in both directions are reassembled into L2CAP frames (per controller,
 /// connection handle and direction); ATT PDUs are read on channel 0x0004 and on Enhanced ATT
@@ -82,7 +141,12 @@ public struct ExtractedRecord: Hashable, Sendable {
 /// Requests (and prepared writes) to the Control Point become `cp` records once the phone's
 /// answer is seen on the same bearer, with the ATT error of an Error Response. Records of that
 /// connection seen while a write waits for its answer are held back and follow the `cp` record,
-/// so the order stays request-then-response (`HeldRecords`). Malformed L2CAP signaling and
+/// so the order stays request-then-response (`HeldRecords`). The AMS handles are learnt the same
+/// way (the AMS service UUID, its characteristics' declarations, or `defaultHandles`): Handle
+/// Value Notifications of Remote Command and Entity Update, writes to any of the three (held
+/// for their answer as Control Point writes are), and reads (a Read Request and the Read Blob
+/// Requests that continue it, their responses joined into one value, complete when a part is
+/// shorter than the bearer's ATT MTU less one) become `AMSRecord`s. Malformed L2CAP signaling and
 /// K-frames do not stop the file: they are warnings (`takeWarnings()`). LE Connection Complete
 /// and Disconnection Complete events give `connected`/`disconnected` records; handles found on
 /// a connection are kept for the next connection to the same peer (BlueZ caches the GATT
@@ -103,8 +167,31 @@ public struct BtsnoopExtractor: Sendable {
         var reassemblers = DirectionPair<L2CAPReassembler>(L2CAPReassembler())
         var channels = EATTChannels()
         var held = HeldRecords()
-        /// Prepared writes to the Control Point, per ATT bearer.
-        var prepared: [UInt16: (direction: HCIDirection, bytes: [UInt8])] = [:]
+        /// Prepared writes to the Control Point or an AMS characteristic, per ATT bearer.
+        var prepared: [UInt16: (direction: HCIDirection, handle: UInt16, bytes: [UInt8])] = [:]
+        /// Reads of an AMS characteristic in progress, per ATT bearer.
+        var reads: [UInt16: PendingRead] = [:]
+        /// The MTUs of channel 0x0004 that Exchange MTU named: the client's, the server's.
+        var clientMTU: UInt16?
+        var serverMTU: UInt16?
+    }
+
+    /// A read of an AMS characteristic whose value is not complete yet.
+    private struct PendingRead: Sendable {
+        var characteristic: AMSRecord.Characteristic
+        var handle: UInt16
+        /// The way the requests go (the client's); the responses come the other way.
+        var direction: HCIDirection
+        /// The parts so far, joined.
+        var value: [UInt8] = []
+        /// A request (Read, or Read Blob) waits for its response.
+        var asked = true
+        /// The first response's record and time (0 before it).
+        var record = 0
+        var time = 0.0
+        /// The request's record and time, for a read refused or never answered.
+        var requestRecord: Int
+        var requestTime: Double
     }
 
     private var states = ConnectionTable<Connection>()
@@ -192,7 +279,10 @@ public struct BtsnoopExtractor: Sendable {
     /// The end of the file: Control Point writes still waiting for an answer are given without one.
     public mutating func finish() -> [ExtractedRecord] {
         var out: [ExtractedRecord] = []
-        for key in states.keys.sorted() { out += states[key]?.held.answerAll() ?? [] }
+        for key in states.keys.sorted() {
+            endReads(key: key, into: &out)
+            out += states[key]?.held.answerAll() ?? []
+        }
         return out
     }
 
@@ -218,6 +308,7 @@ public struct BtsnoopExtractor: Sendable {
             if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
             return
         }
+        endReads(key: key, into: &out)
         out += states[key]?.held.answerAll() ?? []
         if let peer = state.peer, state.discovered != ANCSHandles() {
             known["\(key.controller)/\(peer)"] = (state.discovered, state.server)
@@ -227,8 +318,14 @@ public struct BtsnoopExtractor: Sendable {
     }
 
     private mutating func emit(_ record: CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]) {
+        emit(.capture(record), key: key, record: number, peer: peer, into: &out)
+    }
+
+    private mutating func emit(
+        _ content: ExtractedRecord.Content, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]
+    ) {
         if !connections.contains(key) { connections.append(key) }
-        let extracted = ExtractedRecord(recordNumber: number, connection: key, record: record, peer: peer)
+        let extracted = ExtractedRecord(recordNumber: number, connection: key, content: content, peer: peer)
         if states[key]?.held.isEmpty ?? true {
             out.append(extracted)  // nothing waits: no array of its own
         } else {
@@ -236,13 +333,75 @@ public struct BtsnoopExtractor: Sendable {
         }
     }
 
-    /// A Control Point write of `bytes` on `bearer`, held until its answer.
+    /// A write of `bytes` to `handle` (the Control Point's, or an AMS characteristic's) on
+    /// `bearer`, held until its answer.
     private mutating func holdWrite(
-        _ bytes: [UInt8], bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
+        _ bytes: [UInt8], handle: UInt16, handles: ANCSHandles, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double,
+        record: Int, into out: inout [ExtractedRecord]
     ) {
+        let content: ExtractedRecord.Content
+        if handle == handles.controlPoint {
+            content = .capture(.value(time: time, characteristic: .cp, bytes: bytes, attError: nil))
+        } else if let characteristic = handles.amsCharacteristic(handle) {
+            content = .ams(AMSRecord(time: time, characteristic: characteristic, direction: .write, bytes: bytes))
+        } else {
+            return
+        }
         if !connections.contains(key) { connections.append(key) }
-        let cp = ExtractedRecord(recordNumber: record, connection: key, record: .value(time: time, characteristic: .cp, bytes: bytes, attError: nil), peer: nil)
-        out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, record: cp)) ?? []
+        let write = ExtractedRecord(recordNumber: record, connection: key, content: content)
+        out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, handle: handle, record: write)) ?? []
+    }
+
+    // MARK: AMS reads
+
+    /// Ends the read in progress on `bearer` (on every bearer when nil), giving its value as it is.
+    private mutating func endReads(key: ConnectionKey, bearer: UInt16? = nil, into out: inout [ExtractedRecord]) {
+        guard let reads = states[key]?.reads, !reads.isEmpty else { return }
+        for (readBearer, read) in reads.sorted(by: { $0.key < $1.key }) where bearer == nil || bearer == readBearer {
+            states[key]?.reads[readBearer] = nil
+            giveRead(read, attError: nil, key: key, into: &out)
+        }
+    }
+
+    /// A read's value as a record: complete unless a request still waited for its response.
+    private mutating func giveRead(_ read: PendingRead, attError: UInt8?, key: ConnectionKey, into out: inout [ExtractedRecord]) {
+        let answered = read.record != 0
+        let value = AMSRecord(time: answered ? read.time : read.requestTime, characteristic: read.characteristic, direction: .read,
+                              bytes: read.value, attError: attError, complete: attError != nil || !read.asked)
+        emit(.ams(value), key: key, record: answered ? read.record : read.requestRecord, peer: nil, into: &out)
+    }
+
+    /// The ATT MTU of `bearer`, when the capture told it: Exchange MTU on channel 0x0004, the
+    /// channel's setup for an EATT bearer.
+    private func mtu(of bearer: UInt16, key: ConnectionKey) -> Int? {
+        if bearer == 0x0004 {
+            guard let client = states[key]?.clientMTU, let server = states[key]?.serverMTU else { return nil }
+            return Int(max(23, min(client, server)))
+        }
+        return states[key]?.channels.mtu(of: bearer)
+    }
+
+    /// A response part of a read on `bearer`: joined to the value; the read ends with a part
+    /// shorter than the most a response carries (ATT MTU - 1; with the MTU unknown, 22, the
+    /// least it can be: a longer part waits for the next request on the bearer).
+    private mutating func readPart(
+        _ part: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
+    ) {
+        guard var read = states[key]?.reads[bearer], read.asked, read.direction == direction.opposite else { return }
+        if read.record == 0 {
+            read.record = record
+            read.time = time
+        }
+        read.value += part
+        read.asked = false
+        let limit = mtu(of: bearer, key: key).map { $0 - 1 } ?? 22
+        if part.count < limit {
+            states[key]?.reads[bearer] = nil
+            giveRead(read, attError: nil, key: key, into: &out)
+        } else {
+            states[key]?.reads[bearer] = read
+        }
     }
 
     private mutating func warn(_ reason: String, key: ConnectionKey, record: Int) {
@@ -264,6 +423,7 @@ public struct BtsnoopExtractor: Sendable {
         case 0x0005:
             guard let outcome = states[key]?.channels.signal(Array(payload), direction: direction) else { return }
             for bearer in outcome.closed {
+                endReads(key: key, bearer: bearer, into: &out)
                 out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
                 states[key]?.prepared[bearer] = nil
             }
@@ -308,7 +468,8 @@ public struct BtsnoopExtractor: Sendable {
             guard pdu.count >= 2, pdu[1] >= 6, (pdu.count - 2) % Int(pdu[1]) == 0 else { throw fail("a malformed Read By Group Type Response") }
             let length = Int(pdu[1])
             for entry in stride(from: 2, to: pdu.count, by: length) where length == 20 {
-                if BluetoothUUID(littleEndianBytes: pdu[entry + 4..<entry + 20]) == ANCSUUID.service {
+                if let uuid = BluetoothUUID(littleEndianBytes: pdu[entry + 4..<entry + 20]),
+                   uuid == ANCSUUID.service || uuid == AMSAttributeUUID.service {
                     states[key]?.server = direction
                 }
             }
@@ -350,22 +511,29 @@ public struct BtsnoopExtractor: Sendable {
             }
         case 0x12, 0x52:  // Write Request / Write Command: handle, value
             guard pdu.count >= 3 else { throw fail("a write without its handle") }
-            guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            holdWrite(Array(pdu[3...]), bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            if opcode == 0x12 { endRead(bearer: bearer, key: key, direction: direction, into: &out) }
+            let handle = u16(1)
+            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
+            holdWrite(Array(pdu[3...]), handle: handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
+                      record: record, into: &out)
             if opcode == 0x52 { out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? [] }  // no answer comes
         case 0x16:  // Prepare Write Request: handle, offset, part
             guard pdu.count >= 5 else { throw fail("a Prepare Write Request without its handle and offset") }
-            guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            var bytes = states[key]?.prepared[bearer]?.bytes ?? []
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            let handle = u16(1)
+            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
+            var bytes = states[key]?.prepared[bearer].flatMap { $0.handle == handle ? $0.bytes : nil } ?? []
             if u16(3) == 0 { bytes = [] }
             bytes += pdu[5...]
-            states[key]?.prepared[bearer] = (direction, bytes)
+            states[key]?.prepared[bearer] = (direction, handle, bytes)
         case 0x18:  // Execute Write Request: flags
             guard pdu.count >= 2 else { throw fail("an Execute Write Request without its flags") }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
             guard let prepared = states[key]?.prepared[bearer], prepared.direction == direction else { return }
             states[key]?.prepared[bearer] = nil
             guard pdu[1] == 1 else { return }
-            holdWrite(prepared.bytes, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            holdWrite(prepared.bytes, handle: prepared.handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
+                      record: record, into: &out)
         case 0x13, 0x19:  // Write Response / Execute Write Response
             guard states[key]?.held.waiting(on: bearer)?.direction == direction.opposite else { return }
             out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
@@ -373,13 +541,69 @@ public struct BtsnoopExtractor: Sendable {
             guard pdu.count >= 5 else { throw fail("an Error Response shorter than 5 bytes") }
             let request = pdu[1]
             if request == 0x16 { states[key]?.prepared[bearer] = nil }
-            guard [0x12, 0x16, 0x18].contains(request), states[key]?.held.waiting(on: bearer)?.direction == direction.opposite,
-                  request != 0x12 || u16(2) == handles.controlPoint
+            if request == 0x0A || request == 0x0C {
+                readRefused(bearer: bearer, handle: u16(2), attError: pdu[4], key: key, direction: direction, into: &out)
+                return
+            }
+            guard [0x12, 0x16, 0x18].contains(request), let write = states[key]?.held.waiting(on: bearer), write.direction == direction.opposite,
+                  request != 0x12 || u16(2) == write.handle
             else { return }
             out += states[key]?.held.answer(bearer: bearer, attError: pdu[4]) ?? []
+        case 0x0A:  // Read Request: handle
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            guard pdu.count >= 3, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
+            states[key]?.reads[bearer] = PendingRead(characteristic: characteristic, handle: u16(1), direction: direction,
+                                                     requestRecord: record, requestTime: time)
+        case 0x0C:  // Read Blob Request: handle, offset
+            if pdu.count >= 5, let read = states[key]?.reads[bearer], read.direction == direction, !read.asked, read.handle == u16(1),
+               Int(u16(3)) == read.value.count {
+                states[key]?.reads[bearer]?.asked = true  // the next part of the value
+                return
+            }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            guard pdu.count >= 5, u16(3) == 0, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
+            states[key]?.reads[bearer] = PendingRead(characteristic: characteristic, handle: u16(1), direction: direction,
+                                                     requestRecord: record, requestTime: time)
+        case 0x0B, 0x0D:  // Read Response / Read Blob Response: value
+            guard states[key]?.reads.isEmpty == false else { return }
+            readPart(UnsafeBufferPointer(rebasing: pdu[1...]), bearer: bearer, key: key, direction: direction, time: time, record: record,
+                     into: &out)
+        case 0x02:  // Exchange MTU Request: Client Rx MTU
+            guard bearer == 0x0004, pdu.count >= 3 else { return }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            states[key]?.clientMTU = u16(1)
+        case 0x03:  // Exchange MTU Response: Server Rx MTU
+            guard bearer == 0x0004, pdu.count >= 3 else { return }
+            states[key]?.serverMTU = u16(1)
+        case 0x04, 0x06, 0x08, 0x0E, 0x10, 0x20:  // the other requests
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
         default:
             break
         }
+    }
+
+    /// A request on `bearer` that is not the next part of the read in progress there: that
+    /// read is over (a bearer carries one request at a time).
+    private mutating func endRead(bearer: UInt16, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]) {
+        guard states[key]?.reads.isEmpty == false, let read = states[key]?.reads[bearer], read.direction == direction else { return }
+        states[key]?.reads[bearer] = nil
+        giveRead(read, attError: nil, key: key, into: &out)
+    }
+
+    /// An Error Response to a Read or Read Blob Request on `bearer`. Refusing a Read Blob ends a
+    /// long value (Invalid Offset, Attribute Not Long: the value was a multiple of the part's
+    /// size); any other refusal is the read's answer, with the ATT error.
+    private mutating func readRefused(
+        bearer: UInt16, handle: UInt16, attError: UInt8, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]
+    ) {
+        guard states[key]?.reads.isEmpty == false, let read = states[key]?.reads[bearer], read.asked,
+              read.direction == direction.opposite, read.handle == handle
+        else { return }
+        states[key]?.reads[bearer] = nil
+        let ended = read.record != 0 && (attError == 0x07 || attError == 0x0B)
+        var given = read
+        if ended { given.asked = false }
+        giveRead(given, attError: ended ? nil : attError, key: key, into: &out)
     }
 
     private mutating func learn(_ uuid: BluetoothUUID?, handle: UInt16, key: ConnectionKey, direction: HCIDirection) {
@@ -388,7 +612,11 @@ public struct BtsnoopExtractor: Sendable {
         case ANCSUUID.notificationSource: states[key]?.discovered.notificationSource = handle
         case ANCSUUID.controlPoint: states[key]?.discovered.controlPoint = handle
         case ANCSUUID.dataSource: states[key]?.discovered.dataSource = handle
-        default: return
+        default:
+            if uuid == AMSAttributeUUID.remoteCommand { states[key]?.discovered.remoteCommand = handle }
+            else if uuid == AMSAttributeUUID.entityUpdate { states[key]?.discovered.entityUpdate = handle }
+            else if uuid == AMSAttributeUUID.entityAttribute { states[key]?.discovered.entityAttribute = handle }
+            else { return }
         }
         states[key]?.server = direction
     }
@@ -399,7 +627,10 @@ public struct BtsnoopExtractor: Sendable {
         let characteristic: CaptureCharacteristic
         if handle == handles.notificationSource { characteristic = .ns }
         else if handle == handles.dataSource { characteristic = .ds }
-        else { return }
+        else if let ams = handles.amsCharacteristic(handle) {
+            let value = AMSRecord(time: time, characteristic: ams, direction: .notification, bytes: value)
+            return emit(.ams(value), key: key, record: record, peer: nil, into: &out)
+        } else { return }
         emit(.value(time: time, characteristic: characteristic, bytes: value, attError: nil), key: key, record: record, peer: nil, into: &out)
     }
 }

@@ -4,8 +4,8 @@ import Btsnoop
 import Dispatch
 import JSON
 
-/// The btsnoop side of `ancsd decode`: decoding a btsnoop file's ANCS traffic, and turning it
-/// into an `ancs-capture/1` file.
+/// The btsnoop side of `ancsd decode`: decoding a btsnoop file's ANCS and Apple Media Service
+/// traffic, and turning its ANCS traffic into an `ancs-capture/1` file.
 extension DecodePipeline {
     /// The end of a decode written through an `OutputBuffer`, whether the input ended or its
     /// reader failed: the output written, then `exitStatus`.
@@ -76,6 +76,7 @@ extension DecodePipeline {
         var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
         var last: (key: ConnectionKey, name: String)? = nil  // records come in runs of one connection
         var warnings = 0
+        var amsErrors = 0  // malformed AMS values
         let channel = BatchChannel<SnoopItem>(depth: 8)
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
@@ -110,7 +111,13 @@ extension DecodePipeline {
                             names[key] = name
                             last = (key, name)
                         }
-                        decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &writer)
+                        switch extracted.content {
+                        case .capture(let record):
+                            decoders.decode(record, connection: name, position: extracted.recordNumber, into: &writer)
+                        case .ams(let value):
+                            // Each AMS value says all it says alone: no state, no decoder.
+                            if value.write(connection: name, position: extracted.recordNumber, into: &writer) { amsErrors += 1 }
+                        }
                     }
                 }
             case .warnings(let taken, let total):
@@ -126,7 +133,7 @@ extension DecodePipeline {
             failure = error
         }
         out.append { decoders.finish(into: &$0) }  // the responses still open
-        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + warnings)
+        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + amsErrors + warnings)
     }
 
     /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
