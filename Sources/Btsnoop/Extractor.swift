@@ -4,16 +4,40 @@ public import ANCSCapture
 /// The attribute handles of the characteristics' values `ancsd decode` reads on one phone:
 /// ANCS's (Notification Source, Control Point, Data Source) and Apple Media Service's (Remote
 /// Command, Entity Update, Entity Attribute).
+///
+/// Kept as six plain `UInt16`s, 0 for unknown (no attribute has handle 0): as small as the three
+/// optionals of ANCS alone were, for the connection state every ATT PDU reads (a larger one
+/// costs the hot path an allocation per access).
 public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
-    public var notificationSource: UInt16?
-    public var controlPoint: UInt16?
-    public var dataSource: UInt16?
+    private var ns: UInt16 = 0, cp: UInt16 = 0, ds: UInt16 = 0, rc: UInt16 = 0, eu: UInt16 = 0, ea: UInt16 = 0
+
+    public var notificationSource: UInt16? {
+        get { ns == 0 ? nil : ns }
+        set { ns = newValue ?? 0 }
+    }
+    public var controlPoint: UInt16? {
+        get { cp == 0 ? nil : cp }
+        set { cp = newValue ?? 0 }
+    }
+    public var dataSource: UInt16? {
+        get { ds == 0 ? nil : ds }
+        set { ds = newValue ?? 0 }
+    }
     /// AMS's Remote Command.
-    public var remoteCommand: UInt16?
+    public var remoteCommand: UInt16? {
+        get { rc == 0 ? nil : rc }
+        set { rc = newValue ?? 0 }
+    }
     /// AMS's Entity Update.
-    public var entityUpdate: UInt16?
+    public var entityUpdate: UInt16? {
+        get { eu == 0 ? nil : eu }
+        set { eu = newValue ?? 0 }
+    }
     /// AMS's Entity Attribute.
-    public var entityAttribute: UInt16?
+    public var entityAttribute: UInt16? {
+        get { ea == 0 ? nil : ea }
+        set { ea = newValue ?? 0 }
+    }
 
     public init(notificationSource: UInt16? = nil, controlPoint: UInt16? = nil, dataSource: UInt16? = nil,
                 remoteCommand: UInt16? = nil, entityUpdate: UInt16? = nil, entityAttribute: UInt16? = nil) {
@@ -54,22 +78,28 @@ public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// True if any of AMS's handles is known.
-    public var hasAMS: Bool { remoteCommand != nil || entityUpdate != nil || entityAttribute != nil }
+    public var hasAMS: Bool { rc | eu | ea != 0 }
 
     /// The AMS characteristic whose value has this handle, if any.
     func amsCharacteristic(_ handle: UInt16) -> AMSRecord.Characteristic? {
-        if handle == remoteCommand { return .rc }
-        if handle == entityUpdate { return .eu }
-        if handle == entityAttribute { return .ea }
+        guard handle != 0 else { return nil }
+        if handle == rc { return .rc }
+        if handle == eu { return .eu }
+        if handle == ea { return .ea }
         return nil
     }
 
     /// `self` with the handles `other` knows put over it.
+    @inline(__always)
     func overlaid(with other: ANCSHandles) -> ANCSHandles {
-        ANCSHandles(notificationSource: other.notificationSource ?? notificationSource,
-                    controlPoint: other.controlPoint ?? controlPoint, dataSource: other.dataSource ?? dataSource,
-                    remoteCommand: other.remoteCommand ?? remoteCommand, entityUpdate: other.entityUpdate ?? entityUpdate,
-                    entityAttribute: other.entityAttribute ?? entityAttribute)
+        var result = self
+        if other.ns != 0 { result.ns = other.ns }
+        if other.cp != 0 { result.cp = other.cp }
+        if other.ds != 0 { result.ds = other.ds }
+        if other.rc != 0 { result.rc = other.rc }
+        if other.eu != 0 { result.eu = other.eu }
+        if other.ea != 0 { result.ea = other.ea }
+        return result
     }
 }
 
@@ -169,6 +199,11 @@ public struct BtsnoopExtractor: Sendable {
         var held = HeldRecords()
         /// Prepared writes to the Control Point or an AMS characteristic, per ATT bearer.
         var prepared: [UInt16: (direction: HCIDirection, handle: UInt16, bytes: [UInt8])] = [:]
+    }
+
+    /// What reading AMS values needs of a connection, beside `Connection`: in a table of its
+    /// own, as `Connection`'s size is what every ACL packet pays for.
+    private struct ReadState: Sendable {
         /// Reads of an AMS characteristic in progress, per ATT bearer.
         var reads: [UInt16: PendingRead] = [:]
         /// The MTUs of channel 0x0004 that Exchange MTU named: the client's, the server's.
@@ -195,9 +230,14 @@ public struct BtsnoopExtractor: Sendable {
     }
 
     private var states = ConnectionTable<Connection>()
+    /// The connections' reads and MTUs (`ReadState`), while they last.
+    private var readStates: [ConnectionKey: ReadState] = [:]
     /// Handles and server side learnt per controller and peer address.
     private var known: [String: (handles: ANCSHandles, server: HCIDirection?)] = [:]
     private var pendingWarnings: [BtsnoopError] = []
+    /// How many AMS reads are in progress on all connections: while none is, no ATT PDU looks
+    /// for one (`startRead`, `takeRead`).
+    private var openReads = 0
     /// How many warnings the file gave so far.
     public private(set) var warningCount = 0
     /// The most warnings kept until `takeWarnings()`; more are only counted.
@@ -315,14 +355,19 @@ public struct BtsnoopExtractor: Sendable {
         }
         if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
         states[key] = nil
-    }
-
-    private mutating func emit(_ record: CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]) {
-        emit(.capture(record), key: key, record: number, peer: peer, into: &out)
+        readStates[key] = nil
     }
 
     private mutating func emit(
-        _ content: ExtractedRecord.Content, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]
+        _ record: consuming CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]
+    ) {
+        emit(.capture(record), key: key, record: number, peer: peer, into: &out)
+    }
+
+    // The values are consumed, not borrowed: the record is made of them without a copy.
+    private mutating func emit(
+        _ content: consuming ExtractedRecord.Content, key: ConnectionKey, record number: Int, peer: String?,
+        into out: inout [ExtractedRecord]
     ) {
         if !connections.contains(key) { connections.append(key) }
         let extracted = ExtractedRecord(recordNumber: number, connection: key, content: content, peer: peer)
@@ -339,27 +384,44 @@ public struct BtsnoopExtractor: Sendable {
         _ bytes: [UInt8], handle: UInt16, handles: ANCSHandles, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double,
         record: Int, into out: inout [ExtractedRecord]
     ) {
-        let content: ExtractedRecord.Content
+        let write: ExtractedRecord
         if handle == handles.controlPoint {
-            content = .capture(.value(time: time, characteristic: .cp, bytes: bytes, attError: nil))
+            write = ExtractedRecord(recordNumber: record, connection: key,
+                                    content: .capture(.value(time: time, characteristic: .cp, bytes: bytes, attError: nil)))
         } else if let characteristic = handles.amsCharacteristic(handle) {
-            content = .ams(AMSRecord(time: time, characteristic: characteristic, direction: .write, bytes: bytes))
+            write = ExtractedRecord(recordNumber: record, connection: key,
+                                    content: .ams(AMSRecord(time: time, characteristic: characteristic, direction: .write, bytes: bytes)))
         } else {
             return
         }
         if !connections.contains(key) { connections.append(key) }
-        let write = ExtractedRecord(recordNumber: record, connection: key, content: content)
         out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, handle: handle, record: write)) ?? []
     }
 
     // MARK: AMS reads
 
+    /// A read starts on `bearer` (one in progress there is over: the caller gave it first).
+    private mutating func startRead(_ read: PendingRead, bearer: UInt16, key: ConnectionKey) {
+        if readStates[key, default: ReadState()].reads.updateValue(read, forKey: bearer) == nil { openReads += 1 }
+    }
+
+    /// The read in progress on `bearer`, taken out of it.
+    private mutating func takeRead(bearer: UInt16, key: ConnectionKey) -> PendingRead? {
+        guard openReads > 0, let read = readStates[key]?.reads.removeValue(forKey: bearer) else { return nil }
+        openReads -= 1
+        return read
+    }
+
+    /// The read in progress on `bearer`, left there.
+    private func read(on bearer: UInt16, key: ConnectionKey) -> PendingRead? {
+        openReads > 0 ? readStates[key]?.reads[bearer] : nil
+    }
+
     /// Ends the read in progress on `bearer` (on every bearer when nil), giving its value as it is.
     private mutating func endReads(key: ConnectionKey, bearer: UInt16? = nil, into out: inout [ExtractedRecord]) {
-        guard let reads = states[key]?.reads, !reads.isEmpty else { return }
-        for (readBearer, read) in reads.sorted(by: { $0.key < $1.key }) where bearer == nil || bearer == readBearer {
-            states[key]?.reads[readBearer] = nil
-            giveRead(read, attError: nil, key: key, into: &out)
+        guard openReads > 0, let reads = readStates[key]?.reads, !reads.isEmpty else { return }
+        for readBearer in reads.keys.sorted() where bearer == nil || bearer == readBearer {
+            if let read = takeRead(bearer: readBearer, key: key) { giveRead(read, attError: nil, key: key, into: &out) }
         }
     }
 
@@ -375,7 +437,7 @@ public struct BtsnoopExtractor: Sendable {
     /// channel's setup for an EATT bearer.
     private func mtu(of bearer: UInt16, key: ConnectionKey) -> Int? {
         if bearer == 0x0004 {
-            guard let client = states[key]?.clientMTU, let server = states[key]?.serverMTU else { return nil }
+            guard let client = readStates[key]?.clientMTU, let server = readStates[key]?.serverMTU else { return nil }
             return Int(max(23, min(client, server)))
         }
         return states[key]?.channels.mtu(of: bearer)
@@ -388,7 +450,9 @@ public struct BtsnoopExtractor: Sendable {
         _ part: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
         into out: inout [ExtractedRecord]
     ) {
-        guard var read = states[key]?.reads[bearer], read.asked, read.direction == direction.opposite else { return }
+        guard let asked = read(on: bearer, key: key), asked.asked, asked.direction == direction.opposite,
+              var read = takeRead(bearer: bearer, key: key)
+        else { return }
         if read.record == 0 {
             read.record = record
             read.time = time
@@ -397,10 +461,9 @@ public struct BtsnoopExtractor: Sendable {
         read.asked = false
         let limit = mtu(of: bearer, key: key).map { $0 - 1 } ?? 22
         if part.count < limit {
-            states[key]?.reads[bearer] = nil
             giveRead(read, attError: nil, key: key, into: &out)
         } else {
-            states[key]?.reads[bearer] = read
+            startRead(read, bearer: bearer, key: key)
         }
     }
 
@@ -552,29 +615,29 @@ public struct BtsnoopExtractor: Sendable {
         case 0x0A:  // Read Request: handle
             endRead(bearer: bearer, key: key, direction: direction, into: &out)
             guard pdu.count >= 3, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
-            states[key]?.reads[bearer] = PendingRead(characteristic: characteristic, handle: u16(1), direction: direction,
-                                                     requestRecord: record, requestTime: time)
+            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
+                      bearer: bearer, key: key)
         case 0x0C:  // Read Blob Request: handle, offset
-            if pdu.count >= 5, let read = states[key]?.reads[bearer], read.direction == direction, !read.asked, read.handle == u16(1),
+            if pdu.count >= 5, let read = read(on: bearer, key: key), read.direction == direction, !read.asked, read.handle == u16(1),
                Int(u16(3)) == read.value.count {
-                states[key]?.reads[bearer]?.asked = true  // the next part of the value
+                readStates[key]?.reads[bearer]?.asked = true  // the next part of the value
                 return
             }
             endRead(bearer: bearer, key: key, direction: direction, into: &out)
             guard pdu.count >= 5, u16(3) == 0, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
-            states[key]?.reads[bearer] = PendingRead(characteristic: characteristic, handle: u16(1), direction: direction,
-                                                     requestRecord: record, requestTime: time)
+            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
+                      bearer: bearer, key: key)
         case 0x0B, 0x0D:  // Read Response / Read Blob Response: value
-            guard states[key]?.reads.isEmpty == false else { return }
+            guard openReads > 0 else { return }
             readPart(UnsafeBufferPointer(rebasing: pdu[1...]), bearer: bearer, key: key, direction: direction, time: time, record: record,
                      into: &out)
         case 0x02:  // Exchange MTU Request: Client Rx MTU
             guard bearer == 0x0004, pdu.count >= 3 else { return }
             endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            states[key]?.clientMTU = u16(1)
+            readStates[key, default: ReadState()].clientMTU = u16(1)
         case 0x03:  // Exchange MTU Response: Server Rx MTU
             guard bearer == 0x0004, pdu.count >= 3 else { return }
-            states[key]?.serverMTU = u16(1)
+            readStates[key, default: ReadState()].serverMTU = u16(1)
         case 0x04, 0x06, 0x08, 0x0E, 0x10, 0x20:  // the other requests
             endRead(bearer: bearer, key: key, direction: direction, into: &out)
         default:
@@ -585,8 +648,7 @@ public struct BtsnoopExtractor: Sendable {
     /// A request on `bearer` that is not the next part of the read in progress there: that
     /// read is over (a bearer carries one request at a time).
     private mutating func endRead(bearer: UInt16, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]) {
-        guard states[key]?.reads.isEmpty == false, let read = states[key]?.reads[bearer], read.direction == direction else { return }
-        states[key]?.reads[bearer] = nil
+        guard let open = read(on: bearer, key: key), open.direction == direction, let read = takeRead(bearer: bearer, key: key) else { return }
         giveRead(read, attError: nil, key: key, into: &out)
     }
 
@@ -596,10 +658,9 @@ public struct BtsnoopExtractor: Sendable {
     private mutating func readRefused(
         bearer: UInt16, handle: UInt16, attError: UInt8, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]
     ) {
-        guard states[key]?.reads.isEmpty == false, let read = states[key]?.reads[bearer], read.asked,
-              read.direction == direction.opposite, read.handle == handle
+        guard let open = read(on: bearer, key: key), open.asked, open.direction == direction.opposite, open.handle == handle,
+              let read = takeRead(bearer: bearer, key: key)
         else { return }
-        states[key]?.reads[bearer] = nil
         let ended = read.record != 0 && (attError == 0x07 || attError == 0x0B)
         var given = read
         if ended { given.asked = false }

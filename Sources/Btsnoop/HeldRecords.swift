@@ -49,18 +49,21 @@ struct HeldRecords: Sendable {
     /// The answer to the write waiting on `bearer` (nil: accepted, or none came); the records
     /// that no longer wait.
     mutating func answer(bearer: UInt16, attError: UInt8?) -> [ExtractedRecord] {
-        entries = entries.map { entry in
-            guard case .waiting(var write) = entry, write.bearer == bearer else { return entry }
-            switch write.record.content {
-            case .capture(.value(let time, let characteristic, let bytes, _)):
-                write.record.content = .capture(.value(time: time, characteristic: characteristic, bytes: bytes, attError: attError))
-            case .ams(var value):
-                value.attError = attError
-                write.record.content = .ams(value)
-            case .capture:
-                break
+        for index in entries.indices {
+            guard case .waiting(var write) = entries[index], write.bearer == bearer else { continue }
+            // A write is held with no error: only a refusal changes its record.
+            if let attError {
+                switch write.record.content {
+                case .capture(.value(let time, let characteristic, let bytes, _)):
+                    write.record.content = .capture(.value(time: time, characteristic: characteristic, bytes: bytes, attError: attError))
+                case .ams(var value):
+                    value.attError = attError
+                    write.record.content = .ams(value)
+                case .capture:
+                    break
+                }
             }
-            return .ready(write.record)
+            entries[index] = .ready(write.record)
         }
         return release()
     }

@@ -28,6 +28,8 @@ extension DecodePipeline {
         let handles: ANCSHandles
         let channel: BatchChannel<SnoopItem>
         var extractor: BtsnoopExtractor? = nil
+        /// `extractor` is made (a flag: asking the optional costs a call per record).
+        var started = false
         var batch: [SnoopItem] = []
         var records: [ExtractedRecord] = []
 
@@ -37,7 +39,10 @@ extension DecodePipeline {
         }
 
         mutating func process(_ record: BtsnoopRecordView) throws(BtsnoopError) {
-            if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+            if !started {
+                extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles)
+                started = true
+            }
             try extractor?.process(record, into: &records)
             warn()
         }
@@ -54,7 +59,9 @@ extension DecodePipeline {
         }
 
         mutating func warn() {
-            guard extractor?.hasWarnings == true, let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+            // A mutating call: reading `hasWarnings` through the optional copied the whole
+            // extractor for every record.
+            guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
             flushRecords()
             batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
         }
@@ -76,7 +83,6 @@ extension DecodePipeline {
         var names: [ConnectionKey: String] = [:]  // "hci0/0x0040", made once per connection
         var last: (key: ConnectionKey, name: String)? = nil  // records come in runs of one connection
         var warnings = 0
-        var amsErrors = 0  // malformed AMS values
         let channel = BatchChannel<SnoopItem>(depth: 8)
         let handoff = Handoff(value: reader)
         DispatchQueue.global().async {
@@ -111,13 +117,7 @@ extension DecodePipeline {
                             names[key] = name
                             last = (key, name)
                         }
-                        switch extracted.content {
-                        case .capture(let record):
-                            decoders.decode(record, connection: name, position: extracted.recordNumber, into: &writer)
-                        case .ams(let value):
-                            // Each AMS value says all it says alone: no state, no decoder.
-                            if value.write(connection: name, position: extracted.recordNumber, into: &writer) { amsErrors += 1 }
-                        }
+                        decoders.decode(extracted, connection: name, into: &writer)
                     }
                 }
             case .warnings(let taken, let total):
@@ -133,7 +133,7 @@ extension DecodePipeline {
             failure = error
         }
         out.append { decoders.finish(into: &$0) }  // the responses still open
-        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + amsErrors + warnings)
+        return end(out, path: path, failure: failure, problems: decoders.protocolErrorCount + warnings)
     }
 
     /// Turns a btsnoop file into an `ancs-capture/1` file (`--to-capture`).
