@@ -555,22 +555,24 @@ public struct BtsnoopExtractor: Sendable {
         case 0x1B, 0x1D:  // Handle Value Notification / Indication: handle, value
             guard pdu.count >= 3 else { throw fail("a Handle Value Notification without its handle") }
             guard fromServer else { return }
-            notified(handle: u16(1), value: Array(pdu[3...]), handles: handles, key: key, time: time, record: record, into: &out)
+            notified(handle: u16(1), value: UnsafeBufferPointer(rebasing: pdu[3...]), handles: handles, key: key, time: time, record: record,
+                     into: &out)
         case 0x23:  // Multiple Handle Value Notification: {handle, length, value}
             var index = 1
-            var values: [(UInt16, [UInt8])] = []
+            var values: [(UInt16, Range<Int>)] = []
             while index < pdu.count {
                 guard index + 4 <= pdu.count else { throw fail("a Multiple Handle Value Notification cut inside a handle-length pair") }
                 let handle = u16(index), length = Int(u16(index + 2))
                 guard index + 4 + length <= pdu.count else {
                     throw fail("a Multiple Handle Value Notification whose value for handle \(hex4(handle)) claims \(length) bytes")
                 }
-                values.append((handle, Array(pdu[index + 4..<index + 4 + length])))
+                values.append((handle, index + 4..<index + 4 + length))
                 index += 4 + length
             }
             guard fromServer else { return }
-            for (handle, value) in values {
-                notified(handle: handle, value: value, handles: handles, key: key, time: time, record: record, into: &out)
+            for (handle, range) in values {
+                notified(handle: handle, value: UnsafeBufferPointer(rebasing: pdu[range]), handles: handles, key: key, time: time, record: record,
+                         into: &out)
             }
         case 0x12, 0x52:  // Write Request / Write Command: handle, value
             guard pdu.count >= 3 else { throw fail("a write without its handle") }
@@ -682,17 +684,20 @@ public struct BtsnoopExtractor: Sendable {
         states[key]?.server = direction
     }
 
+    /// A value notified on `handle`: a record if the handle is ANCS's or AMS's (the bytes are
+    /// copied only then: most notifications of a capture are other services').
     private mutating func notified(
-        handle: UInt16, value: [UInt8], handles: ANCSHandles, key: ConnectionKey, time: Double, record: Int, into out: inout [ExtractedRecord]
+        handle: UInt16, value: UnsafeBufferPointer<UInt8>, handles: ANCSHandles, key: ConnectionKey, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
     ) {
         let characteristic: CaptureCharacteristic
         if handle == handles.notificationSource { characteristic = .ns }
         else if handle == handles.dataSource { characteristic = .ds }
         else if let ams = handles.amsCharacteristic(handle) {
-            let value = AMSRecord(time: time, characteristic: ams, direction: .notification, bytes: value)
+            let value = AMSRecord(time: time, characteristic: ams, direction: .notification, bytes: Array(value))
             return emit(.ams(value), key: key, record: record, peer: nil, into: &out)
         } else { return }
-        emit(.value(time: time, characteristic: characteristic, bytes: value, attError: nil), key: key, record: record, peer: nil, into: &out)
+        emit(.value(time: time, characteristic: characteristic, bytes: Array(value), attError: nil), key: key, record: record, peer: nil, into: &out)
     }
 }
 
