@@ -219,14 +219,14 @@ fuzz:
 	$(call fuzz-module,ANCS,Sources/ANCS/*.swift)
 	$(call fuzz-module,ANCSCapture,Sources/ANCSCapture/*.swift)
 	$(call fuzz-module,BluetoothUUIDs,Sources/BluetoothUUIDs/*.swift)
-	$(call fuzz-module,Btsnoop,Sources/Btsnoop/*.swift)
-	$(call fuzz-module,ControlProtocol,Sources/ControlProtocol/*.swift)
 	$(call fuzz-module,GattSession,Sources/GattSession/*.swift)
 	$(call fuzz-module,AMS,Sources/AMS/*.swift)
+	$(call fuzz-module,Btsnoop,Sources/Btsnoop/*.swift)
+	$(call fuzz-module,ControlProtocol,Sources/ControlProtocol/*.swift)
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lJSON Fuzz/formats/JSONFuzz.swift -o $(FUZZ_DIR)/json-fuzz
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lANCSCapture -lANCS -lJSON \
 		Fuzz/formats/CaptureFuzz.swift -o $(FUZZ_DIR)/capture-fuzz
-	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lBtsnoop -lBluetoothUUIDs -lANCSCapture -lANCS -lJSON \
+	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lBtsnoop -lBluetoothUUIDs -lANCSCapture -lANCS -lAMS -lGattSession -lJSON \
 		Fuzz/formats/BtsnoopFuzz.swift -o $(FUZZ_DIR)/btsnoop-fuzz
 	$(SWIFTC) $(FUZZ_FLAGS) -I $(FUZZ_DIR)/lib -L $(FUZZ_DIR)/lib -lControlProtocol -lJSON \
 		Fuzz/formats/ControlFuzz.swift -o $(FUZZ_DIR)/control-fuzz

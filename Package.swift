@@ -31,7 +31,8 @@ import PackageDescription
 ///   (on a virtual clock that only a test moves, if made so).
 ///
 /// Layer 2: transports and the runtime
-/// - `Btsnoop` [ANCSCapture, BluetoothUUIDs, JSON]: btsnoop files and HCI monitor frames to ANCS records.
+/// - `Btsnoop` [AMS, ANCSCapture, BluetoothUUIDs, GattSession, JSON]: btsnoop files and HCI monitor frames to ANCS records
+///   and Apple Media Service values.
 /// - `DBus` [CDBus, CEventLoop, EventLoop, SystemCalls]: a Swift D-Bus layer over libdbus-1, on an event loop.
 /// - `MQTT` [CMosquitto, EventLoop, SystemCalls]: an MQTT client over libmosquitto, on an event loop.
 /// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
@@ -89,7 +90,7 @@ let package = Package(
         .target(name: "AMS", dependencies: ["GattSession"], swiftSettings: strict),
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
-        .target(name: "Btsnoop", dependencies: ["ANCSCapture", "BluetoothUUIDs", "JSON"], swiftSettings: strict),
+        .target(name: "Btsnoop", dependencies: ["AMS", "ANCSCapture", "BluetoothUUIDs", "GattSession", "JSON"], swiftSettings: strict),
         .target(name: "ANCSRuntime", dependencies: ["EventLoop", "SystemCalls", "CLinux"], swiftSettings: strict),
         .target(name: "ControlProtocol", dependencies: ["JSON"], swiftSettings: strict),
         .target(name: "ANCSControl", dependencies: ["ControlProtocol", "JSON", "EventLoop", "SystemCalls"], swiftSettings: strict),
@@ -169,7 +170,7 @@ let package = Package(
         .testTarget(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON", "TestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
-        .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "AMS", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "CaptureTests", dependencies: ["ancsd", "CaptureTools", "ANCSRuntime", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BluetoothUUIDs", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),

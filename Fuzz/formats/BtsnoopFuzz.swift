@@ -1,5 +1,7 @@
 // libFuzzer target for the btsnoop reader (make fuzz): files users attach to bug reports, read
-// through HCI, L2CAP (ACL fragments, signaling, LE credit-based channels) and ATT to ANCS records.
+// through HCI, L2CAP (ACL fragments, signaling, LE credit-based channels) and ATT to ANCS records
+// and Apple Media Service values (notifications, writes and their answers, reads joined from
+// their parts), each decoded as `ancsd decode` prints it.
 // Byte 0 picks the input: 0xFF, the rest is a whole file; otherwise a file header (datalink 1002
 // H4 for an even byte, 2001 BlueZ monitor for an odd one) is put before the rest, so the fuzzer
 // spends its time on records. Byte 1 is the size of the chunks the file is read in. Nothing may
@@ -10,8 +12,10 @@ import ANCSCapture
 import Btsnoop
 import JSON
 
-/// The ANCS handles of the seeds (Benchmarks/decode/make_btsnoop.py), as `--handles` gives them.
-let handles = ANCSHandles(notificationSource: 0x000C, controlPoint: 0x000F, dataSource: 0x0012)
+/// The ANCS and AMS handles of the seeds (Benchmarks/decode/make_btsnoop.py, with --ams for
+/// AMS), as `--handles` gives them: a file without discovery reaches both.
+let handles = ANCSHandles(notificationSource: 0x000C, controlPoint: 0x000F, dataSource: 0x0012,
+                          remoteCommand: 0x0020, entityUpdate: 0x0023, entityAttribute: 0x0026)
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -34,7 +38,13 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     func decode(_ records: [ExtractedRecord]) {
         all += records
         for extracted in records {
-            decoder.decode(extracted.record, line: extracted.recordNumber, tag: .init(connection: extracted.connection.description, positionKey: "record"), into: &out)
+            switch extracted.content {
+            case .capture(let record):
+                decoder.decode(record, line: extracted.recordNumber, tag: .init(connection: extracted.connection.description, positionKey: "record"), into: &out)
+            case .ams(let value):
+                let malformed = value.write(connection: extracted.connection.description, position: extracted.recordNumber, into: &out)
+                if malformed != value.isMalformed { fatalError("an AMS value written as malformed is not, or the other way") }
+            }
         }
     }
     do {

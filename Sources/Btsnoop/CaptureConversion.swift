@@ -4,7 +4,7 @@ public import JSON
 /// Turns the records of a btsnoop file into the lines of an `ancs-capture/1` file: the header,
 /// then one line per ANCS record the `BtsnoopExtractor` finds (with `conn`, and `peer` on
 /// `connected` events). What `ancsd decode --to-capture` prints and `ancsd capture --format
-/// capture` writes. Pure.
+/// capture` writes. The format holds ANCS only: the extractor's AMS values are left out. Pure.
 public struct BtsnoopCaptureConverter: Sendable {
     private var extractor: BtsnoopExtractor
     private let metadata: JSONObject
@@ -21,7 +21,7 @@ public struct BtsnoopCaptureConverter: Sendable {
     /// record the extractor finds corrupt; what it held back stays for later lines.
     public mutating func lines(for record: BtsnoopRecord) throws(BtsnoopError) -> [String] {
         let extracted = try extractor.process(record)
-        return header(start: record.timestamp) + extracted.map(Self.line)
+        return header(start: record.timestamp) + extracted.compactMap(Self.line)
     }
 
     /// The warnings since the last call (malformed L2CAP signaling or K-frames): the
@@ -34,7 +34,7 @@ public struct BtsnoopCaptureConverter: Sendable {
     /// The end of the file: the header if no record came, and Control Point writes still
     /// waiting for an answer.
     public mutating func finish() -> [String] {
-        header(start: extractor.firstTimestamp) + extractor.finish().map(Self.line)
+        header(start: extractor.firstTimestamp) + extractor.finish().compactMap(Self.line)
     }
 
     private mutating func header(start: Int64?) -> [String] {
@@ -48,8 +48,10 @@ public struct BtsnoopCaptureConverter: Sendable {
         return [JSONValue.object(header).serialized]
     }
 
-    private static func line(_ extracted: ExtractedRecord) -> String {
+    /// The line of an ANCS record or a connection event; nil for an AMS value.
+    private static func line(_ extracted: ExtractedRecord) -> String? {
+        guard let record = extracted.record else { return nil }
         let extra: JSONObject = extracted.peer.map { ["peer": .string($0)] } ?? [:]
-        return CaptureWriter.line(for: extracted.record, connection: extracted.connection.description, extra: extra)
+        return CaptureWriter.line(for: record, connection: extracted.connection.description, extra: extra)
     }
 }

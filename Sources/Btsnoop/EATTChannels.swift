@@ -92,6 +92,12 @@ struct EATTChannels: Sendable {
         return (bearer, outcome)
     }
 
+    /// The ATT MTU of an EATT bearer: the smaller of the MTUs its two sides announced (nil when
+    /// no channel forms it).
+    func mtu(of bearer: UInt16) -> Int? {
+        endpoints.values.filter { $0.bearer == bearer }.map(\.sdu.mtu).min()
+    }
+
     /// The channels a response opens: each of the request's source CIDs with the destination
     /// CID in the same place, unless that is 0x0000 (refused). A channel of another SPSM ends
     /// the EATT channels whose CIDs it takes (their disconnection was not seen).

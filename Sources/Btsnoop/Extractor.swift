@@ -1,19 +1,56 @@
 import BluetoothUUIDs
 public import ANCSCapture
 
-/// The attribute handles of the ANCS characteristics' values on one phone.
+/// The attribute handles of the characteristics' values `ancsd decode` reads on one phone:
+/// ANCS's (Notification Source, Control Point, Data Source) and Apple Media Service's (Remote
+/// Command, Entity Update, Entity Attribute).
+///
+/// Kept as six plain `UInt16`s, 0 for unknown (no attribute has handle 0): as small as the three
+/// optionals of ANCS alone were, for the connection state every ATT PDU reads (a larger one
+/// costs the hot path an allocation per access).
 public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
-    public var notificationSource: UInt16?
-    public var controlPoint: UInt16?
-    public var dataSource: UInt16?
+    private var ns: UInt16 = 0, cp: UInt16 = 0, ds: UInt16 = 0, rc: UInt16 = 0, eu: UInt16 = 0, ea: UInt16 = 0
 
-    public init(notificationSource: UInt16? = nil, controlPoint: UInt16? = nil, dataSource: UInt16? = nil) {
+    public var notificationSource: UInt16? {
+        get { ns == 0 ? nil : ns }
+        set { ns = newValue ?? 0 }
+    }
+    public var controlPoint: UInt16? {
+        get { cp == 0 ? nil : cp }
+        set { cp = newValue ?? 0 }
+    }
+    public var dataSource: UInt16? {
+        get { ds == 0 ? nil : ds }
+        set { ds = newValue ?? 0 }
+    }
+    /// AMS's Remote Command.
+    public var remoteCommand: UInt16? {
+        get { rc == 0 ? nil : rc }
+        set { rc = newValue ?? 0 }
+    }
+    /// AMS's Entity Update.
+    public var entityUpdate: UInt16? {
+        get { eu == 0 ? nil : eu }
+        set { eu = newValue ?? 0 }
+    }
+    /// AMS's Entity Attribute.
+    public var entityAttribute: UInt16? {
+        get { ea == 0 ? nil : ea }
+        set { ea = newValue ?? 0 }
+    }
+
+    public init(notificationSource: UInt16? = nil, controlPoint: UInt16? = nil, dataSource: UInt16? = nil,
+                remoteCommand: UInt16? = nil, entityUpdate: UInt16? = nil, entityAttribute: UInt16? = nil) {
         self.notificationSource = notificationSource
         self.controlPoint = controlPoint
         self.dataSource = dataSource
+        self.remoteCommand = remoteCommand
+        self.entityUpdate = entityUpdate
+        self.entityAttribute = entityAttribute
     }
 
-    /// Parses `ns=0x0010,cp=0x0013,ds=0x0016` (hex with 0x, or decimal; any subset).
+    /// Parses `ns=0x0010,cp=0x0013,ds=0x0016,rc=0x0020,eu=0x0023,ea=0x0026` (hex with 0x, or
+    /// decimal; any subset).
     public init?(parsing text: String) {
         for item in text.split(separator: ",") {
             let parts = item.split(separator: "=", maxSplits: 1).map { String($0).lowercased() }
@@ -24,22 +61,45 @@ public struct ANCSHandles: Hashable, Sendable, CustomStringConvertible {
             case "ns": notificationSource = handle
             case "cp": controlPoint = handle
             case "ds": dataSource = handle
+            case "rc": remoteCommand = handle
+            case "eu": entityUpdate = handle
+            case "ea": entityAttribute = handle
             default: return nil
             }
         }
-        guard notificationSource != nil || controlPoint != nil || dataSource != nil else { return nil }
+        guard self != ANCSHandles() else { return nil }
     }
 
-    /// `ns=0x0010,cp=0x0013,ds=0x0016`, the known ones.
+    /// `ns=0x0010,cp=0x0013,ds=0x0016,rc=0x0020,eu=0x0023,ea=0x0026`, the known ones.
     public var description: String {
-        [("ns", notificationSource), ("cp", controlPoint), ("ds", dataSource)]
+        [("ns", notificationSource), ("cp", controlPoint), ("ds", dataSource),
+         ("rc", remoteCommand), ("eu", entityUpdate), ("ea", entityAttribute)]
             .compactMap { name, handle in handle.map { "\(name)=\(hex4($0))" } }.joined(separator: ",")
     }
 
+    /// True if any of AMS's handles is known.
+    public var hasAMS: Bool { rc | eu | ea != 0 }
+
+    /// The AMS characteristic whose value has this handle, if any.
+    func amsCharacteristic(_ handle: UInt16) -> AMSRecord.Characteristic? {
+        guard handle != 0 else { return nil }
+        if handle == rc { return .rc }
+        if handle == eu { return .eu }
+        if handle == ea { return .ea }
+        return nil
+    }
+
     /// `self` with the handles `other` knows put over it.
+    @inline(__always)
     func overlaid(with other: ANCSHandles) -> ANCSHandles {
-        ANCSHandles(notificationSource: other.notificationSource ?? notificationSource,
-                    controlPoint: other.controlPoint ?? controlPoint, dataSource: other.dataSource ?? dataSource)
+        var result = self
+        if other.ns != 0 { result.ns = other.ns }
+        if other.cp != 0 { result.cp = other.cp }
+        if other.ds != 0 { result.ds = other.ds }
+        if other.rc != 0 { result.rc = other.rc }
+        if other.eu != 0 { result.eu = other.eu }
+        if other.ea != 0 { result.ea = other.ea }
+        return result
     }
 }
 
@@ -59,17 +119,46 @@ public struct ConnectionKey: Hashable, Sendable, Comparable, CustomStringConvert
     public static func < (a: ConnectionKey, b: ConnectionKey) -> Bool { (a.controller, a.handle) < (b.controller, b.handle) }
 }
 
-/// A capture record taken out of a btsnoop file, with where it came from.
+/// A record taken out of a btsnoop file, with where it came from.
 public struct ExtractedRecord: Hashable, Sendable {
-    /// The btsnoop record (1-based) that carried it; for a Control Point write, the request's.
+    /// What a record of a btsnoop file gave.
+    public enum Content: Hashable, Sendable {
+        /// An ANCS value or a connection event, as an `ancs-capture/1` line holds it.
+        case capture(CaptureRecord)
+        /// A value of an Apple Media Service characteristic (not part of `ancs-capture/1`).
+        case ams(AMSRecord)
+    }
+
+    /// The btsnoop record (1-based) that carried it; for a write, the request's; for a read,
+    /// its first response's.
     public var recordNumber: Int
     public var connection: ConnectionKey
-    public var record: CaptureRecord
+    public var content: Content
     /// The peer's address, on a `connected` event.
     public var peer: String?
+
+    public init(recordNumber: Int, connection: ConnectionKey, content: Content, peer: String? = nil) {
+        self.recordNumber = recordNumber
+        self.connection = connection
+        self.content = content
+        self.peer = peer
+    }
+
+    /// The ANCS value or connection event; nil for an AMS value.
+    public var record: CaptureRecord? {
+        if case .capture(let record) = content { return record }
+        return nil
+    }
+
+    /// The AMS value; nil for an ANCS value or a connection event.
+    public var ams: AMSRecord? {
+        if case .ams(let record) = content { return record }
+        return nil
+    }
 }
 
-/// Turns the records of a btsnoop file into ANCS capture records, per connection. Pure.
+/// Turns the records of a btsnoop file into ANCS capture records and Apple Media Service
+/// values, per connection. Pure.
 ///
 /// HCI ACL packets in both directions are reassembled into L2CAP frames (per controller,
 /// connection handle and direction); ATT PDUs are read on channel 0x0004 and on Enhanced ATT
@@ -82,7 +171,12 @@ public struct ExtractedRecord: Hashable, Sendable {
 /// Requests (and prepared writes) to the Control Point become `cp` records once the phone's
 /// answer is seen on the same bearer, with the ATT error of an Error Response. Records of that
 /// connection seen while a write waits for its answer are held back and follow the `cp` record,
-/// so the order stays request-then-response (`HeldRecords`). Malformed L2CAP signaling and
+/// so the order stays request-then-response (`HeldRecords`). The AMS handles are learnt the same
+/// way (the AMS service UUID, its characteristics' declarations, or `defaultHandles`): Handle
+/// Value Notifications of Remote Command and Entity Update, writes to any of the three (held
+/// for their answer as Control Point writes are), and reads (a Read Request and the Read Blob
+/// Requests that continue it, their responses joined into one value, complete when a part is
+/// shorter than the bearer's ATT MTU less one) become `AMSRecord`s. Malformed L2CAP signaling and
 /// K-frames do not stop the file: they are warnings (`takeWarnings()`). LE Connection Complete
 /// and Disconnection Complete events give `connected`/`disconnected` records; handles found on
 /// a connection are kept for the next connection to the same peer (BlueZ caches the GATT
@@ -103,14 +197,47 @@ public struct BtsnoopExtractor: Sendable {
         var reassemblers = DirectionPair<L2CAPReassembler>(L2CAPReassembler())
         var channels = EATTChannels()
         var held = HeldRecords()
-        /// Prepared writes to the Control Point, per ATT bearer.
-        var prepared: [UInt16: (direction: HCIDirection, bytes: [UInt8])] = [:]
+        /// Prepared writes to the Control Point or an AMS characteristic, per ATT bearer.
+        var prepared: [UInt16: (direction: HCIDirection, handle: UInt16, bytes: [UInt8])] = [:]
+    }
+
+    /// What reading AMS values needs of a connection, beside `Connection`: in a table of its
+    /// own, as `Connection`'s size is what every ACL packet pays for.
+    private struct ReadState: Sendable {
+        /// Reads of an AMS characteristic in progress, per ATT bearer.
+        var reads: [UInt16: PendingRead] = [:]
+        /// The MTUs of channel 0x0004 that Exchange MTU named: the client's, the server's.
+        var clientMTU: UInt16?
+        var serverMTU: UInt16?
+    }
+
+    /// A read of an AMS characteristic whose value is not complete yet.
+    private struct PendingRead: Sendable {
+        var characteristic: AMSRecord.Characteristic
+        var handle: UInt16
+        /// The way the requests go (the client's); the responses come the other way.
+        var direction: HCIDirection
+        /// The parts so far, joined.
+        var value: [UInt8] = []
+        /// A request (Read, or Read Blob) waits for its response.
+        var asked = true
+        /// The first response's record and time (0 before it).
+        var record = 0
+        var time = 0.0
+        /// The request's record and time, for a read refused or never answered.
+        var requestRecord: Int
+        var requestTime: Double
     }
 
     private var states = ConnectionTable<Connection>()
+    /// The connections' reads and MTUs (`ReadState`), while they last.
+    private var readStates: [ConnectionKey: ReadState] = [:]
     /// Handles and server side learnt per controller and peer address.
     private var known: [String: (handles: ANCSHandles, server: HCIDirection?)] = [:]
     private var pendingWarnings: [BtsnoopError] = []
+    /// How many AMS reads are in progress on all connections: while none is, no ATT PDU looks
+    /// for one (`startRead`, `takeRead`).
+    private var openReads = 0
     /// How many warnings the file gave so far.
     public private(set) var warningCount = 0
     /// The most warnings kept until `takeWarnings()`; more are only counted.
@@ -192,7 +319,10 @@ public struct BtsnoopExtractor: Sendable {
     /// The end of the file: Control Point writes still waiting for an answer are given without one.
     public mutating func finish() -> [ExtractedRecord] {
         var out: [ExtractedRecord] = []
-        for key in states.keys.sorted() { out += states[key]?.held.answerAll() ?? [] }
+        for key in states.keys.sorted() {
+            endReads(key: key, into: &out)
+            out += states[key]?.held.answerAll() ?? []
+        }
         return out
     }
 
@@ -218,17 +348,29 @@ public struct BtsnoopExtractor: Sendable {
             if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
             return
         }
+        endReads(key: key, into: &out)
         out += states[key]?.held.answerAll() ?? []
         if let peer = state.peer, state.discovered != ANCSHandles() {
             known["\(key.controller)/\(peer)"] = (state.discovered, state.server)
         }
         if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
         states[key] = nil
+        readStates[key] = nil
     }
 
-    private mutating func emit(_ record: CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]) {
+    private mutating func emit(
+        _ record: consuming CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]
+    ) {
+        emit(.capture(record), key: key, record: number, peer: peer, into: &out)
+    }
+
+    // The values are consumed, not borrowed: the record is made of them without a copy.
+    private mutating func emit(
+        _ content: consuming ExtractedRecord.Content, key: ConnectionKey, record number: Int, peer: String?,
+        into out: inout [ExtractedRecord]
+    ) {
         if !connections.contains(key) { connections.append(key) }
-        let extracted = ExtractedRecord(recordNumber: number, connection: key, record: record, peer: peer)
+        let extracted = ExtractedRecord(recordNumber: number, connection: key, content: content, peer: peer)
         if states[key]?.held.isEmpty ?? true {
             out.append(extracted)  // nothing waits: no array of its own
         } else {
@@ -236,13 +378,93 @@ public struct BtsnoopExtractor: Sendable {
         }
     }
 
-    /// A Control Point write of `bytes` on `bearer`, held until its answer.
+    /// A write of `bytes` to `handle` (the Control Point's, or an AMS characteristic's) on
+    /// `bearer`, held until its answer.
     private mutating func holdWrite(
-        _ bytes: [UInt8], bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int, into out: inout [ExtractedRecord]
+        _ bytes: [UInt8], handle: UInt16, handles: ANCSHandles, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double,
+        record: Int, into out: inout [ExtractedRecord]
     ) {
+        let write: ExtractedRecord
+        if handle == handles.controlPoint {
+            write = ExtractedRecord(recordNumber: record, connection: key,
+                                    content: .capture(.value(time: time, characteristic: .cp, bytes: bytes, attError: nil)))
+        } else if let characteristic = handles.amsCharacteristic(handle) {
+            write = ExtractedRecord(recordNumber: record, connection: key,
+                                    content: .ams(AMSRecord(time: time, characteristic: characteristic, direction: .write, bytes: bytes)))
+        } else {
+            return
+        }
         if !connections.contains(key) { connections.append(key) }
-        let cp = ExtractedRecord(recordNumber: record, connection: key, record: .value(time: time, characteristic: .cp, bytes: bytes, attError: nil), peer: nil)
-        out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, record: cp)) ?? []
+        out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, handle: handle, record: write)) ?? []
+    }
+
+    // MARK: AMS reads
+
+    /// A read starts on `bearer` (one in progress there is over: the caller gave it first).
+    private mutating func startRead(_ read: PendingRead, bearer: UInt16, key: ConnectionKey) {
+        if readStates[key, default: ReadState()].reads.updateValue(read, forKey: bearer) == nil { openReads += 1 }
+    }
+
+    /// The read in progress on `bearer`, taken out of it.
+    private mutating func takeRead(bearer: UInt16, key: ConnectionKey) -> PendingRead? {
+        guard openReads > 0, let read = readStates[key]?.reads.removeValue(forKey: bearer) else { return nil }
+        openReads -= 1
+        return read
+    }
+
+    /// The read in progress on `bearer`, left there.
+    private func read(on bearer: UInt16, key: ConnectionKey) -> PendingRead? {
+        openReads > 0 ? readStates[key]?.reads[bearer] : nil
+    }
+
+    /// Ends the read in progress on `bearer` (on every bearer when nil), giving its value as it is.
+    private mutating func endReads(key: ConnectionKey, bearer: UInt16? = nil, into out: inout [ExtractedRecord]) {
+        guard openReads > 0, let reads = readStates[key]?.reads, !reads.isEmpty else { return }
+        for readBearer in reads.keys.sorted() where bearer == nil || bearer == readBearer {
+            if let read = takeRead(bearer: readBearer, key: key) { giveRead(read, attError: nil, key: key, into: &out) }
+        }
+    }
+
+    /// A read's value as a record: complete unless a request still waited for its response.
+    private mutating func giveRead(_ read: PendingRead, attError: UInt8?, key: ConnectionKey, into out: inout [ExtractedRecord]) {
+        let answered = read.record != 0
+        let value = AMSRecord(time: answered ? read.time : read.requestTime, characteristic: read.characteristic, direction: .read,
+                              bytes: read.value, attError: attError, complete: attError != nil || !read.asked)
+        emit(.ams(value), key: key, record: answered ? read.record : read.requestRecord, peer: nil, into: &out)
+    }
+
+    /// The ATT MTU of `bearer`, when the capture told it: Exchange MTU on channel 0x0004, the
+    /// channel's setup for an EATT bearer.
+    private func mtu(of bearer: UInt16, key: ConnectionKey) -> Int? {
+        if bearer == 0x0004 {
+            guard let client = readStates[key]?.clientMTU, let server = readStates[key]?.serverMTU else { return nil }
+            return Int(max(23, min(client, server)))
+        }
+        return states[key]?.channels.mtu(of: bearer)
+    }
+
+    /// A response part of a read on `bearer`: joined to the value; the read ends with a part
+    /// shorter than the most a response carries (ATT MTU - 1; with the MTU unknown, 22, the
+    /// least it can be: a longer part waits for the next request on the bearer).
+    private mutating func readPart(
+        _ part: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
+    ) {
+        guard let asked = read(on: bearer, key: key), asked.asked, asked.direction == direction.opposite,
+              var read = takeRead(bearer: bearer, key: key)
+        else { return }
+        if read.record == 0 {
+            read.record = record
+            read.time = time
+        }
+        read.value += part
+        read.asked = false
+        let limit = mtu(of: bearer, key: key).map { $0 - 1 } ?? 22
+        if part.count < limit {
+            giveRead(read, attError: nil, key: key, into: &out)
+        } else {
+            startRead(read, bearer: bearer, key: key)
+        }
     }
 
     private mutating func warn(_ reason: String, key: ConnectionKey, record: Int) {
@@ -264,6 +486,7 @@ public struct BtsnoopExtractor: Sendable {
         case 0x0005:
             guard let outcome = states[key]?.channels.signal(Array(payload), direction: direction) else { return }
             for bearer in outcome.closed {
+                endReads(key: key, bearer: bearer, into: &out)
                 out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
                 states[key]?.prepared[bearer] = nil
             }
@@ -308,7 +531,8 @@ public struct BtsnoopExtractor: Sendable {
             guard pdu.count >= 2, pdu[1] >= 6, (pdu.count - 2) % Int(pdu[1]) == 0 else { throw fail("a malformed Read By Group Type Response") }
             let length = Int(pdu[1])
             for entry in stride(from: 2, to: pdu.count, by: length) where length == 20 {
-                if BluetoothUUID(littleEndianBytes: pdu[entry + 4..<entry + 20]) == ANCSUUID.service {
+                if let uuid = BluetoothUUID(littleEndianBytes: pdu[entry + 4..<entry + 20]),
+                   uuid == ANCSUUID.service || uuid == AMSAttributeUUID.service {
                     states[key]?.server = direction
                 }
             }
@@ -331,41 +555,50 @@ public struct BtsnoopExtractor: Sendable {
         case 0x1B, 0x1D:  // Handle Value Notification / Indication: handle, value
             guard pdu.count >= 3 else { throw fail("a Handle Value Notification without its handle") }
             guard fromServer else { return }
-            notified(handle: u16(1), value: Array(pdu[3...]), handles: handles, key: key, time: time, record: record, into: &out)
+            notified(handle: u16(1), value: UnsafeBufferPointer(rebasing: pdu[3...]), handles: handles, key: key, time: time, record: record,
+                     into: &out)
         case 0x23:  // Multiple Handle Value Notification: {handle, length, value}
             var index = 1
-            var values: [(UInt16, [UInt8])] = []
+            var values: [(UInt16, Range<Int>)] = []
             while index < pdu.count {
                 guard index + 4 <= pdu.count else { throw fail("a Multiple Handle Value Notification cut inside a handle-length pair") }
                 let handle = u16(index), length = Int(u16(index + 2))
                 guard index + 4 + length <= pdu.count else {
                     throw fail("a Multiple Handle Value Notification whose value for handle \(hex4(handle)) claims \(length) bytes")
                 }
-                values.append((handle, Array(pdu[index + 4..<index + 4 + length])))
+                values.append((handle, index + 4..<index + 4 + length))
                 index += 4 + length
             }
             guard fromServer else { return }
-            for (handle, value) in values {
-                notified(handle: handle, value: value, handles: handles, key: key, time: time, record: record, into: &out)
+            for (handle, range) in values {
+                notified(handle: handle, value: UnsafeBufferPointer(rebasing: pdu[range]), handles: handles, key: key, time: time, record: record,
+                         into: &out)
             }
         case 0x12, 0x52:  // Write Request / Write Command: handle, value
             guard pdu.count >= 3 else { throw fail("a write without its handle") }
-            guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            holdWrite(Array(pdu[3...]), bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            if opcode == 0x12 { endRead(bearer: bearer, key: key, direction: direction, into: &out) }
+            let handle = u16(1)
+            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
+            holdWrite(Array(pdu[3...]), handle: handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
+                      record: record, into: &out)
             if opcode == 0x52 { out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? [] }  // no answer comes
         case 0x16:  // Prepare Write Request: handle, offset, part
             guard pdu.count >= 5 else { throw fail("a Prepare Write Request without its handle and offset") }
-            guard fromClient, let cp = handles.controlPoint, u16(1) == cp else { return }
-            var bytes = states[key]?.prepared[bearer]?.bytes ?? []
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            let handle = u16(1)
+            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
+            var bytes = states[key]?.prepared[bearer].flatMap { $0.handle == handle ? $0.bytes : nil } ?? []
             if u16(3) == 0 { bytes = [] }
             bytes += pdu[5...]
-            states[key]?.prepared[bearer] = (direction, bytes)
+            states[key]?.prepared[bearer] = (direction, handle, bytes)
         case 0x18:  // Execute Write Request: flags
             guard pdu.count >= 2 else { throw fail("an Execute Write Request without its flags") }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
             guard let prepared = states[key]?.prepared[bearer], prepared.direction == direction else { return }
             states[key]?.prepared[bearer] = nil
             guard pdu[1] == 1 else { return }
-            holdWrite(prepared.bytes, bearer: bearer, key: key, direction: direction, time: time, record: record, into: &out)
+            holdWrite(prepared.bytes, handle: prepared.handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
+                      record: record, into: &out)
         case 0x13, 0x19:  // Write Response / Execute Write Response
             guard states[key]?.held.waiting(on: bearer)?.direction == direction.opposite else { return }
             out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
@@ -373,13 +606,67 @@ public struct BtsnoopExtractor: Sendable {
             guard pdu.count >= 5 else { throw fail("an Error Response shorter than 5 bytes") }
             let request = pdu[1]
             if request == 0x16 { states[key]?.prepared[bearer] = nil }
-            guard [0x12, 0x16, 0x18].contains(request), states[key]?.held.waiting(on: bearer)?.direction == direction.opposite,
-                  request != 0x12 || u16(2) == handles.controlPoint
+            if request == 0x0A || request == 0x0C {
+                readRefused(bearer: bearer, handle: u16(2), attError: pdu[4], key: key, direction: direction, into: &out)
+                return
+            }
+            guard [0x12, 0x16, 0x18].contains(request), let write = states[key]?.held.waiting(on: bearer), write.direction == direction.opposite,
+                  request != 0x12 || u16(2) == write.handle
             else { return }
             out += states[key]?.held.answer(bearer: bearer, attError: pdu[4]) ?? []
+        case 0x0A:  // Read Request: handle
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            guard pdu.count >= 3, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
+            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
+                      bearer: bearer, key: key)
+        case 0x0C:  // Read Blob Request: handle, offset
+            if pdu.count >= 5, let read = read(on: bearer, key: key), read.direction == direction, !read.asked, read.handle == u16(1),
+               Int(u16(3)) == read.value.count {
+                readStates[key]?.reads[bearer]?.asked = true  // the next part of the value
+                return
+            }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            guard pdu.count >= 5, u16(3) == 0, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
+            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
+                      bearer: bearer, key: key)
+        case 0x0B, 0x0D:  // Read Response / Read Blob Response: value
+            guard openReads > 0 else { return }
+            readPart(UnsafeBufferPointer(rebasing: pdu[1...]), bearer: bearer, key: key, direction: direction, time: time, record: record,
+                     into: &out)
+        case 0x02:  // Exchange MTU Request: Client Rx MTU
+            guard bearer == 0x0004, pdu.count >= 3 else { return }
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
+            readStates[key, default: ReadState()].clientMTU = u16(1)
+        case 0x03:  // Exchange MTU Response: Server Rx MTU
+            guard bearer == 0x0004, pdu.count >= 3 else { return }
+            readStates[key, default: ReadState()].serverMTU = u16(1)
+        case 0x04, 0x06, 0x08, 0x0E, 0x10, 0x20:  // the other requests
+            endRead(bearer: bearer, key: key, direction: direction, into: &out)
         default:
             break
         }
+    }
+
+    /// A request on `bearer` that is not the next part of the read in progress there: that
+    /// read is over (a bearer carries one request at a time).
+    private mutating func endRead(bearer: UInt16, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]) {
+        guard let open = read(on: bearer, key: key), open.direction == direction, let read = takeRead(bearer: bearer, key: key) else { return }
+        giveRead(read, attError: nil, key: key, into: &out)
+    }
+
+    /// An Error Response to a Read or Read Blob Request on `bearer`. Refusing a Read Blob ends a
+    /// long value (Invalid Offset, Attribute Not Long: the value was a multiple of the part's
+    /// size); any other refusal is the read's answer, with the ATT error.
+    private mutating func readRefused(
+        bearer: UInt16, handle: UInt16, attError: UInt8, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]
+    ) {
+        guard let open = read(on: bearer, key: key), open.asked, open.direction == direction.opposite, open.handle == handle,
+              let read = takeRead(bearer: bearer, key: key)
+        else { return }
+        let ended = read.record != 0 && (attError == 0x07 || attError == 0x0B)
+        var given = read
+        if ended { given.asked = false }
+        giveRead(given, attError: ended ? nil : attError, key: key, into: &out)
     }
 
     private mutating func learn(_ uuid: BluetoothUUID?, handle: UInt16, key: ConnectionKey, direction: HCIDirection) {
@@ -388,19 +675,29 @@ public struct BtsnoopExtractor: Sendable {
         case ANCSUUID.notificationSource: states[key]?.discovered.notificationSource = handle
         case ANCSUUID.controlPoint: states[key]?.discovered.controlPoint = handle
         case ANCSUUID.dataSource: states[key]?.discovered.dataSource = handle
-        default: return
+        default:
+            if uuid == AMSAttributeUUID.remoteCommand { states[key]?.discovered.remoteCommand = handle }
+            else if uuid == AMSAttributeUUID.entityUpdate { states[key]?.discovered.entityUpdate = handle }
+            else if uuid == AMSAttributeUUID.entityAttribute { states[key]?.discovered.entityAttribute = handle }
+            else { return }
         }
         states[key]?.server = direction
     }
 
+    /// A value notified on `handle`: a record if the handle is ANCS's or AMS's (the bytes are
+    /// copied only then: most notifications of a capture are other services').
     private mutating func notified(
-        handle: UInt16, value: [UInt8], handles: ANCSHandles, key: ConnectionKey, time: Double, record: Int, into out: inout [ExtractedRecord]
+        handle: UInt16, value: UnsafeBufferPointer<UInt8>, handles: ANCSHandles, key: ConnectionKey, time: Double, record: Int,
+        into out: inout [ExtractedRecord]
     ) {
         let characteristic: CaptureCharacteristic
         if handle == handles.notificationSource { characteristic = .ns }
         else if handle == handles.dataSource { characteristic = .ds }
-        else { return }
-        emit(.value(time: time, characteristic: characteristic, bytes: value, attError: nil), key: key, record: record, peer: nil, into: &out)
+        else if let ams = handles.amsCharacteristic(handle) {
+            let value = AMSRecord(time: time, characteristic: ams, direction: .notification, bytes: Array(value))
+            return emit(.ams(value), key: key, record: record, peer: nil, into: &out)
+        } else { return }
+        emit(.value(time: time, characteristic: characteristic, bytes: Array(value), attError: nil), key: key, record: record, peer: nil, into: &out)
     }
 }
 

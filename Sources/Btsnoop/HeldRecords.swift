@@ -1,15 +1,18 @@
-/// The records of one connection that wait for Control Point writes to be answered, in order.
+/// The records of one connection that wait for writes (to the Control Point, or to an AMS
+/// characteristic) to be answered, in order.
 ///
-/// A write's `cp` record carries its answer (the ATT error, if any), so it is given only once
+/// A write's record carries its answer (the ATT error, if any), so it is given only once
 /// the answer is seen; records that come after the write wait behind it, and the order stays
 /// request-then-response. ATT pairs a request with its response on the bearer it used, so at
 /// most one write per bearer waits (0x0004, or an EATT channel).
 struct HeldRecords: Sendable {
-    /// A Control Point write that waits for its answer.
+    /// A write that waits for its answer.
     struct Write: Sendable {
         var bearer: UInt16
         /// The way the write went: its answer comes the other way.
         var direction: HCIDirection
+        /// The attribute handle written.
+        var handle: UInt16
         var record: ExtractedRecord
     }
 
@@ -46,12 +49,21 @@ struct HeldRecords: Sendable {
     /// The answer to the write waiting on `bearer` (nil: accepted, or none came); the records
     /// that no longer wait.
     mutating func answer(bearer: UInt16, attError: UInt8?) -> [ExtractedRecord] {
-        entries = entries.map { entry in
-            guard case .waiting(var write) = entry, write.bearer == bearer else { return entry }
-            if case .value(let time, let characteristic, let bytes, _) = write.record.record {
-                write.record.record = .value(time: time, characteristic: characteristic, bytes: bytes, attError: attError)
+        for index in entries.indices {
+            guard case .waiting(var write) = entries[index], write.bearer == bearer else { continue }
+            // A write is held with no error: only a refusal changes its record.
+            if let attError {
+                switch write.record.content {
+                case .capture(.value(let time, let characteristic, let bytes, _)):
+                    write.record.content = .capture(.value(time: time, characteristic: characteristic, bytes: bytes, attError: attError))
+                case .ams(var value):
+                    value.attError = attError
+                    write.record.content = .ams(value)
+                case .capture:
+                    break
+                }
             }
-            return .ready(write.record)
+            entries[index] = .ready(write.record)
         }
         return release()
     }

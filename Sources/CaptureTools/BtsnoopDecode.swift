@@ -4,8 +4,8 @@ import Btsnoop
 import Dispatch
 import JSON
 
-/// The btsnoop side of `ancsd decode`: decoding a btsnoop file's ANCS traffic, and turning it
-/// into an `ancs-capture/1` file.
+/// The btsnoop side of `ancsd decode`: decoding a btsnoop file's ANCS and Apple Media Service
+/// traffic, and turning its ANCS traffic into an `ancs-capture/1` file.
 extension DecodePipeline {
     /// The end of a decode written through an `OutputBuffer`, whether the input ended or its
     /// reader failed: the output written, then `exitStatus`.
@@ -28,6 +28,8 @@ extension DecodePipeline {
         let handles: ANCSHandles
         let channel: BatchChannel<SnoopItem>
         var extractor: BtsnoopExtractor? = nil
+        /// `extractor` is made (a flag: asking the optional costs a call per record).
+        var started = false
         var batch: [SnoopItem] = []
         var records: [ExtractedRecord] = []
 
@@ -37,7 +39,10 @@ extension DecodePipeline {
         }
 
         mutating func process(_ record: BtsnoopRecordView) throws(BtsnoopError) {
-            if extractor == nil { extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles) }
+            if !started {
+                extractor = BtsnoopExtractor(datalink: record.datalink, defaultHandles: handles)
+                started = true
+            }
             try extractor?.process(record, into: &records)
             warn()
         }
@@ -54,7 +59,9 @@ extension DecodePipeline {
         }
 
         mutating func warn() {
-            guard extractor?.hasWarnings == true, let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
+            // A mutating call: reading `hasWarnings` through the optional copied the whole
+            // extractor for every record.
+            guard let taken = extractor?.takeWarnings(), !taken.isEmpty else { return }
             flushRecords()
             batch.append(.warnings(taken, total: extractor?.warningCount ?? 0))
         }
@@ -110,7 +117,7 @@ extension DecodePipeline {
                             names[key] = name
                             last = (key, name)
                         }
-                        decoders.decode(extracted.record, connection: name, position: extracted.recordNumber, into: &writer)
+                        decoders.decode(extracted, connection: name, into: &writer)
                     }
                 }
             case .warnings(let taken, let total):

@@ -104,6 +104,9 @@ enum CaptureCommand {
         if options.format != .capture && options.handles != ANCSHandles() {
             throw UsageError("--handles applies only to --format capture")
         }
+        if options.handles.hasAMS {
+            throw UsageError("--handles: rc, eu and ea apply only to ancsd decode (an ancs-capture/1 file holds ANCS traffic only)")
+        }
         return options
     }
 

@@ -15,8 +15,9 @@ Commands:
   pair              pair an iPhone: open a pairing window, confirm the passkey, trust it
   run               show the notifications of bonded iPhones (the daemon)
   decode [FILE|-]   decode a capture of ANCS traffic (ancs-capture/1, or a btsnoop file
-                    from btmon -w or Android's HCI snoop log) to JSON Lines; with
-                    --to-capture, turn a btsnoop file into an ancs-capture/1 file
+                    from btmon -w or Android's HCI snoop log, Apple Media Service too)
+                    to JSON Lines; with --to-capture, turn a btsnoop file into an
+                    ancs-capture/1 file
   replay [FILE|-]   run the session engine against a capture recorded with
                     "run --record" and print what "ancsd run" printed live
   capture           record the Bluetooth traffic of the kernel's HCI monitor channel

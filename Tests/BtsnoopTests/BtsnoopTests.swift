@@ -81,13 +81,17 @@ func extractByRecord(_ bytes: [UInt8], handles: ANCSHandles, chunk: Int) -> (rec
     return (out, nil)
 }
 
-/// A record as a short string: "hci0/0x0040 cp 00070000000140 00 !a2".
+/// A record as a short string: "hci0/0x0040 cp 00070000000140 00 !a2", "hci0/0x0040 ams eu
+/// notification 020200…".
 func summary(_ r: ExtractedRecord) -> String {
-    switch r.record {
-    case .value(_, let char, let bytes, let error):
+    switch r.content {
+    case .capture(.value(_, let char, let bytes, let error)):
         return "\(r.connection) \(char.rawValue) \(encodeHex(bytes))" + (error.map { " !\($0)" } ?? "")
-    case .event(_, let event): return "\(r.connection) \(event.rawValue)"
-    case .header: return "header"
+    case .capture(.event(_, let event)): return "\(r.connection) \(event.rawValue)"
+    case .capture(.header): return "header"
+    case .ams(let value):
+        return "\(r.connection) ams \(value.characteristic.rawValue) \(value.direction.rawValue) \(encodeHex(value.bytes))"
+            + (value.attError.map { " !\($0)" } ?? "") + (value.complete ? "" : " incomplete")
     }
 }
 
@@ -112,10 +116,10 @@ func expected(_ conn: String, connect: Bool = true, disconnect: Bool = true) -> 
         #expect(records.map(summary) == expected("hci0/0x0040"))
         #expect(records.first?.peer == "AA:BB:CC:DD:EE:01")
         // Times count from the first record, in seconds.
-        if case .value(let t, _, _, _) = records[1].record { #expect(t == Double(records[1].recordNumber - 1) / 1000) }
+        if case .value(let t, _, _, _)? = records[1].record { #expect(t == Double(records[1].recordNumber - 1) / 1000) }
 
         var decoder = CaptureDecoder()
-        let decoded = records.flatMap { decoder.decode($0.record, line: $0.recordNumber) } + decoder.finish()
+        let decoded = records.flatMap { extracted in extracted.record.map { decoder.decode($0, line: extracted.recordNumber) } ?? [] } + decoder.finish()
         let ds = try #require(decoded.first { $0["char"] == "ds" })
         #expect(ds["complete"] == true)
         #expect(ds["attributes"]?.arrayValue?.first?["value"]?.stringValue == String(decoding: title, as: UTF8.self))

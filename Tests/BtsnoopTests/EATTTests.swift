@@ -77,7 +77,7 @@ let conn = "hci0/0x0040"
         #expect(extracted.map(summary) == ["\(conn) connected", "\(conn) cp \(encodeHex(request))", "\(conn) ns \(encodeHex(added))",
                                            "\(conn) ds \(encodeHex(response))"])
         var decoder = CaptureDecoder()
-        let decoded = extracted.flatMap { decoder.decode($0.record, line: $0.recordNumber) } + decoder.finish()
+        let decoded = extracted.flatMap { extracted in extracted.record.map { decoder.decode($0, line: extracted.recordNumber) } ?? [] } + decoder.finish()
         let answer = try #require(decoded.first { $0["char"] == "ds" })
         #expect(answer["complete"] == true)
         #expect(answer["attributes"]?.arrayValue?.first?["value"]?.stringValue == String(decoding: title, as: UTF8.self))

@@ -58,6 +58,31 @@ import TestSupport
         #expect(lines.dropFirst().map { $0["char"]?.stringValue ?? $0["event"]?.stringValue ?? "?" } == ["connected", "ns", "cp", "ds", "disconnected"])
     }
 
+    /// `--format capture` reads the frames with the extractor `ancsd decode` uses, which finds
+    /// Apple Media Service too; the ancs-capture/1 file holds ANCS only, the same lines as
+    /// without AMS.
+    @Test func captureFormatLeavesAppleMediaServiceOut() throws {
+        func captured(ams: Bool) throws -> [String] {
+            let (_, sent) = try session(ams: ams)
+            let monitor = try FakeMonitor()
+            for record in sent { monitor.send(MonitorFrame(record: record).datagram) }
+            let url = temporaryURL(".jsonl")
+            defer { try? FileManager.default.removeItem(at: url) }
+            var options = CaptureCommand.Options()
+            options.format = .capture
+            options.count = sent.count
+            var capture = CaptureSession(options: options, socket: monitor.socket, output: try CaptureOutput(path: url.path),
+                                         signals: try StopSignals())
+            #expect(capture.run() == 0)
+            // Without the header and the times (the frames came at other times).
+            return try String(contentsOf: url, encoding: .utf8).split(separator: "\n").dropFirst().map {
+                String($0).replacing(/"t":[0-9.e-]+,/, with: "")
+            }
+        }
+        let lines = try captured(ams: true), without = try captured(ams: false)
+        #expect(lines.count == 5 && lines == without)
+    }
+
     @Test func stopsAfterTheDuration() throws {
         let monitor = try FakeMonitor()
         let url = temporaryURL(".btsnoop")

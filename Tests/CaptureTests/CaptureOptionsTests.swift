@@ -21,6 +21,7 @@ import Testing
             (["--duration", "nan"], "--duration needs a number of seconds greater than 0"),
             (["--count", "0"], "--count needs a number of frames greater than 0"),
             (["--handles", "ns=0x10"], "--handles applies only to --format capture"),
+            (["--format", "capture", "--handles", "ns=0x10,eu=0x20"], "rc, eu and ea apply only to ancsd decode"),
             (["--output"], "--output needs a value"),
             (["file.btsnoop"], "capture takes no file argument"),
             (["--frobnicate"], "unknown option --frobnicate"),

@@ -28,13 +28,21 @@ final class FakeMonitor {
     }
 }
 
-/// An ANCS session on hci0 as the kernel's monitor channel delivers it.
-func session() throws -> (builder: SnoopBuilder, records: [BtsnoopRecord]) {
+/// An ANCS session on hci0 as the kernel's monitor channel delivers it; with `ams`, Apple
+/// Media Service discovered beside it and its traffic between ANCS's.
+func session(ams: Bool = false) throws -> (builder: SnoopBuilder, records: [BtsnoopRecord]) {
     let ns: UInt16 = 0x10, cp: UInt16 = 0x13, ds: UInt16 = 0x16
     var b = SnoopBuilder(.monitor)
     b.newIndex(controller: 0)
     b.connect(handle: 0x40)
     b.discovery(handle: 0x40, ns: ns, cp: cp, ds: ds)
+    if ams {
+        b.amsDiscovery(handle: 0x40, rc: 0x20, eu: 0x23, ea: 0x26)
+        b.write(handle: 0x40, attribute: 0x23, [0x00, 0x00, 0x01, 0x02])
+        b.notify(handle: 0x40, attribute: 0x20, [0x00, 0x01])  // before the write's answer
+        b.writeResponse(handle: 0x40)
+        b.notify(handle: 0x40, attribute: 0x23, [0x00, 0x00, 0x00] + Array("Music".utf8))
+    }
     b.notify(handle: 0x40, attribute: ns, [0x00, 0x00, 0x04, 0x01, 0x07, 0x00, 0x00, 0x00])
     b.write(handle: 0x40, attribute: cp, [0x00, 0x07, 0x00, 0x00, 0x00, 0x01, 0x40, 0x00])
     b.writeResponse(handle: 0x40)

@@ -152,6 +152,85 @@ private func objects(_ result: AncsdProcess.Result) throws -> [JSONValue] { try 
         }
     }
 
+    /// Apple Media Service beside ANCS: found by discovery (or --handles), each value one
+    /// object with "service":"ams", a summary and the describer's fields; ANCS's objects are as
+    /// without it; a malformed value is an error object and exit status 1; --to-capture leaves
+    /// AMS out.
+    @Test func appleMediaServiceTraffic() throws {
+        let rc: UInt16 = 0x0020, eu: UInt16 = 0x0023, ea: UInt16 = 0x0026
+        /// The phone's file, and the record of the malformed value if there is one.
+        func phone(discovery: Bool, malformed: Bool = false) -> (SnoopBuilder, Int) {
+            var b = SnoopBuilder(.monitor)
+            b.connect(handle: 0x40)
+            b.exchangeMTU(handle: 0x40, client: 517, server: 23)
+            if discovery {
+                b.discovery(handle: 0x40, ns: ns, cp: cp, ds: ds)
+                b.amsDiscovery(handle: 0x40, rc: rc, eu: eu, ea: ea)
+            }
+            b.write(handle: 0x40, attribute: eu, [0x02, 0x00, 0x02])  // track: artist, title
+            b.writeResponse(handle: 0x40)
+            b.notify(handle: 0x40, attribute: rc, [0, 1, 3])
+            b.notify(handle: 0x40, attribute: ns, added)
+            b.notify(handle: 0x40, attribute: eu, [0x02, 0x02, 0x01] + Array("Under Pressure (Rem".utf8))
+            b.write(handle: 0x40, attribute: ea, [0x02, 0x02])
+            b.writeResponse(handle: 0x40)
+            b.readLong(handle: 0x40, attribute: ea, Array("Under Pressure (Remastered 2011), with David Bowie".utf8), mtu: 23)
+            b.write(handle: 0x40, attribute: cp, request)
+            b.writeResponse(handle: 0x40)
+            b.notify(handle: 0x40, attribute: ds, response)
+            b.write(handle: 0x40, attribute: rc, [0x01])
+            b.writeResponse(handle: 0x40)
+            let record = b.recordCount + 1
+            if malformed { b.notify(handle: 0x40, attribute: eu, [0x02]) }
+            b.disconnect(handle: 0x40)
+            return (b, record)
+        }
+        let url = try file(phone(discovery: true).0.bytes)
+        let bare = try file(phone(discovery: false).0.bytes)
+        defer { for u in [url, bare] { try? FileManager.default.removeItem(at: u) } }
+        let result = try AncsdProcess.run(["decode", url.path])
+        #expect(result.status == 0 && result.stderr.isEmpty, "\(result.stderr)")
+        let out = try objects(result)
+        #expect(out.map { $0["service"] == "ams" ? "ams \($0["char"]?.stringValue ?? "?") \($0["direction"]?.stringValue ?? "?")"
+                          : $0["char"]?.stringValue ?? $0["event"]?.stringValue ?? "?" } == [
+            "connected", "ams eu write", "ams rc notification", "ns", "ams eu notification", "ams ea write", "ams ea read", "cp", "ds",
+            "ams rc write", "disconnected",
+        ])
+        #expect(out[1]["summary"] == "Entity Update: register for the track's artist, title" && out[1]["conn"] == "hci0/0x0040")
+        #expect(out[2]["commands"] == "play,pause,next" && out[2]["count"] == 3)
+        #expect(out[4]["summary"] == #"Entity Update track.title = "Under Pressure (Rem" (truncated)"#)
+        #expect(out[6]["value"] == "Under Pressure (Remastered 2011), with David Bowie" && out[6]["attribute"] == nil)
+        #expect(out[9]["summary"] == "Remote Command: send pause" && out[9]["command_id"] == 1)
+        #expect(out[8]["complete"] == true && out[8]["uid"] == 7)
+
+        // Without discovery: nothing until the handles are given, then the same.
+        let none = try AncsdProcess.run(["decode", bare.path])
+        #expect(none.status == 0 && none.lines.count == 2, "connected and disconnected only")
+        let given = try AncsdProcess.run(["decode", "--handles", "ns=0x10,cp=0x13,ds=0x16,rc=0x20,eu=0x23,ea=0x26", bare.path])
+        #expect(given.status == 0 && given.stdout == result.stdout)
+        let amsOnly = try AncsdProcess.run(["decode", "--handles", "rc=32,eu=35,ea=38", bare.path])
+        #expect(try objects(amsOnly).filter { $0["service"] == "ams" }.count == 6)
+
+        // The ancs-capture/1 form holds ANCS only, and decodes to ANCS's objects.
+        let capture = try AncsdProcess.run(["decode", "--to-capture", url.path])
+        #expect(capture.status == 0 && !capture.stdout.contains("ams"))
+        let fixture = try temporaryFile(capture.stdout)
+        defer { try? FileManager.default.removeItem(at: fixture) }
+        let fromFixture = try AncsdProcess.run(["decode", fixture.path])
+        #expect(fromFixture.lines == result.lines.filter { !$0.contains(#""service":"ams""#) })
+        let refused = try AncsdProcess.run(["decode", "--to-capture", "--handles", "rc=0x20", bare.path])
+        #expect(refused.status == 2 && refused.stderr.contains("rc, eu and ea do not apply to --to-capture"))
+
+        // A malformed value: an error object naming its record, and exit status 1.
+        let (broken, record) = phone(discovery: true, malformed: true)
+        let brokenURL = try file(broken.bytes)
+        defer { try? FileManager.default.removeItem(at: brokenURL) }
+        let malformed = try AncsdProcess.run(["decode", brokenURL.path])
+        #expect(malformed.status == 1)
+        let error = try #require(try objects(malformed).dropLast().last)
+        #expect(error["error"] == "too_short" && error["record"]?.intValue == record && error["service"] == "ams")
+    }
+
     @Test func readsStandardInput() throws {
         let result = try AncsdProcess.run(["decode", "-"], stdin: Data(twoPhones().bytes))
         #expect(result.status == 0 && result.lines.count == 10)

@@ -121,7 +121,7 @@ import Testing
     @Test func usage() throws {
         let help = try AncsdProcess.run(["decode", "--help"])
         #expect(help.status == 0)
-        #expect(help.stdout.contains("Usage: ancsd decode [--handles ns=H,cp=H,ds=H] [--to-capture] [FILE|-]"))
+        #expect(help.stdout.contains("Usage: ancsd decode [--handles ns=H,cp=H,ds=H,rc=H,eu=H,ea=H] [--to-capture] [FILE|-]"))
         #expect(help.stdout.contains("Exit status"))
         let unknown = try AncsdProcess.run(["decode", "--frobnicate"])
         #expect(unknown.status == 2)

@@ -141,8 +141,80 @@ public struct SnoopBuilder: Sendable {
         att([0x13], controller: controller, handle: handle, from: .phone)
     }
 
-    public mutating func errorResponse(controller: UInt16 = 0, handle: UInt16, attribute: UInt16, code: UInt8) {
-        att([0x01, 0x12] + le(attribute) + [code], controller: controller, handle: handle, from: .phone)
+    /// An Error Response to a request (`request`: its opcode, a Write Request by default).
+    public mutating func errorResponse(controller: UInt16 = 0, handle: UInt16, request: UInt8 = 0x12, attribute: UInt16, code: UInt8) {
+        att([0x01, request] + le(attribute) + [code], controller: controller, handle: handle, from: .phone)
+    }
+
+    // MARK: Apple Media Service traffic
+
+    public static let amsServiceUUID: [UInt8] = [0xDC, 0xF8, 0x55, 0xAD, 0x02, 0xC5, 0xF4, 0x8E, 0x3A, 0x43, 0x36, 0x0F, 0x2B, 0x50, 0xD3, 0x89]
+    public static let rcUUID: [UInt8] = [0xC2, 0x51, 0xCA, 0xF7, 0x56, 0x0E, 0xDF, 0xB8, 0x8A, 0x4A, 0xB1, 0x57, 0xD8, 0x81, 0x3C, 0x9B]
+    public static let euUUID: [UInt8] = [0x02, 0xC1, 0x96, 0xBA, 0x92, 0xBB, 0x0C, 0x9A, 0x1F, 0x41, 0x8D, 0x80, 0xCE, 0xAB, 0x7C, 0x2F]
+    public static let eaUUID: [UInt8] = [0xD7, 0xD5, 0xBB, 0x70, 0xA8, 0xA3, 0xAB, 0xA6, 0xD8, 0x46, 0xAB, 0x23, 0x8C, 0xF3, 0xB2, 0xC6]
+
+    /// GATT discovery of AMS as BlueZ does it (after `discovery` of ANCS, or alone): the primary
+    /// service, then its characteristic declarations (or Find Information). The value handles
+    /// are `rc`, `eu`, `ea`; each declaration sits one handle before its value.
+    public mutating func amsDiscovery(controller: UInt16 = 0, handle: UInt16, rc: UInt16, eu: UInt16, ea: UInt16, useFindInformation: Bool = false) {
+        let start = min(rc, eu, ea) - 2, end = max(rc, eu, ea) + 2
+        att([0x10, 0x01, 0x00, 0xFF, 0xFF, 0x00, 0x28], controller: controller, handle: handle, from: .host)
+        att([0x11, 0x14] + le(start) + le(end) + Self.amsServiceUUID, controller: controller, handle: handle, from: .phone)
+        if useFindInformation {
+            att([0x04] + le(start) + le(end), controller: controller, handle: handle, from: .host)
+            var response: [UInt8] = [0x05, 0x02]
+            for (value, uuid) in [(rc, Self.rcUUID), (eu, Self.euUUID), (ea, Self.eaUUID)] { response += le(value) + uuid }
+            att(response, controller: controller, handle: handle, from: .phone)
+        } else {
+            att([0x08] + le(start) + le(end) + [0x03, 0x28], controller: controller, handle: handle, from: .host)
+            var response: [UInt8] = [0x09, 21]
+            for (value, uuid, properties) in [(rc, Self.rcUUID, UInt8(0x18)), (eu, Self.euUUID, 0x18), (ea, Self.eaUUID, 0x0A)] {
+                response += le(value - 1) + [properties] + le(value) + uuid
+            }
+            att(response, controller: controller, handle: handle, from: .phone)
+        }
+    }
+
+    /// Exchange MTU: the host's Request with `client`, the phone's Response with `server`.
+    public mutating func exchangeMTU(controller: UInt16 = 0, handle: UInt16, client: UInt16, server: UInt16) {
+        att([0x02] + le(client), controller: controller, handle: handle, from: .host)
+        att([0x03] + le(server), controller: controller, handle: handle, from: .phone)
+    }
+
+    /// A Read Request from the host.
+    public mutating func read(controller: UInt16 = 0, handle: UInt16, attribute: UInt16) {
+        att([0x0A] + le(attribute), controller: controller, handle: handle, from: .host)
+    }
+
+    /// A Read Response from the phone.
+    public mutating func readResponse(controller: UInt16 = 0, handle: UInt16, _ value: [UInt8]) {
+        att([0x0B] + value, controller: controller, handle: handle, from: .phone)
+    }
+
+    /// A Read Blob Request from the host.
+    public mutating func readBlob(controller: UInt16 = 0, handle: UInt16, attribute: UInt16, offset: UInt16) {
+        att([0x0C] + le(attribute) + le(offset), controller: controller, handle: handle, from: .host)
+    }
+
+    /// A Read Blob Response from the phone.
+    public mutating func readBlobResponse(controller: UInt16 = 0, handle: UInt16, _ value: [UInt8]) {
+        att([0x0D] + value, controller: controller, handle: handle, from: .phone)
+    }
+
+    /// A long value read as BlueZ reads it: a Read Request, then Read Blob Requests at the
+    /// offsets reached while a response comes full (`mtu` - 1 bytes).
+    public mutating func readLong(controller: UInt16 = 0, handle: UInt16, attribute: UInt16, _ value: [UInt8], mtu: Int) {
+        let part = mtu - 1
+        read(controller: controller, handle: handle, attribute: attribute)
+        readResponse(controller: controller, handle: handle, Array(value.prefix(part)))
+        var offset = part
+        while offset <= value.count, value.count >= part {
+            readBlob(controller: controller, handle: handle, attribute: attribute, offset: UInt16(offset))
+            let chunk = Array(value[offset..<min(value.count, offset + part)])
+            readBlobResponse(controller: controller, handle: handle, chunk)
+            if chunk.count < part { break }
+            offset += part
+        }
     }
 }
 
