@@ -27,6 +27,10 @@ extension Daemon {
         case .failure(let refusal): return .failure(refusal)
         }
         return await withCheckedContinuation { waiter in
+            // Found again from the link: Swift 6.0 takes a captured local for one sent off the actor.
+            guard let media = link.media else {
+                return waiter.resume(returning: .failure(ControlError(.notAvailable, "\(link.device.address) offers no media player now")))
+            }
             media.handler.start(remote, actions, waiter: waiter, service: media.service, link: link, daemon: self)
         }
     }
