@@ -91,21 +91,19 @@ final class OwnedMessage: @unchecked Sendable {
 
     deinit { dbus_message_unref(raw) }
 
-    /// A method call. Everything is validated by the parameter types and `arguments` is
-    /// validated here, before libdbus sees any of it. Without `autoStart` the message carries
-    /// NO_AUTO_START: the bus answers NameHasNoOwner at once rather than activating the service.
+    /// A method call, its header copied from `headers`. Everything is validated by the parameter
+    /// types and `arguments` is validated here, before libdbus sees any of it. Without
+    /// `autoStart` the message carries NO_AUTO_START: the bus answers NameHasNoOwner at once
+    /// rather than activating the service.
     static func methodCall(
-        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+        headers: CallHeaders, destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
         _ = try DBusValue.validate(arguments: arguments)
-        let created = withOptionalCString(destination?.rawValue) { dest in
-            withOptionalCString(interface?.rawValue) { iface in
-                dbus_message_new_method_call(dest, path.rawValue, iface, member.rawValue)
-            }
-        }
-        guard let created else { throw Marshal.outOfMemory }
-        let message = OwnedMessage(adopting: created)
+        let message = try headers.methodCall(
+            to: CallHeaders.Address(
+                destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
+                member: member.rawValue))
         if noReply { dbus_message_set_no_reply(message.raw, 1) }
         if !autoStart { dbus_message_set_auto_start(message.raw, 0) }
         try Marshal.append(arguments, to: message.raw)
