@@ -21,7 +21,7 @@ public struct GattClient: Sendable {
         _ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation
     ) async throws -> (fd: UnixFD, mtu: UInt16) {
         let reply = try await connection.call(
-            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            destination: BlueZ.service, path: characteristic, interface: Self.interface,
             member: "AcquireNotify", arguments: [.variantDictionary([:])], expecting: "hq", timeout: timeout)
         guard let fd = reply[0].unixFDValue, let mtu = reply[1].uint16Value else {
             throw DBusError.unexpectedSignature(expected: "hq", actual: reply.map(\.signature.description).joined())
@@ -32,23 +32,26 @@ public struct GattClient: Sendable {
     /// `StartNotify`: notifications then arrive as PropertiesChanged of `Value`.
     public func startNotify(_ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation) async throws {
         _ = try await connection.call(
-            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            destination: BlueZ.service, path: characteristic, interface: Self.interface,
             member: "StartNotify", expecting: .empty, timeout: timeout)
     }
 
     /// `StopNotify`.
     public func stopNotify(_ characteristic: ObjectPath, isolation: isolated (any Actor)? = #isolation) async throws {
         _ = try await connection.call(
-            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            destination: BlueZ.service, path: characteristic, interface: Self.interface,
             member: "StopNotify", expecting: .empty, timeout: timeout)
     }
+
+    /// `org.bluez.GattCharacteristic1`, validated once rather than for every call.
+    private static let interface = InterfaceName(validating: BlueZ.gattCharacteristicInterface)!
 
     /// `WriteValue` with `type: request` (a write with response, as the Control Point needs).
     public func writeRequest(
         _ characteristic: ObjectPath, _ value: [UInt8], isolation: isolated (any Actor)? = #isolation
     ) async throws {
         _ = try await connection.call(
-            destination: BlueZ.service, path: characteristic, interface: InterfaceName(BlueZ.gattCharacteristicInterface),
+            destination: BlueZ.service, path: characteristic, interface: Self.interface,
             member: "WriteValue", arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
     }
 
@@ -62,7 +65,7 @@ public struct GattClient: Sendable {
     ) throws(DBusError) -> DBusConnection.PendingCall {
         try connection.startCall(
             destination: BlueZ.service, path: characteristic,
-            interface: InterfaceName(BlueZ.gattCharacteristicInterface), member: "WriteValue",
+            interface: Self.interface, member: "WriteValue",
             arguments: Self.writeRequestArguments(value), timeout: timeout
         ) { reply in
             completion(reply.flatMap { message in
