@@ -46,7 +46,7 @@ public struct GattClient: Sendable {
     /// `org.bluez.GattCharacteristic1`, validated once rather than for every call.
     private static let interface = InterfaceName(validating: BlueZ.gattCharacteristicInterface)!
 
-    /// `WriteValue` with `type: request` (a write with response, as the Control Point needs).
+    /// `WriteValue` as a write request (a write with response, as the Control Point needs).
     public func writeRequest(
         _ characteristic: ObjectPath, _ value: [UInt8], isolation: isolated (any Actor)? = #isolation
     ) async throws {
@@ -76,11 +76,15 @@ public struct GattClient: Sendable {
     }
 
     private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {
-        [.byteArray(value), requestOptions]
+        [.byteArray(value), writeRequestOptions]
     }
 
-    /// `{"type": <"request">}`, built once rather than from a dictionary per write.
-    private static let requestOptions = DBusValue.variantDictionary(["type": .string("request")])
+    /// No options: BlueZ (src/gatt-client.c, `characteristic_write_value`) makes a write request
+    /// when no `type` is given and the characteristic has the write property, as the Control
+    /// Point has, so this asks what `{"type": <"request">}` asks. The entry cost 6,000
+    /// instructions of libdbus's marshalling per write (callgrind, instructions per burst
+    /// notification: 150,374 with it, 144,414 without).
+    private static let writeRequestOptions = DBusValue.variantDictionary([:])
 }
 
 /// The ATT error code inside a BlueZ error, if any.
