@@ -84,6 +84,13 @@ public struct JSONObject: Hashable, Sendable, ExpressibleByDictionaryLiteral, Se
 
     public init() { members = [] }
 
+    /// An empty object with room for `capacity` members, for a builder that knows how many it
+    /// appends: each growth of the members' storage is an allocation and a copy.
+    public init(capacity: Int) {
+        members = []
+        members.reserveCapacity(capacity)
+    }
+
     public init(dictionaryLiteral elements: (String, JSONValue)...) {
         members = elements.map { (key: $0.0, value: $0.1) }
     }
