@@ -370,7 +370,7 @@ extension JSONValue {
 
     /// The value's compact JSON text as UTF-8 bytes, with a newline when `newline` is true.
     public func serializedBytes(newline: Bool = false) -> [UInt8] {
-        var writer = JSONWriter(capacity: 64)
+        var writer = JSONWriter(capacity: 512)
         writer.write(self)
         if newline { writer.newline() }
         return writer.bytes
