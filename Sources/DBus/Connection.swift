@@ -337,8 +337,13 @@ public actor DBusConnection {
             headers: callHeaders, destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             autoStart: activatesServices)
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
-        perform { connection in
-            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+        if loop.isCurrent {
+            // On the loop (a daemon's hot path): as `perform` would, without making a closure for later.
+            assumeIsolated { $0.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion) }
+        } else {
+            perform { connection in
+                connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+            }
         }
         return PendingCall(id: id)
     }

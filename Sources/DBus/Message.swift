@@ -99,7 +99,7 @@ final class OwnedMessage: @unchecked Sendable {
         headers: CallHeaders, destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
+        try DBusValue.validate(arguments: arguments)
         let message = try headers.methodCall(
             to: CallHeaders.Address(
                 destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
@@ -114,7 +114,7 @@ final class OwnedMessage: @unchecked Sendable {
     static func signal(
         path: ObjectPath, interface: InterfaceName, member: MemberName, destination: BusName?, arguments: [DBusValue]
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
+        try DBusValue.validate(arguments: arguments)
         guard let created = dbus_message_new_signal(path.rawValue, interface.rawValue, member.rawValue) else {
             throw Marshal.outOfMemory
         }
@@ -130,7 +130,7 @@ final class OwnedMessage: @unchecked Sendable {
     static func methodReturn(
         replySerial: UInt32, destination: String?, arguments: [DBusValue]
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
+        try DBusValue.validate(arguments: arguments)
         guard let created = dbus_message_new(CDBUS_MESSAGE_TYPE_METHOD_RETURN) else { throw Marshal.outOfMemory }
         let message = OwnedMessage(adopting: created)
         try message.address(replySerial: replySerial, destination: destination)
