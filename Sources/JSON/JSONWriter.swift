@@ -141,6 +141,22 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
             appendASCII("\"\"")
             return true
         }
+        if count <= 16 {
+            // Member names and most short values: their bytes in two words (the rest filled with
+            // a plain byte), checked and stored whole.
+            var words = (Self.plainWord, Self.plainWord)
+            withUnsafeMutableBytes(of: &words) { $0.baseAddress!.copyMemory(from: base, byteCount: count) }
+            if !ByteScan.needsCare(words.0) && !ByteScan.needsCare(words.1) {
+                reserve(18)  // the quotes, and room for the second word's bytes past the string
+                let out = UnsafeMutableRawPointer(self.base + used)
+                out.storeBytes(of: UInt8(ascii: "\""), as: UInt8.self)
+                out.storeBytes(of: words.0, toByteOffset: 1, as: UInt64.self)
+                out.storeBytes(of: words.1, toByteOffset: 9, as: UInt64.self)
+                out.storeBytes(of: UInt8(ascii: "\""), toByteOffset: count + 1, as: UInt8.self)
+                used += count + 2
+                return true
+            }
+        }
         // Most strings (member names, identifiers, plain text) need no escape: found by one
         // scan, they are copied in one go between their quotes.
         var index = 0
@@ -293,6 +309,9 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
             (base + offset).update(from: source, count: length)
         }
     }
+
+    /// Eight plain bytes (`a`): what fills a word past the end of a short string.
+    private static let plainWord: UInt64 = 0x6161_6161_6161_6161
 
     /// A byte a JSON string holds as it is: printable ASCII other than `"` and `\`.
     @inline(__always)
