@@ -45,6 +45,8 @@ public struct GattClient: Sendable {
 
     /// `org.bluez.GattCharacteristic1`, validated once rather than for every call.
     private static let interface = InterfaceName(validating: BlueZ.gattCharacteristicInterface)!
+    /// `WriteValue`, validated once (a literal is validated where it is used).
+    private static let writeValue: MemberName = "WriteValue"
 
     /// `WriteValue` as a write request (a write with response, as the Control Point needs).
     public func writeRequest(
@@ -52,7 +54,7 @@ public struct GattClient: Sendable {
     ) async throws {
         _ = try await connection.call(
             destination: BlueZ.service, path: characteristic, interface: Self.interface,
-            member: "WriteValue", arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
+            member: Self.writeValue, arguments: Self.writeRequestArguments(value), expecting: .empty, timeout: timeout)
     }
 
     /// `writeRequest` without a task, for code on the connection's loop: the write is sent
@@ -65,7 +67,7 @@ public struct GattClient: Sendable {
     ) throws(DBusError) -> DBusConnection.PendingCall {
         try connection.startCall(
             destination: BlueZ.service, path: characteristic,
-            interface: Self.interface, member: "WriteValue",
+            interface: Self.interface, member: Self.writeValue,
             arguments: Self.writeRequestArguments(value), timeout: timeout
         ) { reply in
             completion(reply.flatMap { message in
