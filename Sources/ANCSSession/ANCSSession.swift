@@ -261,7 +261,10 @@ public struct ANCSSession: Sendable {
         }
         switch event.eventID {
         case .notificationAdded, .notificationModified:
-            if let shown = carriedOver.removeValue(forKey: uid), records[uid] == nil, !filteredUIDs.contains(uid) {
+            // (`carriedOver` and `filteredUIDs` are looked at only when not empty: hashing costs.)
+            if !carriedOver.isEmpty, let shown = carriedOver.removeValue(forKey: uid), records[uid] == nil,
+                filteredUIDs.isEmpty || !filteredUIDs.contains(uid)
+            {
                 // Shown before the renewal and still on the phone: fetched again, and shown
                 // only if what it says changed.
                 var notification = shown
@@ -280,7 +283,7 @@ public struct ANCSSession: Sendable {
                 if case .notification(uid)? = inFlight?.work { record.refetchAfterCurrent = true }
                 records[uid] = record
                 if !record.refetchAfterCurrent { enqueueFetch(uid, preExisting: false, into: &actions) }
-            } else if filteredUIDs.contains(uid) {
+            } else if !filteredUIDs.isEmpty, filteredUIDs.contains(uid) {
                 actions.append(.log(.debug, "ignored a modification of notification \(uid): the filter dropped it"))
             } else if let rule = filter.rule(droppingCategory: event.categoryID) {
                 ruleMatches[.ignoreCategory(rule), default: 0] += 1
@@ -605,7 +608,7 @@ public struct ANCSSession: Sendable {
                 } else {
                     request = .getNotificationAttributes(
                         uid: uid, attributes: attributeRequests(
-                            for: flags, fullMessage: fullMessageWanted.contains(uid),
+                            for: flags, fullMessage: !fullMessageWanted.isEmpty && fullMessageWanted.contains(uid),
                             appIdentifier: !(filter.filtersApps && appChecked == true)))
                 }
             }
@@ -699,7 +702,7 @@ public struct ANCSSession: Sendable {
             return (refetch, filtersApps && !record.appChecked && !record.emitted, record.notification.appIdentifier)
         }
         let (refetch, checkApp, app) = update(&records.values[index])
-        if !refetch { fullMessageWanted.remove(uid) }
+        if !refetch, !fullMessageWanted.isEmpty { fullMessageWanted.remove(uid) }
         if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
         if checkApp {
             records[uid]?.appChecked = true

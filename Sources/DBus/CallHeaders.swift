@@ -33,6 +33,15 @@ final class CallHeaders: Sendable {
         var entries: [Entry] = []
         /// The slot the next new address takes once `entries` is full.
         var nextSlot = 0
+        /// The entry found last: looked at first, since a burst calls one method over and over.
+        var lastFound = 0
+
+        mutating func find(_ address: Address) -> Entry? {
+            if lastFound < entries.count, entries[lastFound].address == address { return entries[lastFound] }
+            guard let index = entries.firstIndex(where: { $0.address == address }) else { return nil }
+            lastFound = index
+            return entries[index]
+        }
     }
 
     private let recent = Mutex(Recent())
@@ -42,8 +51,7 @@ final class CallHeaders: Sendable {
     /// A new method call to `address`, unlocked and without arguments.
     func methodCall(to address: Address) throws(DBusError) -> OwnedMessage {
         let copy = recent.withLock { recent -> OpaquePointer? in
-            for entry in recent.entries where entry.address == address { return dbus_message_copy(entry.header.raw) }
-            return nil
+            recent.find(address).flatMap { dbus_message_copy($0.header.raw) }
         }
         if let copy { return OwnedMessage(adopting: copy) }
         let header = try Self.makeHeader(address)
