@@ -65,6 +65,7 @@ public struct Message: Sendable {
         case CDBUS_MESSAGE_TYPE_SIGNAL: kind = .signal
         default: throw .failed("message of unknown type")
         }
+        let signature = copy(dbus_message_get_signature(raw)) ?? ""
         return Message(
             kind: kind,
             serial: dbus_message_get_serial(raw),
@@ -75,8 +76,9 @@ public struct Message: Sendable {
             interface: copy(dbus_message_get_interface(raw)).map { InterfaceName(unchecked: $0) },
             member: copy(dbus_message_get_member(raw)).map { MemberName(unchecked: $0) },
             errorName: copy(dbus_message_get_error_name(raw)),
-            signature: Signature(unchecked: copy(dbus_message_get_signature(raw)) ?? ""),
-            arguments: try Marshal.readArguments(raw),
+            signature: Signature(unchecked: signature),
+            // An empty body (most replies) needs no iterator.
+            arguments: signature.isEmpty ? [] : try Marshal.readArguments(raw),
             noReplyExpected: dbus_message_get_no_reply(raw) != 0)
     }
 }
