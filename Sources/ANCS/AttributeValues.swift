@@ -134,12 +134,17 @@ public enum DateAttribute: Hashable, Sendable {
     case malformed(String)
 
     public init(_ raw: [UInt8]) {
+        self = raw.withUnsafeBufferPointer { DateAttribute($0) }
+    }
+
+    /// `init(_:)` for bytes in a buffer.
+    public init(_ raw: UnsafeBufferPointer<UInt8>) {
         if raw.isEmpty {
             self = .empty
         } else if let date = ANCSDate(parsing: raw) {
             self = .valid(date)
         } else {
-            self = .malformed(AttributeText(raw).string)
+            self = .malformed(String(decoding: raw, as: UTF8.self))  // as `AttributeText` repairs it
         }
     }
 

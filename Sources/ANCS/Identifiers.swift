@@ -67,7 +67,11 @@ public struct EventFlags: OptionSet, Hashable, Sendable, CustomStringConvertible
     public var reservedBits: UInt8 { rawValue & 0b1110_0000 }
 
     /// The names of the defined flags that are set, in bit order.
-    public var names: [String] { Self.named.filter { contains($0.flag) }.map(\.name) }
+    public var names: [String] {
+        var names: [String] = []  // one array, none when no flag is set
+        for (flag, name) in Self.named where contains(flag) { names.append(name) }
+        return names
+    }
 
     public var description: String {
         var parts = names

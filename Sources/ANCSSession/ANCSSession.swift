@@ -64,7 +64,7 @@ public struct ANCSSession: Sendable {
         var writeDone = false
         /// Which Control Point write of the session this request sent (1, 2, …).
         var writeNumber: UInt64 = 0
-        var response: DataSourceResponse?
+        var response: FetchedResponse?
         /// A Data Source error happened: drop bytes until the phone falls quiet, then move on.
         var draining = false
     }
@@ -263,7 +263,10 @@ public struct ANCSSession: Sendable {
         }
         switch event.eventID {
         case .notificationAdded, .notificationModified:
-            if let shown = carriedOver.removeValue(forKey: uid), records[uid] == nil, !filteredUIDs.contains(uid) {
+            // (`carriedOver` and `filteredUIDs` are looked at only when not empty: hashing costs.)
+            if !carriedOver.isEmpty, let shown = carriedOver.removeValue(forKey: uid), records[uid] == nil,
+                filteredUIDs.isEmpty || !filteredUIDs.contains(uid)
+            {
                 // Shown before the renewal and still on the phone: fetched again, and shown
                 // only if what it says changed.
                 var notification = shown
@@ -282,7 +285,7 @@ public struct ANCSSession: Sendable {
                 if case .notification(uid)? = inFlight?.work { record.refetchAfterCurrent = true }
                 records[uid] = record
                 if !record.refetchAfterCurrent { enqueueFetch(uid, preExisting: false, into: &actions) }
-            } else if filteredUIDs.contains(uid) {
+            } else if !filteredUIDs.isEmpty, filteredUIDs.contains(uid) {
                 actions.append(.log(.debug, "ignored a modification of notification \(uid): the filter dropped it"))
             } else if let rule = filter.rule(droppingCategory: event.categoryID) {
                 ruleMatches[.ignoreCategory(rule), default: 0] += 1
@@ -322,15 +325,19 @@ public struct ANCSSession: Sendable {
         }
         inFlight?.lastDataAt = now
         if draining { return [] }
-        let output = reassembler.feed(value)
-        if let error = output.error {
+        // A completed response is read in place, as the session keeps it (no copy of each value).
+        var response: FetchedResponse?
+        let error = value.withUnsafeBufferPointer { bytes in
+            reassembler.feed(bytes) { response = FetchedResponse($0) }
+        }
+        if let error {
             if let work = inFlight?.work { actions.append(.log(.warning, "Data Source error for \(describe(work)): \(error)")) }
-            if output.response == nil {
+            if response == nil {
                 inFlight?.draining = true
                 return actions
             }
         }
-        if let response = output.response {
+        if let response {
             inFlight?.response = response
             finishIfDone(now: now, into: &actions)
         }
@@ -427,7 +434,7 @@ public struct ANCSSession: Sendable {
             flight.writeDone = true
             inFlight = flight
             finishIfDone(now: now, into: &actions)
-        } else if flight.lastDataAt != nil, let partial = reassembler.finishEarly() {
+        } else if flight.lastDataAt != nil, let partial = finishEarly() {
             let missing = partial.missingAttributeIDs.map(String.init).joined(separator: ", ")
             actions.append(.log(.info, "the phone sent no more of \(describe(flight.work)); ended it early without attributes [\(missing)]"))
             flight.response = partial
@@ -603,7 +610,7 @@ public struct ANCSSession: Sendable {
                 } else {
                     request = .getNotificationAttributes(
                         uid: uid, attributes: attributeRequests(
-                            for: flags, fullMessage: fullMessageWanted.contains(uid),
+                            for: flags, fullMessage: !fullMessageWanted.isEmpty && fullMessageWanted.contains(uid),
                             appIdentifier: !(filter.filtersApps && appChecked == true)))
                 }
             }
@@ -678,13 +685,12 @@ public struct ANCSSession: Sendable {
         case .app(let identifier):
             guard let response = flight.response else { return }
             inFlight = nil
-            let name = response.value(of: AppAttributeID.displayName).map { AttributeText($0).string }
-            learnAppName(identifier, name.flatMap { $0.isEmpty ? nil : $0 }, into: &actions)
+            learnAppName(identifier, response.displayName.flatMap { $0.isEmpty ? nil : $0 }, into: &actions)
         }
         pump(now: now, into: &actions)
     }
 
-    private mutating func apply(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
+    private mutating func apply(_ response: FetchedResponse, to uid: UInt32, into actions: inout [SessionAction]) {
         guard let index = records.index(forKey: uid) else {
             actions.append(.log(.debug, "dropped the attributes of notification \(uid): it was removed meanwhile"))
             return
@@ -698,7 +704,7 @@ public struct ANCSSession: Sendable {
             return (refetch, filtersApps && !record.appChecked && !record.emitted, record.notification.appIdentifier)
         }
         let (refetch, checkApp, app) = update(&records.values[index])
-        if !refetch { fullMessageWanted.remove(uid) }
+        if !refetch, !fullMessageWanted.isEmpty { fullMessageWanted.remove(uid) }
         if refetch { enqueueFetch(uid, preExisting: false, into: &actions) }
         if checkApp {
             records[uid]?.appChecked = true
@@ -722,14 +728,12 @@ public struct ANCSSession: Sendable {
 
     /// The answer to an AppIdentifier-only request: the app filter drops the notification, or
     /// its other attributes are asked for next.
-    private mutating func applyAppIdentifier(_ response: DataSourceResponse, to uid: UInt32, into actions: inout [SessionAction]) {
+    private mutating func applyAppIdentifier(_ response: FetchedResponse, to uid: UInt32, into actions: inout [SessionAction]) {
         guard var record = records[uid] else {
             actions.append(.log(.debug, "dropped the app of notification \(uid): it was removed meanwhile"))
             return
         }
-        if let value = response.value(of: NotificationAttributeID.appIdentifier) {
-            record.notification.appIdentifier = AttributeText(value).string
-        }
+        if let app = response.appIdentifier { record.notification.appIdentifier = app }
         record.appChecked = true
         record.refetchAfterCurrent = false  // the whole notification is fetched next anyway
         records[uid] = record
@@ -872,22 +876,97 @@ public struct ANCSSession: Sendable {
 extension PhoneNotification {
     /// Takes the attributes a GetNotificationAttributes response carries (an AppIdentifier it
     /// lacks stays as known), with the message's truncation judged from its bytes.
-    mutating func takeAttributes(of response: DataSourceResponse) {
-        func text(_ id: NotificationAttributeID) -> String? { response.value(of: id).map { AttributeText($0).string } }
-        if let app = text(.appIdentifier) { appIdentifier = app }
-        title = text(.title)
-        subtitle = text(.subtitle)
-        let messageBytes = response.value(of: .message)
-        message = messageBytes.map { AttributeText($0).string }
-        messageSize = response.value(of: .messageSize).flatMap(parseMessageSize)
-        date = response.value(of: .date).map(DateAttribute.init)
-        positiveAction = text(.positiveActionLabel)
-        negativeAction = text(.negativeActionLabel)
-        if let messageBytes, let size = messageSize {
-            truncated = isMessageTruncated(messageBytes: messageBytes, messageSize: size)
-        } else {
-            truncated = nil
-        }
+    mutating func takeAttributes(of response: FetchedResponse) {
+        if let app = response.appIdentifier { appIdentifier = app }
+        title = response.title
+        subtitle = response.subtitle
+        message = response.message
+        messageSize = response.messageSize
+        date = response.date
+        positiveAction = response.positiveAction
+        negativeAction = response.negativeAction
+        truncated = response.truncated
         attributesComplete = response.isComplete
+    }
+}
+
+/// A response as the session keeps it: its attributes decoded (text as `String`s, repaired as
+/// `AttributeText` repairs it), read from the reassembler in place when the response completes,
+/// with no copy of each value. The reassembler refuses an attribute that arrives twice, so each
+/// field has at most one source. A class: the request in flight holds it, and is copied whole
+/// whenever it changes.
+final class FetchedResponse: Sendable {
+    // GetNotificationAttributes
+    let appIdentifier: String?
+    let title: String?
+    let subtitle: String?
+    let message: String?
+    let messageSize: Int?
+    /// Whether the phone cut the message short, when both the message and its size came.
+    let truncated: Bool?
+    let date: DateAttribute?
+    let positiveAction: String?
+    let negativeAction: String?
+    // GetAppAttributes
+    let displayName: String?
+    /// Requested attribute IDs that never (fully) arrived, in request order.
+    let missingAttributeIDs: [UInt8]
+
+    var isComplete: Bool { missingAttributeIDs.isEmpty }
+
+    init(_ view: DataSourceResponseView) {
+        func text(_ value: UnsafeBufferPointer<UInt8>) -> String { String(decoding: value, as: UTF8.self) }
+        var appIdentifier, title, subtitle, message, positiveAction, negativeAction, displayName: String?
+        var messageSize: Int?
+        var truncated: Bool?
+        var date: DateAttribute?
+        switch view.subject {
+        case .notification:
+            var messageBytes: UnsafeBufferPointer<UInt8>?
+            for index in 0..<view.count {
+                let value = view.value(at: index)
+                switch NotificationAttributeID(rawValue: view.rawID(at: index)) {
+                case .appIdentifier: appIdentifier = text(value)
+                case .title: title = text(value)
+                case .subtitle: subtitle = text(value)
+                case .message:
+                    message = text(value)
+                    messageBytes = value
+                case .messageSize: messageSize = parseMessageSize(value)
+                case .date: date = DateAttribute(value)
+                case .positiveActionLabel: positiveAction = text(value)
+                case .negativeActionLabel: negativeAction = text(value)
+                default: break
+                }
+            }
+            if let messageBytes, let size = messageSize {
+                truncated = isMessageTruncated(messageBytes: messageBytes, messageSize: size)
+            }
+        case .app:
+            for index in 0..<view.count where AppAttributeID(rawValue: view.rawID(at: index)) == .displayName {
+                displayName = text(view.value(at: index))
+            }
+        }
+        self.appIdentifier = appIdentifier
+        self.title = title
+        self.subtitle = subtitle
+        self.message = message
+        self.messageSize = messageSize
+        self.truncated = truncated
+        self.date = date
+        self.positiveAction = positiveAction
+        self.negativeAction = negativeAction
+        self.displayName = displayName
+        missingAttributeIDs = view.missingAttributeIDs
+    }
+}
+
+extension ANCSSession {
+    /// Ends the response in progress early (`DataSourceReassembler.finishEarly`), as the session
+    /// keeps it; nil when none is pending.
+    fileprivate mutating func finishEarly() -> FetchedResponse? {
+        var response: FetchedResponse?
+        reassembler.finishEarly { response = FetchedResponse($0) }
+        return response
     }
 }

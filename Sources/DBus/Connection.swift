@@ -99,6 +99,8 @@ public actor DBusConnection {
     let core: ConnectionCore
     private let nameBox = Mutex<String>("")
     private let callIDs = Atomic<UInt64>(1 << 32)
+    /// The headers of recent method calls, copied to start the next call of the same method.
+    private let callHeaders = CallHeaders()
     /// Whether method calls may make the bus start (D-Bus-activate) their destination.
     public nonisolated let activatesServices: Bool
 
@@ -290,7 +292,7 @@ public actor DBusConnection {
     ) async throws -> Message {
         let ms = try Self.milliseconds(timeout)
         let message = try OwnedMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            headers: callHeaders, destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             autoStart: activatesServices)
         try Task.checkCancellation()
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
@@ -332,11 +334,16 @@ public actor DBusConnection {
     ) throws(DBusError) -> PendingCall {
         let ms = try Self.milliseconds(timeout)
         let message = try OwnedMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            headers: callHeaders, destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             autoStart: activatesServices)
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
-        perform { connection in
-            connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+        if loop.isCurrent {
+            // On the loop (a daemon's hot path): as `perform` would, without making a closure for later.
+            assumeIsolated { $0.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion) }
+        } else {
+            perform { connection in
+                connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)
+            }
         }
         return PendingCall(id: id)
     }
@@ -366,7 +373,7 @@ public actor DBusConnection {
         arguments: [DBusValue] = [], isolation: isolated (any Actor)? = #isolation
     ) async throws {
         let message = try OwnedMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: member, arguments: arguments,
+            headers: callHeaders, destination: destination, path: path, interface: interface, member: member, arguments: arguments,
             noReply: true, autoStart: activatesServices)
         try await send(message)
     }
@@ -515,7 +522,7 @@ public actor DBusConnection {
     /// RemoveMatch without waiting for the answer.
     private func sendRemoveMatch(_ rule: MatchRule) {
         guard !core.isClosed, let message = try? OwnedMessage.methodCall(
-            destination: .bus, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            headers: callHeaders, destination: .bus, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
             member: "RemoveMatch", arguments: [.string(rule.string)], noReply: true)
         else { return }
         _ = try? core.send(message)

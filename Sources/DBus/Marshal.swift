@@ -48,6 +48,27 @@ enum Marshal {
         try check(ok)
     }
 
+    /// Opens an `a{KV}`: the entry signature `{KV}` is written as a C string on the stack.
+    private static func openDictionary(
+        _ iter: inout DBusMessageIter, _ key: Signature, _ value: Signature, _ sub: inout DBusMessageIter
+    ) throws(DBusError) {
+        let length = key.rawValue.utf8.count + value.rawValue.utf8.count + 3
+        let ok = withUnsafeTemporaryAllocation(of: CChar.self, capacity: length) { buffer -> dbus_bool_t in
+            var index = 0
+            func put(_ byte: UInt8) {
+                buffer[index] = CChar(bitPattern: byte)
+                index += 1
+            }
+            put(UInt8(ascii: "{"))
+            for byte in key.rawValue.utf8 { put(byte) }
+            for byte in value.rawValue.utf8 { put(byte) }
+            put(UInt8(ascii: "}"))
+            put(0)
+            return dbus_message_iter_open_container(&iter, CDBUS_TYPE_ARRAY, buffer.baseAddress, &sub)
+        }
+        try check(ok)
+    }
+
     private static func close(_ iter: inout DBusMessageIter, _ sub: inout DBusMessageIter) throws(DBusError) {
         try check(dbus_message_iter_close_container(&iter, &sub))
     }
@@ -93,7 +114,7 @@ enum Marshal {
             try close(&iter, &sub)
         case .dictionary(let key, let val, let entries):
             var sub = DBusMessageIter()
-            try open(&iter, CDBUS_TYPE_ARRAY, "{" + key.rawValue + val.rawValue + "}", &sub)
+            try openDictionary(&iter, key, val, &sub)
             for (k, v) in entries {
                 var entry = DBusMessageIter()
                 try open(&sub, CDBUS_TYPE_DICT_ENTRY, nil, &entry)

@@ -65,6 +65,7 @@ public struct Message: Sendable {
         case CDBUS_MESSAGE_TYPE_SIGNAL: kind = .signal
         default: throw .failed("message of unknown type")
         }
+        let signature = copy(dbus_message_get_signature(raw)) ?? ""
         return Message(
             kind: kind,
             serial: dbus_message_get_serial(raw),
@@ -75,8 +76,9 @@ public struct Message: Sendable {
             interface: copy(dbus_message_get_interface(raw)).map { InterfaceName(unchecked: $0) },
             member: copy(dbus_message_get_member(raw)).map { MemberName(unchecked: $0) },
             errorName: copy(dbus_message_get_error_name(raw)),
-            signature: Signature(unchecked: copy(dbus_message_get_signature(raw)) ?? ""),
-            arguments: try Marshal.readArguments(raw),
+            signature: Signature(unchecked: signature),
+            // An empty body (most replies) needs no iterator.
+            arguments: signature.isEmpty ? [] : try Marshal.readArguments(raw),
             noReplyExpected: dbus_message_get_no_reply(raw) != 0)
     }
 }
@@ -91,21 +93,19 @@ final class OwnedMessage: @unchecked Sendable {
 
     deinit { dbus_message_unref(raw) }
 
-    /// A method call. Everything is validated by the parameter types and `arguments` is
-    /// validated here, before libdbus sees any of it. Without `autoStart` the message carries
-    /// NO_AUTO_START: the bus answers NameHasNoOwner at once rather than activating the service.
+    /// A method call, its header copied from `headers`. Everything is validated by the parameter
+    /// types and `arguments` is validated here, before libdbus sees any of it. Without
+    /// `autoStart` the message carries NO_AUTO_START: the bus answers NameHasNoOwner at once
+    /// rather than activating the service.
     static func methodCall(
-        destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
+        headers: CallHeaders, destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
-        let created = withOptionalCString(destination?.rawValue) { dest in
-            withOptionalCString(interface?.rawValue) { iface in
-                dbus_message_new_method_call(dest, path.rawValue, iface, member.rawValue)
-            }
-        }
-        guard let created else { throw Marshal.outOfMemory }
-        let message = OwnedMessage(adopting: created)
+        try DBusValue.validate(arguments: arguments)
+        let message = try headers.methodCall(
+            to: CallHeaders.Address(
+                destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
+                member: member.rawValue))
         if noReply { dbus_message_set_no_reply(message.raw, 1) }
         if !autoStart { dbus_message_set_auto_start(message.raw, 0) }
         try Marshal.append(arguments, to: message.raw)
@@ -116,7 +116,7 @@ final class OwnedMessage: @unchecked Sendable {
     static func signal(
         path: ObjectPath, interface: InterfaceName, member: MemberName, destination: BusName?, arguments: [DBusValue]
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
+        try DBusValue.validate(arguments: arguments)
         guard let created = dbus_message_new_signal(path.rawValue, interface.rawValue, member.rawValue) else {
             throw Marshal.outOfMemory
         }
@@ -132,7 +132,7 @@ final class OwnedMessage: @unchecked Sendable {
     static func methodReturn(
         replySerial: UInt32, destination: String?, arguments: [DBusValue]
     ) throws(DBusError) -> OwnedMessage {
-        _ = try DBusValue.validate(arguments: arguments)
+        try DBusValue.validate(arguments: arguments)
         guard let created = dbus_message_new(CDBUS_MESSAGE_TYPE_METHOD_RETURN) else { throw Marshal.outOfMemory }
         let message = OwnedMessage(adopting: created)
         try message.address(replySerial: replySerial, destination: destination)

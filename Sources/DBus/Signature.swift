@@ -3,10 +3,27 @@
 /// The D-Bus type codes the signature rules and the marshalling code look up.
 enum TypeCode {
     /// Basic types (`y b n q i u x t d s o g h`): dictionary keys, and one-letter complete types.
-    static let basic: Set<UInt8> = Set("ybnqiuxtdsogh".utf8)
+    static let basic = TypeCodeSet("ybnqiuxtdsogh")
     /// Fixed-size basic types, which libdbus can read and write as a block
     /// (`dbus_message_iter_get_fixed_array`); `h` is excluded on purpose.
-    static let fixed: Set<UInt8> = Set("ybnqiuxtd".utf8)
+    static let fixed = TypeCodeSet("ybnqiuxtd")
+}
+
+/// A set of ASCII type codes, looked up with a bit mask (a `Set` hashes the code first).
+struct TypeCodeSet: Sendable {
+    private var low: UInt64 = 0
+    private var high: UInt64 = 0
+
+    init(_ codes: String) {
+        for code in codes.utf8 where code < 128 {
+            if code < 64 { low |= 1 << UInt64(code) } else { high |= 1 << UInt64(code - 64) }
+        }
+    }
+
+    @inline(__always)
+    func contains(_ code: UInt8) -> Bool {
+        code < 64 ? low & (1 << UInt64(code)) != 0 : code < 128 && high & (1 << UInt64(code - 64)) != 0
+    }
 }
 
 /// A validated D-Bus type signature such as `a{sv}` or `(hq)`: zero or more complete types.
@@ -84,6 +101,12 @@ enum SignatureParser {
         return forEachCompleteType(in: s) { _ in count += 1 } ? count : nil
     }
 
+    /// The number of complete types in the signature `bytes`, or nil when it is not a valid one.
+    static func completeTypeCount(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+        var count = 0
+        return forEachCompleteType(in: bytes) { _ in count += 1 } ? count : nil
+    }
+
     /// Calls `body` with the UTF-8 offsets of each complete type of `s`, in order; false when
     /// `s` is not a valid signature (after `body` saw the types before the fault). A one-letter
     /// signature costs no more than a table lookup.
@@ -96,15 +119,19 @@ enum SignatureParser {
         }
         guard utf8.count <= maximumLength else { return false }
         var text = s
-        return text.withUTF8 { b in
-            var index = 0
-            while index < b.count {
-                let start = index
-                guard skipOne(b, &index, arrays: 0, structs: 0, dicts: 0) else { return false }
-                body(start..<index)
-            }
-            return true
+        return text.withUTF8 { forEachCompleteType(in: $0, body) }
+    }
+
+    /// `forEachCompleteType(in:_:)` of a signature given as bytes.
+    static func forEachCompleteType(in b: UnsafeBufferPointer<UInt8>, _ body: (Range<Int>) -> Void) -> Bool {
+        guard b.count <= maximumLength else { return false }
+        var index = 0
+        while index < b.count {
+            let start = index
+            guard skipOne(b, &index, arrays: 0, structs: 0, dicts: 0) else { return false }
+            body(start..<index)
         }
+        return true
     }
 
     /// Advances `i` past one complete type; false if there is none.

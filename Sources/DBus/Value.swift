@@ -370,10 +370,17 @@ extension DBusValue {
     static let maximumArrayLength: Int32 = 67_108_864
 
     /// Validates a whole argument list: each value, and their concatenated signature.
-    static func validate(arguments: [DBusValue]) throws(DBusError) -> String {
-        var signature = ""
-        for a in arguments { a.appendSignature(to: &signature) }
-        guard SignatureParser.completeTypeCount(signature) != nil else {
+    static func validate(arguments: [DBusValue]) throws(DBusError) {
+        // The signature is written into a buffer on the stack, not built as a string: one byte
+        // more than a valid signature may have, so that a longer one is seen to be too long.
+        let valid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: SignatureParser.maximumLength + 1) { storage in
+            var signature = SignatureBuffer(storage: storage)
+            for a in arguments { a.appendSignature(to: &signature) }
+            return !signature.overflowed && SignatureParser.completeTypeCount(signature.bytes) != nil
+        }
+        guard valid else {
+            var signature = ""
+            for a in arguments { a.appendSignature(to: &signature) }
             throw .invalidArgument("arguments have an invalid signature \(quoted(signature))")
         }
         var size = 0
@@ -382,7 +389,57 @@ extension DBusValue {
         guard size <= 128 * 1024 * 1024 - 65536 else {
             throw .invalidArgument("message body of about \(size) bytes exceeds the D-Bus maximum of 128 MiB")
         }
-        return signature
+    }
+}
+
+/// Signature bytes written into storage of a fixed size; what does not fit is dropped and noted.
+struct SignatureBuffer {
+    let storage: UnsafeMutableBufferPointer<UInt8>
+    private(set) var count = 0
+    /// Some byte did not fit.
+    private(set) var overflowed = false
+
+    init(storage: UnsafeMutableBufferPointer<UInt8>) { self.storage = storage }
+
+    /// The bytes written.
+    var bytes: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: storage[..<count]) }
+
+    mutating func append(_ byte: UInt8) {
+        guard count < storage.count else { return overflowed = true }
+        storage[count] = byte
+        count += 1
+    }
+
+    mutating func append(_ signature: Signature) {
+        for byte in signature.rawValue.utf8 { append(byte) }
+    }
+}
+
+extension DBusValue {
+    /// Appends this value's signature (one complete type) to `out`.
+    func appendSignature(to out: inout SignatureBuffer) {
+        if let code = basicTypeCode { return out.append(code) }
+        switch self {
+        case .array(let element, _):
+            out.append(UInt8(ascii: "a"))
+            out.append(element)
+        case .byteArray:
+            out.append(UInt8(ascii: "a"))
+            out.append(UInt8(ascii: "y"))
+        case .dictionary(let key, let value, _):
+            out.append(UInt8(ascii: "a"))
+            out.append(UInt8(ascii: "{"))
+            out.append(key)
+            out.append(value)
+            out.append(UInt8(ascii: "}"))
+        case .structure(let fields):
+            out.append(UInt8(ascii: "("))
+            for f in fields { f.appendSignature(to: &out) }
+            out.append(UInt8(ascii: ")"))
+        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .string, .objectPath, .signature,
+            .unixFD, .variant:
+            break  // written above
+        }
     }
 }
 

@@ -276,6 +276,8 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     /// Runs local work, at most `budget` items; true if some is left.
     private func runLocal(budget: Int = 1024) -> Bool {
+        // Called after every handler, which mostly leaves nothing to run: one look at the queue.
+        if local.isEmpty { return false }
         var ran = 0
         let serial = asUnownedSerialExecutor()
         let task = asUnownedTaskExecutor()

@@ -44,22 +44,23 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
         case .string(let text): write(text)
         case .array(let elements):
             append(UInt8(ascii: "["))
-            var first = true
-            for element in elements {
-                if !first { append(UInt8(ascii: ",")) }
-                first = false
-                write(element)
+            // Read in place: iterating would copy (retain and release) every element.
+            elements.withUnsafeBufferPointer { elements in
+                for index in elements.indices {
+                    if index > 0 { append(UInt8(ascii: ",")) }
+                    write(elements[index])
+                }
             }
             append(UInt8(ascii: "]"))
         case .object(let object):
             append(UInt8(ascii: "{"))
-            var first = true
-            for member in object.members {
-                if !first { append(UInt8(ascii: ",")) }
-                first = false
-                write(member.key)
-                append(UInt8(ascii: ":"))
-                write(member.value)
+            object.members.withUnsafeBufferPointer { members in
+                for index in members.indices {
+                    if index > 0 { append(UInt8(ascii: ",")) }
+                    write(members[index].key)
+                    append(UInt8(ascii: ":"))
+                    write(members[index].value)
+                }
             }
             append(UInt8(ascii: "}"))
         }
@@ -121,8 +122,12 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
 
     /// Appends a string value, quoted and escaped.
     public mutating func write(_ text: String) {
-        var text = text
-        _ = text.withUTF8 { writeString(utf8: $0) }
+        // In place, without the copy `withUTF8` (a mutating method) needs; only a string
+        // without contiguous UTF-8 (bridged) takes the copy.
+        if text.utf8.withContiguousStorageIfAvailable({ writeString(utf8: $0) }) == nil {
+            var text = text
+            _ = text.withUTF8 { writeString(utf8: $0) }
+        }
     }
 
     /// Appends a string value given as UTF-8 bytes, quoted and escaped. Invalid UTF-8 is repaired
@@ -131,15 +136,43 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
     /// to repair.
     @discardableResult
     public mutating func writeString(utf8 text: UnsafeBufferPointer<UInt8>) -> Bool {
+        let count = text.count
+        guard let base = text.baseAddress else {
+            appendASCII("\"\"")
+            return true
+        }
+        if count <= 16 {
+            // Member names and most short values: their bytes in two words (the rest filled with
+            // a plain byte), checked and stored whole.
+            var words = (Self.plainWord, Self.plainWord)
+            withUnsafeMutableBytes(of: &words) { $0.baseAddress!.copyMemory(from: base, byteCount: count) }
+            if !ByteScan.needsCare(words.0) && !ByteScan.needsCare(words.1) {
+                reserve(18)  // the quotes, and room for the second word's bytes past the string
+                let out = UnsafeMutableRawPointer(self.base + used)
+                out.storeBytes(of: UInt8(ascii: "\""), as: UInt8.self)
+                out.storeBytes(of: words.0, toByteOffset: 1, as: UInt64.self)
+                out.storeBytes(of: words.1, toByteOffset: 9, as: UInt64.self)
+                out.storeBytes(of: UInt8(ascii: "\""), toByteOffset: count + 1, as: UInt8.self)
+                used += count + 2
+                return true
+            }
+        }
+        // Most strings (member names, identifiers, plain text) need no escape: found by one
+        // scan, they are copied in one go between their quotes.
+        var index = 0
+        while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(base + index)) { index += 8 }
+        while index < count, Self.isPlain(base[index]) { index += 1 }
+        if index == count {
+            reserve(count + 2)
+            self.base[used] = UInt8(ascii: "\"")
+            copy(base, count, to: used + 1)
+            self.base[used + count + 1] = UInt8(ascii: "\"")
+            used += count + 2
+            return true
+        }
         var valid = true
         append(UInt8(ascii: "\""))
         var runStart = 0
-        var index = 0
-        let count = text.count
-        guard let base = text.baseAddress else {
-            append(UInt8(ascii: "\""))
-            return true
-        }
         while index < count {
             // Eight plain ASCII bytes at a time.
             while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(base + index)) { index += 8 }
@@ -263,12 +296,27 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
     @inlinable @inline(__always)
     mutating func append(_ source: UnsafePointer<UInt8>, _ length: Int) {
         reserve(length)
-        if length <= 16 {  // short punctuation and names: a loop beats a call to memmove
-            for offset in 0..<length { base[used + offset] = source[offset] }
-        } else {
-            (base + used).update(from: source, count: length)
-        }
+        copy(source, length, to: used)
         used += length
+    }
+
+    /// Copies `length` bytes to `offset` of the buffer, which has room for them.
+    @inlinable @inline(__always)
+    mutating func copy(_ source: UnsafePointer<UInt8>, _ length: Int, to offset: Int) {
+        if length <= 16 {  // short punctuation and names: a loop beats a call to memmove
+            for index in 0..<length { base[offset + index] = source[index] }
+        } else {
+            (base + offset).update(from: source, count: length)
+        }
+    }
+
+    /// Eight plain bytes (`a`): what fills a word past the end of a short string.
+    private static let plainWord: UInt64 = 0x6161_6161_6161_6161
+
+    /// A byte a JSON string holds as it is: printable ASCII other than `"` and `\`.
+    @inline(__always)
+    private static func isPlain(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
     private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
@@ -333,14 +381,15 @@ private func invalidSequenceLength(_ text: UnsafeBufferPointer<UInt8>, at index:
 extension JSONValue {
     /// The value as compact JSON text on one line (fit for JSON Lines); see `JSONWriter`.
     public var serialized: String {
-        var writer = JSONWriter(capacity: 64)
+        // Room for an event's line (about 400 bytes) without growing on the way.
+        var writer = JSONWriter(capacity: 512)
         writer.write(self)
         return writer.withBytes { String(decoding: $0, as: UTF8.self) }
     }
 
     /// The value's compact JSON text as UTF-8 bytes, with a newline when `newline` is true.
     public func serializedBytes(newline: Bool = false) -> [UInt8] {
-        var writer = JSONWriter(capacity: 64)
+        var writer = JSONWriter(capacity: 512)
         writer.write(self)
         if newline { writer.newline() }
         return writer.bytes

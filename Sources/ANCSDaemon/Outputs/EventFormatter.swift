@@ -39,7 +39,9 @@ public enum EventFormatter {
 
     /// The JSON object of an event (docs/output.md, schema in docs/output.schema.json).
     public static func json(_ event: OutputEvent) -> JSONValue {
-        var object: JSONObject = ["v": .int(jsonVersion)]
+        // Room for a notification's 21 members at once.
+        var object = JSONObject(capacity: 21)
+        object.append("v", .int(jsonVersion))
         switch event {
         case .connected(let device, let name):
             object.append("type", "connected")

@@ -141,26 +141,26 @@ public final class MQTTSink: OutputSink {
         case .connected(let address, let name):
             announce(address: address, name: name, force: false)
             client.publish(MQTTMessage(topic: topics.state(device), text: "connected", retain: true))
-            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            client.publish(MQTTMessage(topic: topics.event(device), payload: Array(record.jsonLineBytes.dropLast())))
             refreshCount(address: address, device: device, after: [.seconds(3), .seconds(15)])
         case .disconnected(let address, _):
             announce(address: address, name: nil, force: false)
             client.publish(MQTTMessage(topic: topics.state(device), text: "disconnected", retain: true))
-            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            client.publish(MQTTMessage(topic: topics.event(device), payload: Array(record.jsonLineBytes.dropLast())))
         case .sharing(let address, let allowed):
             announce(address: address, name: nil, force: false)
             publishSharing(allowed, device: device)
-            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            client.publish(MQTTMessage(topic: topics.event(device), payload: Array(record.jsonLineBytes.dropLast())))
         case .notification(let event, let address, _):
             announce(address: address, name: nil, force: false)
             // A notification whose attributes all came proves the phone shares: the retained
             // `sharing` topic (Home Assistant's sensor) says so before any episode of it off.
             if event.notification.attributesComplete { publishSharing(true, device: device) }
-            client.publish(MQTTMessage(topic: topics.event(device), text: record.jsonLine))
+            client.publish(MQTTMessage(topic: topics.event(device), payload: Array(record.jsonLineBytes.dropLast())))
             if event.kind == .added {
                 let json = record.json
                 client.publish(MQTTMessage(topic: topics.latest(device), text: HomeAssistantDiscovery.latestState(json), retain: true))
-                client.publish(MQTTMessage(topic: topics.latestAttributes(device), text: record.jsonLine, retain: true))
+                client.publish(MQTTMessage(topic: topics.latestAttributes(device), payload: Array(record.jsonLineBytes.dropLast()), retain: true))
                 if discovery != nil {
                     client.publish(MQTTMessage(topic: topics.notification(device), text: HomeAssistantDiscovery.eventPayload(json).serialized))
                 }

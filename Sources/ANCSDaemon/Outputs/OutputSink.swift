@@ -81,12 +81,21 @@ public protocol PhoneActions: Sendable {
 /// makes the record. Other renderings are made by the sink that wants them.
 public final class OutputRecord: Sendable {
     public let event: OutputEvent
-    /// The event's JSON object on one line, exactly as `--format json` prints it (no newline).
-    public let jsonLine: String
+    /// The event's JSON object on one line, exactly as `--format json` prints it, as UTF-8 bytes
+    /// followed by a newline: what a line sink and exec write as they are, and MQTT sends without
+    /// the newline. Held as bytes, not as a `String`: most outputs want bytes, and making a
+    /// `String` of them costs a copy and a check of the UTF-8 (`jsonLine` makes one for those
+    /// that want text).
+    public let jsonLineBytes: [UInt8]
 
     public init(_ event: OutputEvent) {
         self.event = event
-        jsonLine = EventFormatter.json(event).serialized
+        jsonLineBytes = EventFormatter.json(event).serializedBytes(newline: true)
+    }
+
+    /// The event's JSON line as text (no newline).
+    public var jsonLine: String {
+        jsonLineBytes.withUnsafeBufferPointer { String(decoding: $0.dropLast(), as: UTF8.self) }
     }
 
     /// The phone's address, as in the event.
@@ -110,7 +119,10 @@ public final class OutputRecord: Sendable {
 
     /// The line in `format` as UTF-8 bytes followed by a newline: what a line sink writes.
     public func lineBytes(_ format: OutputFormat) -> [UInt8] {
-        newlineTerminated(line(format))
+        switch format {
+        case .json: jsonLineBytes
+        case .text: newlineTerminated(EventFormatter.text(event))
+        }
     }
 }
 
