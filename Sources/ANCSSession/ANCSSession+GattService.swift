@@ -73,7 +73,8 @@ extension ANCSSession: GattServiceSession {
 
     /// The session's actions in the seam's terms, in the same order.
     public static func seam(_ actions: [SessionAction]) -> [GattSessionAction<Event>] {
-        actions.map { action in
+        if actions.isEmpty { return [] }
+        return actions.map { action in
             switch action {
             case .writeControlPoint(let bytes): .request(.write(controlPointUUID, bytes))
             case .emit(let event): .emit(.notification(event))

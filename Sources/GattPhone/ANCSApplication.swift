@@ -66,15 +66,17 @@ enum ANCSApplication {
         }
     }
 
+    /// Only bluetoothd may drive the phone: anyone else on the bus is refused.
+    static func requireBlueZ(_ call: MethodCall, owner: BlueZOwner) throws {
+        guard let current = owner.current, current == call.sender else {
+            throw DBusError.remote(name: DBusError.Names.accessDenied, message: "only bluetoothd may call \(call.member)")
+        }
+    }
+
     private static func characteristic(
         _ role: ANCSCharacteristicRole, owner: BlueZOwner, handlers: ANCSApplicationHandlers
     ) -> ExportedObject {
-        // Only bluetoothd may drive the phone: anyone else on the bus is refused.
-        @Sendable func fromBlueZ(_ call: MethodCall) throws {
-            guard let current = owner.current, current == call.sender else {
-                throw DBusError.remote(name: DBusError.Names.accessDenied, message: "only bluetoothd may call \(call.member)")
-            }
-        }
+        @Sendable func fromBlueZ(_ call: MethodCall) throws { try requireBlueZ(call, owner: owner) }
         var methods: [ExportedMethod] = [
             .immediate("ReadValue", input: "a{sv}", output: "ay") { call in
                 try fromBlueZ(call)

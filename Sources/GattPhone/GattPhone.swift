@@ -13,7 +13,9 @@ import Synchronization
 /// Lenient: it pairs once services are resolved and reconnects itself. Either way it
 /// re-registers after bluetoothd restarts, replays its notifications when the Notification
 /// Source is subscribed, and answers Control Point writes through `PhoneModel` with Data
-/// Source responses cut to the link's MTU.
+/// Source responses cut to the link's MTU. With the scenario's `ams`, it serves the Apple Media
+/// Service beside ANCS in the same application (`AMSApplication`, `Media.swift`): the
+/// simulator's `MediaPlayer`, its bytes written here.
 ///
 /// Everything it sees and does is reported as JSON Lines through `report` (`{"event": ...}`),
 /// so a test can follow it. Scenario steps (docs/simulator.md) drive its notifications.
@@ -77,6 +79,8 @@ public final class GattPhone: Sendable {
         var inputReports = 0
         /// Strict: since when the bonded accessory has been away (nil while connected).
         var awaySince: ContinuousClock.Instant?
+        /// The Apple Media Service (nil unless the scenario's `ams` is true).
+        var media: GattPhoneMedia?
     }
 
     let configuration: Configuration
@@ -84,9 +88,10 @@ public final class GattPhone: Sendable {
     let state: Mutex<State>
     let adapterPath: ObjectPath
     static let agentPath: ObjectPath = "/org/ancsd/phone/agent"
-    /// Values to notify, in order: (characteristic, value).
-    let outbox: AsyncStream<(ANCSCharacteristicRole, [UInt8])>
-    let outboxInput: AsyncStream<(ANCSCharacteristicRole, [UInt8])>.Continuation
+    /// Values to notify, in order: (characteristic, value). One queue for ANCS and AMS, so that
+    /// every value keeps `notificationSpacing` from the one before it.
+    let outbox: AsyncStream<(NotifyingCharacteristic, [UInt8])>
+    let outboxInput: AsyncStream<(NotifyingCharacteristic, [UInt8])>.Continuation
 
     public init(_ configuration: Configuration, report: @escaping @Sendable (JSONObject) -> Void) throws {
         guard let path = ObjectPath(validating: "/org/bluez/\(configuration.adapter)") else {
@@ -95,7 +100,9 @@ public final class GattPhone: Sendable {
         self.configuration = configuration
         self.report = report
         adapterPath = path
-        state = Mutex(State(model: PhoneModel(apps: configuration.settings.apps)))
+        var initial = State(model: PhoneModel(apps: configuration.settings.apps))
+        if configuration.settings.ams { initial.media = GattPhoneMedia(configuration.settings.media, now: .now) }
+        state = Mutex(initial)
         (outbox, outboxInput) = AsyncStream.makeStream()
     }
 
@@ -124,6 +131,14 @@ public final class GattPhone: Sendable {
         try await ANCSApplication.export(on: connection, owner: owner, handlers: ANCSApplicationHandlers(
             write: { [self] value, options in try await controlPointWrite(value, options: options) },
             notify: { [self] role, enabled in notifyChanged(role, enabled) }))
+        if configuration.settings.ams {
+            try await AMSApplication.export(
+                on: connection, owner: owner, roles: amsRoles,
+                handlers: AMSApplicationHandlers(
+                    write: { [self] role, value, options in try amsWrite(role, value, options: options) },
+                    read: { [self] offset, options in try entityAttributeRead(offset: offset, options: options) },
+                    notify: { [self] role, enabled in amsNotifyChanged(role, enabled) }))
+        }
         // The link's ups and downs as bluetoothd signals them: a bonded phone's bluetoothd
         // reconnects within milliseconds, between two looks of `maintain`, and each new link
         // is a new ANCS session. (bluetoothd may send only the last value of a quick bounce;
@@ -160,18 +175,39 @@ public final class GattPhone: Sendable {
     /// sends fragments back to back; on BlueZ the phone leaves 40 ms between values so that
     /// each one leaves in a PDU of its own.
     private func deliver(on connection: DBusConnection) async {
-        for await (role, value) in outbox {
+        for await (characteristic, value) in outbox {
             // A silent drop: subscribed, yet nothing is sent.
-            guard !state.withLock({ $0.silentDrop.dropped.contains(role) }) else { continue }
+            if case .ancs(let role) = characteristic, state.withLock({ $0.silentDrop.dropped.contains(role) }) { continue }
             do {
                 try await connection.setExportedProperty(
-                    path: role.path, interface: ANCSApplication.characteristicInterface, name: "Value", value: .byteArray(value))
+                    path: characteristic.path, interface: ANCSApplication.characteristicInterface, name: "Value",
+                    value: .byteArray(value))
             } catch {
-                event("error", ["message": .string("notify \(role.rawValue): \(error)")])
+                event("error", ["message": .string("notify \(characteristic.name): \(error)")])
             }
             try? await Task.sleep(for: Self.notificationSpacing)
         }
     }
 
     static let notificationSpacing: Duration = .milliseconds(40)
+}
+
+/// A characteristic whose values the phone notifies: ANCS's or AMS's.
+enum NotifyingCharacteristic: Hashable, Sendable {
+    case ancs(ANCSCharacteristicRole)
+    case ams(AMSCharacteristicRole)
+
+    var path: ObjectPath {
+        switch self {
+        case .ancs(let role): role.path
+        case .ams(let role): role.path
+        }
+    }
+
+    var name: String {
+        switch self {
+        case .ancs(let role): role.rawValue
+        case .ams(let role): role.rawValue
+        }
+    }
 }

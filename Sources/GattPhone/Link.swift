@@ -1,3 +1,4 @@
+import BluetoothUUIDs
 import BlueZ
 import DBus
 import JSON
@@ -97,6 +98,7 @@ extension GattPhone {
         }
         status(peer.paired ? "connected_bonded" : "connected", [:])
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
+        amsConsumerSeen(tree)
     }
 
     /// The accessory as the phone's adapter knows it, once bluetoothd has seen it.
@@ -123,6 +125,21 @@ extension GattPhone {
         func on(_ name: String) -> Bool {
             tree.property(ancs.notificationSource, BlueZ.gattCharacteristicInterface, name)?.boolValue == true
         }
+        return on("Notifying") || on("NotifyAcquired")
+    }
+
+    /// Whether the accessory's bluetoothd holds a subscription to `characteristic` of our
+    /// `service` (both UUIDs), as `consumerSubscribed` looks at the Notification Source.
+    func consumerNotifying(_ tree: BlueZObjectTree, service: String, characteristic: String) -> Bool {
+        guard let ownAddress = tree.property(adapterPath, BlueZ.adapterInterface, "Address")?.stringValue,
+              let accessoryAdapter = tree.adapters.first(where: {
+                  tree.property($0, BlueZ.adapterInterface, "Address")?.stringValue == configuration.peer
+              }),
+              let phone = tree.devices.first(where: { $0.adapter == accessoryAdapter && $0.address == ownAddress }),
+              let serviceUUID = BluetoothUUID(service), let characteristicUUID = BluetoothUUID(characteristic),
+              let path = tree.gattServices(serviceUUID, of: phone.path).first?.characteristics[characteristicUUID]
+        else { return false }
+        func on(_ name: String) -> Bool { tree.property(path, BlueZ.gattCharacteristicInterface, name)?.boolValue == true }
         return on("Notifying") || on("NotifyAcquired")
     }
 
@@ -159,6 +176,7 @@ extension GattPhone {
             // A new link starts with no CCC write seen: BlueZ restores a bond's CCC values
             // without telling the application.
             s.unsubscribedByCCC = false
+            s.media?.newLink()
             if connected {
                 s.model.newSession(renumber: configuration.settings.renumberOnConnect)
             } else {

@@ -26,7 +26,7 @@ extension GattPhone {
         // response follows the write's reply, as the synchronous handler's did.
         Task {
             try? await Task.sleep(for: .milliseconds(15))
-            for fragment in fragments { outboxInput.yield((.dataSource, fragment)) }
+            for fragment in fragments { outboxInput.yield((.ancs(.dataSource), fragment)) }
         }
     }
 
@@ -105,7 +105,7 @@ extension GattPhone {
             return s.model.replay()
         }
         guard let replay else { return }
-        for ns in replay { outboxInput.yield((.notificationSource, ns.encoded)) }
+        for ns in replay { outboxInput.yield((.ancs(.notificationSource), ns.encoded)) }
         event("consumer_subscribed", ["replayed": .int(replay.count)])
     }
 
@@ -116,7 +116,7 @@ extension GattPhone {
         let (live, dropped) = state.withLock {
             ($0.connected && $0.subscribed, $0.silentDrop.dropped.contains(.notificationSource))
         }
-        if live && !dropped { outboxInput.yield((.notificationSource, ns.encoded)) }
+        if live && !dropped { outboxInput.yield((.ancs(.notificationSource), ns.encoded)) }
         event("notification", [
             "kind": .string(ns.eventID.description), "uid": .int(Int(ns.notificationUID)), "sent": .bool(live && !dropped),
             "dropped_silently": .bool(live && dropped),
@@ -169,8 +169,10 @@ extension GattPhone {
             try? await Task.sleep(for: .seconds(seconds))
         case .end:
             return
+        case .media(let media):
+            guard performMedia(media, line: step.line) else { return }
         case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
-             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn, .media:
+             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

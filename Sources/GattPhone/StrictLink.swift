@@ -56,6 +56,7 @@ extension GattPhone {
         status("connected_bonded", [:])
         watchHIDHost()
         if consumerSubscribed(tree) { subscriptionSeen(fromConsumerSide: true) }
+        amsConsumerSeen(tree)
     }
 
     /// Once the accessory is bonded, radio on or off: reports the bond (once) and registers the

@@ -20,6 +20,9 @@ let usage = """
     only once bonded, leaves reconnecting to its bluetoothd, and reports the Report Map and
     input reports its HID host got. Standard input is a scenario (docs/simulator.md), read as
     it arrives: the settings line, then steps (silent_drop and silent_drop_all among them).
+    With "ams": true in the settings it serves the Apple Media Service beside ANCS, its
+    player driven by the media_track, media_play, media_pause, media_volume and
+    media_commands steps.
     What the phone sees and does is written to standard output as JSON Lines
     ({"event": ...}). See docs/system-test.md.
 

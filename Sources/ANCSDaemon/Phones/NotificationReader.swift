@@ -53,10 +53,12 @@ final class NotificationReader: Sendable {
     private func readOne(onValue: @Sendable ([UInt8]) -> Void, onClose: @Sendable (String) -> Void) {
         // Not called once cancelled: the loop checks the watch's interest first.
         let fd = self.fd
-        let received = state.value.buffer.withUnsafeMutableBytes { buffer in
+        // A typed buffer: the datagram is copied out with one memcpy (a raw buffer's prefix
+        // would be copied byte by byte, as a generic sequence).
+        let received = state.value.buffer.withUnsafeMutableBufferPointer { buffer in
             Result { () throws(Errno) -> [UInt8] in
                 let count = try Errno.retrying { recv(fd, buffer.baseAddress, buffer.count, 0) }
-                return Array(buffer.prefix(count))
+                return Array(buffer[..<count])
             }
         }
         let reason: String
