@@ -155,7 +155,7 @@ let package = Package(
         .testTarget(name: "SystemCallsTests", dependencies: ["SystemCalls"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
-            name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "BluetoothUUIDs", "DBus", "TestSupport", "ancs-gatt-phone"],
+            name: "GattPhoneTests", dependencies: ["GattPhone", "PhoneSimulator", "ANCS", "BluetoothUUIDs", "DBus", "JSON", "TestSupport", "ancs-gatt-phone"],
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(

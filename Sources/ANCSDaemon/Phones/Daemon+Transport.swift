@@ -179,9 +179,6 @@ extension Daemon {
         service.requestsIssued += 1
         let number = service.requestsIssued, path = link.device.path, id = link.id, servicePath = service.servicePath
         service.handler.sending(request, number: number, link: link)
-        let done = onLoop { (daemon: isolated Daemon, result: Result<[UInt8]?, any Error>) in
-            daemon.requestCompleted(result, number: number, service: servicePath, linkID: id, path: path)
-        }
         guard let connection else { return }
         let gatt = GattClient(connection: connection)
         startingRequest = true
@@ -190,11 +187,15 @@ extension Daemon {
             let call: DBusConnection.PendingCall
             switch request {
             case .write(let uuid, let bytes):
-                guard let characteristic = service.paths[uuid] else { throw GattRequestError.noCharacteristic(uuid) }
-                call = try gatt.startWriteRequest(characteristic, bytes) { done($0.map { nil }) }
+                guard let characteristic = service.path(of: uuid) else { throw GattRequestError.noCharacteristic(uuid) }
+                call = try gatt.startWriteRequest(characteristic, bytes, completion: onLoop { daemon, result in
+                    daemon.requestCompleted(result.map { nil }, number: number, service: servicePath, linkID: id, path: path)
+                })
             case .read(let uuid):
-                guard let characteristic = service.paths[uuid] else { throw GattRequestError.noCharacteristic(uuid) }
-                call = try gatt.startReadValue(characteristic) { done($0.map { $0 }) }
+                guard let characteristic = service.path(of: uuid) else { throw GattRequestError.noCharacteristic(uuid) }
+                call = try gatt.startReadValue(characteristic, completion: onLoop { daemon, result in
+                    daemon.requestCompleted(result.map { $0 }, number: number, service: servicePath, linkID: id, path: path)
+                })
             }
             service.request = (call, connection, number)
         } catch {

@@ -1,4 +1,5 @@
 import BlueZ
+import BluetoothUUIDs
 import DBus
 import GattSession
 
@@ -21,6 +22,8 @@ final class ServiceLink {
     /// The characteristics the phone offers, by UUID, and back.
     let paths: [CharacteristicUUID: ObjectPath]
     private let uuids: [ObjectPath: CharacteristicUUID]
+    /// `paths` as a list, in the description's order, for `path(of:)`.
+    private let targets: [(uuid: CharacteristicUUID, path: ObjectPath)]
     /// The characteristics to subscribe to, in the order the service's description lists them.
     let notifying: [ObjectPath]
     var delivery: [ObjectPath: Delivery] = [:]
@@ -47,17 +50,29 @@ final class ServiceLink {
         self.number = number
         servicePath = service.path
         var paths: [CharacteristicUUID: ObjectPath] = [:]
-        for (uuid, path) in service.characteristics {
-            let id = CharacteristicUUID(uuid.description)
-            if handler.description.characteristic(id) != nil { paths[id] = path }
+        var targets: [(uuid: CharacteristicUUID, path: ObjectPath)] = []
+        // Keyed by the description's own UUID values, which the session's requests carry too.
+        for characteristic in handler.description.characteristics {
+            guard let uuid = BluetoothUUID(characteristic.uuid.rawValue), let path = service.characteristics[uuid] else { continue }
+            paths[characteristic.uuid] = path
+            targets.append((characteristic.uuid, path))
         }
         self.paths = paths
+        self.targets = targets
         uuids = Dictionary(paths.map { ($0.value, $0.key) }, uniquingKeysWith: { first, _ in first })
         notifying = handler.description.characteristics.filter(\.notifies).compactMap { paths[$0.uuid] }
     }
 
     /// The UUID of one of this service's characteristics.
     func uuid(of path: ObjectPath) -> CharacteristicUUID? { uuids[path] }
+
+    /// The object of the characteristic a request names. A scan of a few entries rather than a
+    /// hash of the UUID's text: a request's UUID is the description's own value, so each
+    /// comparison is of the same string's storage.
+    func path(of uuid: CharacteristicUUID) -> ObjectPath? {
+        for target in targets where target.uuid == uuid { return target.path }
+        return nil
+    }
 
     /// A characteristic's name for logs ("Data Source"), else its path.
     func name(of path: ObjectPath) -> String {
