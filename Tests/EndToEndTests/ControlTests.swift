@@ -172,7 +172,9 @@ private let ada = "AA:BB:CC:DD:EE:01"
             Thread.sleep(forTimeInterval: 0.02)
             after = descriptors()
         }
-        #expect(after == before, "ancsd's descriptors: \(before) before, \(after) after")
+        // Fewer is no leak: a descriptor the daemon held for a moment when `before` was counted
+        // (a state file being written as the phone's replays came in) may be closed since.
+        #expect(after <= before, "ancsd's descriptors: \(before) before, \(after) after")
         _ = try run.phone.stop()
     }
 
