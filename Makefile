@@ -111,8 +111,9 @@ uninstall:
 		$(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf $(DESTDIR)$(MANDIR)/man8/ancsd.8 $(DESTDIR)$(BASHCOMPDIR)/ancsd
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ancsd 2>/dev/null
 
-## demo: a private D-Bus bus, the simulated iPhone (scenarios/demo.jsonl) and ancsd run
-## against it, printing the notifications; ends by itself.
+## demo: a private D-Bus bus, the simulated iPhone (scenarios/demo.jsonl, then its music:
+## scenarios/music.jsonl) and ancsd run against it, printing the notifications and the player's
+## track; presses play-pause from Linux (ancsd media toggle); ends by itself.
 demo:
 	@scripts/install-deps $(TEST_DEPS)
 	$(SWIFT) build -c release $(STRICT) --product ancsd
