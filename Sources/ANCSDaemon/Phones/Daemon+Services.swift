@@ -64,12 +64,7 @@ extension Daemon {
     }
 
     private func paths(of objects: GattServiceObjects, _ description: GattServiceDescription) -> [CharacteristicUUID: ObjectPath] {
-        var found: [CharacteristicUUID: ObjectPath] = [:]
-        for (uuid, path) in objects.characteristics {
-            let id = CharacteristicUUID(uuid.description)
-            if description.characteristic(id) != nil { found[id] = path }
-        }
-        return found
+        Dictionary(ServiceLink.characteristics(of: objects, in: description).map { ($0.uuid, $0.path) }, uniquingKeysWith: { first, _ in first })
     }
 
     private func startService(_ handler: any ServiceHandler, objects: GattServiceObjects, on link: PhoneLink) {

@@ -49,18 +49,23 @@ final class ServiceLink {
         self.handler = handler
         self.number = number
         servicePath = service.path
-        var paths: [CharacteristicUUID: ObjectPath] = [:]
-        var targets: [(uuid: CharacteristicUUID, path: ObjectPath)] = []
-        // Keyed by the description's own UUID values, which the session's requests carry too.
-        for characteristic in handler.description.characteristics {
-            guard let uuid = BluetoothUUID(characteristic.uuid.rawValue), let path = service.characteristics[uuid] else { continue }
-            paths[characteristic.uuid] = path
-            targets.append((characteristic.uuid, path))
-        }
+        let targets = Self.characteristics(of: service, in: handler.description)
+        let paths = Dictionary(targets.map { ($0.uuid, $0.path) }, uniquingKeysWith: { first, _ in first })
         self.paths = paths
         self.targets = targets
         uuids = Dictionary(paths.map { ($0.value, $0.key) }, uniquingKeysWith: { first, _ in first })
         notifying = handler.description.characteristics.filter(\.notifies).compactMap { paths[$0.uuid] }
+    }
+
+    /// The characteristics of `description` that `service` has, in the description's order,
+    /// keyed by the description's own UUID values (which the session's requests carry too).
+    static func characteristics(
+        of service: GattServiceObjects, in description: GattServiceDescription
+    ) -> [(uuid: CharacteristicUUID, path: ObjectPath)] {
+        description.characteristics.compactMap { characteristic in
+            guard let uuid = BluetoothUUID(characteristic.uuid.rawValue), let path = service.characteristics[uuid] else { return nil }
+            return (characteristic.uuid, path)
+        }
     }
 
     /// The UUID of one of this service's characteristics.
