@@ -101,18 +101,7 @@ enum AMSApplication {
                 return []
             },
         ]
-        if role.notifies {
-            methods.append(.immediate("StartNotify") { call in
-                try fromBlueZ(call)
-                handlers.notify(role, true)
-                return []
-            })
-            methods.append(.immediate("StopNotify") { call in
-                try fromBlueZ(call)
-                handlers.notify(role, false)
-                return []
-            })
-        }
+        if role.notifies { methods += ANCSApplication.notifyMethods(owner: owner) { handlers.notify(role, $0) } }
         var properties = [
             ExportedProperty("UUID", value: .string(role.uuid)),
             ExportedProperty("Service", value: .objectPath(service)),

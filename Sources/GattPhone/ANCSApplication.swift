@@ -73,6 +73,18 @@ enum ANCSApplication {
         }
     }
 
+    /// StartNotify and StopNotify of a characteristic that notifies, from bluetoothd only:
+    /// `notify` is told which (an application's notifications are on while bluetoothd says so).
+    static func notifyMethods(owner: BlueZOwner, _ notify: @escaping @Sendable (Bool) -> Void) -> [ExportedMethod] {
+        [true, false].map { on in
+            .immediate(on ? "StartNotify" : "StopNotify") { call in
+                try requireBlueZ(call, owner: owner)
+                notify(on)
+                return []
+            }
+        }
+    }
+
     private static func characteristic(
         _ role: ANCSCharacteristicRole, owner: BlueZOwner, handlers: ANCSApplicationHandlers
     ) -> ExportedObject {
@@ -94,16 +106,7 @@ enum ANCSApplication {
                 return []
             })
         } else {
-            methods.append(.immediate("StartNotify") { call in
-                try fromBlueZ(call)
-                handlers.notify(role, true)
-                return []
-            })
-            methods.append(.immediate("StopNotify") { call in
-                try fromBlueZ(call)
-                handlers.notify(role, false)
-                return []
-            })
+            methods += notifyMethods(owner: owner) { handlers.notify(role, $0) }
         }
         var properties = [
             ExportedProperty("UUID", value: .string(role.uuid)),
