@@ -1,4 +1,5 @@
 import ANCSControl
+import ANCSDaemon
 import ANCSRuntime
 import EventLoop
 import JSON
@@ -97,15 +98,5 @@ enum MediaCommand {
         if !m.truncated.isEmpty { lines.append("  cut short by the phone: " + m.truncated.joined(separator: ", ")) }
         lines.append("  commands: " + (m.commands.isEmpty ? "none now" : m.commands.joined(separator: ", ")))
         return lines.joined(separator: "\n")
-    }
-}
-
-/// `1:23`, `1:02:03`.
-enum MediaClock {
-    static func text(_ seconds: Double) -> String {
-        let total = Int(max(0, min(seconds, 359_999)).rounded(.down))
-        let (h, m, s) = (total / 3600, total / 60 % 60, total % 60)
-        let two = { (n: Int) in n < 10 ? "0\(n)" : "\(n)" }
-        return h > 0 ? "\(h):\(two(m)):\(two(s))" : "\(m):\(two(s))"
     }
 }

@@ -90,13 +90,15 @@ enum MediaOutput {
         if !heading.isEmpty { what += " · " + heading }
         line += what
         if let position = media.position {
-            line += "  " + clock(position) + (media.duration.map { " / " + clock($0) } ?? "")
+            line += "  " + MediaClock.text(position) + (media.duration.map { " / " + MediaClock.text($0) } ?? "")
         }
         return line
     }
+}
 
-    /// `1:23`, `1:02:03`.
-    static func clock(_ seconds: Double) -> String {
+/// A position or duration as a player shows it: `1:23`, `1:02:03`.
+public enum MediaClock {
+    public static func text(_ seconds: Double) -> String {
         let total = Int(max(0, min(seconds, 359_999)).rounded(.down))
         let (h, m, s) = (total / 3600, total / 60 % 60, total % 60)
         let two = { (n: Int) in n < 10 ? "0\(n)" : "\(n)" }
