@@ -92,8 +92,9 @@ public struct SignalSubscription: Sendable, Hashable {
 /// I/O (watches on its fds) and its timeouts (one timer, armed only while a timeout is
 /// pending). An idle connection makes no wakeups. Close it with `close()`; dropping the last
 /// reference closes it too.
-public actor DBusConnection {
-    let loop: EventLoop
+public actor DBusConnection: LoopActor {
+    /// The loop that is this actor's executor and runs libdbus's I/O.
+    public nonisolated let loop: EventLoop
     /// The loop was made for this connection alone, and ends with it.
     private let ownsLoop: Bool
     let core: ConnectionCore
@@ -231,7 +232,7 @@ public actor DBusConnection {
     /// For watch and timer handlers, already on the loop: runs `body` inside the actor (the
     /// loop runs the jobs it made runnable right after).
     nonisolated func handle(_ body: @Sendable (isolated DBusConnection) -> Void) {
-        assumeIsolated(body)
+        assumeOnLoop(body)
     }
 
     /// Runs `body` inside the actor as soon as possible (`EventLoop.perform`): inline when
@@ -241,9 +242,9 @@ public actor DBusConnection {
     nonisolated func perform(_ body: @escaping @Sendable (isolated DBusConnection) -> Void) {
         // On the loop (the common case: a daemon sharing it), at once, without wrapping `body`
         // in a closure for the loop.
-        if loop.isCurrent { return assumeIsolated(body) }
+        if loop.isCurrent { return assumeOnLoop(body) }
         loop.perform { [self] in
-            assumeIsolated(body)
+            assumeOnLoop(body)
         }
     }
 
@@ -339,7 +340,7 @@ public actor DBusConnection {
         let id = callIDs.wrappingAdd(1, ordering: .relaxed).oldValue
         if loop.isCurrent {
             // On the loop (a daemon's hot path): as `perform` would, without making a closure for later.
-            assumeIsolated { $0.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion) }
+            assumeOnLoop { $0.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion) }
         } else {
             perform { connection in
                 connection.core.startCall(message, timeoutMilliseconds: ms, id: id, complete: completion)

@@ -15,7 +15,7 @@ public import EventLoop
 /// Everything it does runs on one `DaemonExecutor` (see there for why): the actor's own jobs,
 /// the notification sockets, the session timers and every task it starts. An idle daemon has
 /// no timer armed and nothing on Swift's global executor, so it makes no wakeups.
-public actor Daemon {
+public actor Daemon: LoopActor {
     public private(set) var options: DaemonOptions
     var output: OutputRouter
     let logger: Logger
@@ -63,6 +63,8 @@ public actor Daemon {
     let seen: SeenStore
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    /// The loop that is this actor's executor (`executor`).
+    public nonisolated var loop: EventLoop { executor }
 
     /// The link last found by `link(id:at:)`, while it is in `links`.
     var recentLink: PhoneLink?
@@ -137,16 +139,16 @@ public actor Daemon {
 
     /// A handler for the loop (a timer's, a descriptor's, a D-Bus reply's) that runs `body` on
     /// this actor, while it exists. The loop is the actor's executor, so a handler it runs is on
-    /// the actor already: `assumeIsolated` checks that rather than hopping (no task, no turn).
+    /// the actor already: `assumeOnLoop` checks that rather than hopping (no task, no turn).
     nonisolated func onLoop(_ body: @escaping @Sendable (isolated Daemon) -> Void) -> @Sendable () -> Void {
-        { [weak self] in self?.assumeIsolated(body) }
+        { [weak self] in self?.assumeOnLoop(body) }
     }
 
     /// `onLoop(_:)` for a handler that is given a value.
     nonisolated func onLoop<Value: Sendable>(
         _ body: @escaping @Sendable (isolated Daemon, Value) -> Void
     ) -> @Sendable (Value) -> Void {
-        { [weak self] value in self?.assumeIsolated { body($0, value) } }
+        { [weak self] value in self?.assumeOnLoop { body($0, value) } }
     }
 
     /// How long the daemon has run, on its loop's clock.
