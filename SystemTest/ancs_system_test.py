@@ -46,7 +46,7 @@ def watch_kernel():
                 except OSError:  # EPIPE: records were overwritten while we slept
                     continue
                 text = record.split(";", 1)[-1].strip()
-                if not kernel_crash and any(w in text for w in ("kernel BUG at", "Oops:", "general protection fault")):
+                if not kernel_crash and any(w in text for w in ("kernel BUG at", "Oops:", "general protection fault", "blocked for more than")):
                     kernel_crash.append(text)
     except OSError as error:
         say(f"cannot follow the kernel log: {error}")
