@@ -171,7 +171,7 @@ extension GattPhone {
             return
         case .media(let media):
             guard performMedia(media, line: step.line) else { return }
-        case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .appear, .pair, .waitState,
+        case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .staleSockets, .appear, .pair, .waitState,
              .releaseAdvertisements, .rogue, .sharingOff, .sharingOn:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return

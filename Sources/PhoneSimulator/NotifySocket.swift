@@ -56,6 +56,9 @@ final class NotifySocket: Sendable {
         }
     }
 
+    /// False once closed (a `stale_sockets` socket stays registered closed).
+    var isOpen: Bool { fd.withLock { $0 >= 0 } }
+
     /// Closes the simulator's end (the client sees HUP). Returns false if it already was.
     @discardableResult
     func close() -> Bool {

@@ -121,6 +121,8 @@ extension PhoneSimulator {
             state.withLock { $0.devices[device].disconnectOnWrite = true }
         case .refuseSubscribe(let count):
             state.withLock { $0.devices[device].refusedSubscriptions = count }
+        case .staleSockets:
+            state.withLock { $0.devices[device].staleSocketsOnDrop = true }
         case .heal:
             state.withLock { s in
                 s.devices[device].model.injectedError = nil
@@ -131,6 +133,7 @@ extension PhoneSimulator {
                 s.devices[device].midResponseDisconnect = false
                 s.devices[device].slowDelay = 0
                 s.devices[device].refusedSubscriptions = 0
+                s.devices[device].staleSocketsOnDrop = false
                 s.devices[device].silence = Silence()
             }
         case .waitSubscribed(let timeout):

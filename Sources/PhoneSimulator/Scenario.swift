@@ -185,6 +185,11 @@ public enum ScenarioAction: Hashable, Sendable {
     /// The next `count` StartNotify/AcquireNotify calls fail with NotPermitted "Notify acquired",
     /// as when bluetoothd still holds the socket of a link that just went away.
     case refuseSubscribe(count: Int)
+    /// The next link loss leaves the Notification Source's and Data Source's acquired sockets
+    /// registered: their client ends close (HUP), yet StartNotify and AcquireNotify answer
+    /// NotPermitted "Notify acquired" until somebody calls StopNotify (bluetoothd 5.82 after a
+    /// fast reconnection, docs/system-test.md).
+    case staleSockets
     /// Every misbehaviour switched on for the phone is off again: injected errors, requests
     /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing.
     case heal
@@ -597,6 +602,7 @@ struct ObjectReader {
         case "cp_timeout": step.action = .cpTimeout(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "disconnect_on_write": step.action = .disconnectOnWrite
         case "heal": step.action = .heal
+        case "stale_sockets": step.action = .staleSockets
         case "refuse_subscribe": step.action = .refuseSubscribe(count: try integer("count", min: 1, max: 1_000_000) ?? 1)
         case "wait_subscribed": step.action = .waitSubscribed(timeout: try number("timeout", max: 86_400) ?? 30)
         case "appear": step.action = .appear

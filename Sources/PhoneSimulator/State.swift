@@ -69,7 +69,7 @@ struct Subscription {
     static let otherProgram = ":other-program-"
 
     /// True when a client other than the simulated other programs is subscribed.
-    var hasOwnClient: Bool { acquired != nil || clients.contains { !$0.hasPrefix(Self.otherProgram) } }
+    var hasOwnClient: Bool { acquired?.isOpen == true || clients.contains { !$0.hasPrefix(Self.otherProgram) } }
 }
 
 /// Object paths of one phone.
@@ -180,6 +180,8 @@ struct DeviceState {
     var disconnectOnWrite = false
     /// How many more StartNotify/AcquireNotify calls fail with "Notify acquired".
     var refusedSubscriptions = 0
+    /// `stale_sockets`: the next link loss keeps the ANCS sockets registered, closed.
+    var staleSocketsOnDrop = false
     /// What the phone stopped doing without telling (`silent_drop`, `sharing_off`, …).
     var silence = Silence()
 
@@ -244,7 +246,14 @@ struct DeviceState {
     /// Ends every subscription, closing acquired sockets; returns the property changes.
     @discardableResult
     mutating func dropSubscriptions() -> [PropertyChange] {
-        let changes = endSubscriptions(PhoneCharacteristic.notifying)
+        var kept: [PhoneCharacteristic] = []
+        if staleSocketsOnDrop {
+            staleSocketsOnDrop = false
+            // Closed for the client (HUP), yet still registered until a StopNotify.
+            kept = [.notificationSource, .dataSource].filter { subscription($0).acquired != nil }
+            for c in kept { subscription(c).acquired?.close() }
+        }
+        let changes = endSubscriptions(PhoneCharacteristic.notifying.filter { !kept.contains($0) })
         // A new link is a new ANCS session: the phone sends again.
         silence.linkLost()
         midResponseDisconnect = false

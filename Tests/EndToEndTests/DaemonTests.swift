@@ -128,6 +128,30 @@ private let grace = "AA:BB:CC:DD:EE:02"
         #expect(stderr.contains("trying again in 1.0 s"), "\(stderr)")
     }
 
+    /// bluetoothd 5.82, after a fast reconnection, kept answering AcquireNotify with "Notify
+    /// acquired" for over a minute (the VM's trixie boot): the socket of the link that had ended,
+    /// which ancsd had closed, stayed registered. ancsd releases its own stale socket with
+    /// StopNotify and subscribes at once; backing off alone never got past it.
+    @Test func aStaleSocketOfAnEndedLinkIsReleased() throws {
+        let run = try DaemonRun(text: """
+            {"scenario":"stale-socket","devices":[{"address":"\(ada)","name":"Ada's iPhone"}]}
+            {"do":"wait_subscribed","timeout":20}
+            {"after":0.3,"do":"add","uid":1,"category":"social","title":"Before"}
+            {"do":"stale_sockets"}
+            {"after":0.5,"do":"disconnect"}
+            {"after":0.3,"do":"connect"}
+            {"do":"wait_subscribed","timeout":3}
+            {"after":0.3,"do":"add","uid":2,"category":"social","title":"After"}
+            {"after":0.5,"do":"end"}
+            """)
+        let events = try run.finish()
+        #expect(events.of("connected").count == 2)
+        #expect(events.titles("added") == ["Before", "After"])
+        let stderr = run.ancsd.standardError
+        #expect(stderr.contains("from a link that ended (\"Notify acquired\"); releasing it with StopNotify"), "\(stderr)")
+        #expect(!stderr.contains("cannot subscribe to ANCS"), "\(stderr)")
+    }
+
     @Test func controlPointErrors() throws {
         let run = try DaemonRun(scenario: "cp-errors")
         let events = try run.finish()

@@ -49,9 +49,11 @@ extension Daemon {
     }
 
     func enableNotifications(_ characteristic: ObjectPath, of service: ServiceLink, on link: PhoneLink, gatt: GattClient) async throws {
-        if options.preferAcquireNotify {
+        var releasedStale = false
+        acquiring: while options.preferAcquireNotify {
             do {
                 let (fd, mtu) = try await gatt.acquireNotify(characteristic)
+                acquiredBefore.insert(characteristic)
                 guard link.state == .subscribing || (link.state == .running && (service.renewing || service.starting)),
                       let raw = fd.take()
                 else { return }
@@ -68,11 +70,20 @@ extension Daemon {
                 return
             } catch is CancellationError {
                 throw CancellationError()  // the link is going away: nothing to fall back to
+            } catch let error as DBusError where Self.isNotifyAcquired(error) && !releasedStale && holdsStaleSocket(characteristic) {
+                releasedStale = true
+                logger.info("""
+                    \(link.device.address): bluetoothd still holds the notification socket of \(characteristic) \
+                    from a link that ended ("Notify acquired"); releasing it with StopNotify
+                    """)
+                try? await gatt.stopNotify(characteristic)
+                continue acquiring
             } catch let error as DBusError where Self.startNotifyCannotHelp(error) {
                 throw error
             } catch {
                 logger.debug("\(link.device.address): AcquireNotify on \(characteristic) failed (\(error)); using StartNotify")
             }
+            break
         }
         service.delivery[characteristic] = .signals  // before StartNotify: the first values may come at once
         do {
@@ -80,6 +91,25 @@ extension Daemon {
         } catch {
             service.delivery[characteristic] = nil  // nothing to stop later
             throw error
+        }
+    }
+
+    /// bluetoothd's answer to AcquireNotify and StartNotify while a socket of the characteristic
+    /// is acquired.
+    static func isNotifyAcquired(_ error: DBusError) -> Bool {
+        error.name == "org.bluez.Error.NotPermitted" && error.message == "Notify acquired"
+    }
+
+    /// Whether bluetoothd's acquired socket of `characteristic` can only be ancsd's own from a
+    /// link that ended: ancsd acquired it before and no link of its holds it now. bluetoothd
+    /// 5.82 kept such a socket registered for over a minute after a fast reconnection
+    /// (docs/system-test.md); a `StopNotify` releases it. One another program holds is left alone.
+    private func holdsStaleSocket(_ characteristic: ObjectPath) -> Bool {
+        guard acquiredBefore.contains(characteristic) else { return false }
+        return !links.values.contains { link in
+            link.services.contains { service in
+                if case .acquired = service.delivery[characteristic] { true } else { false }
+            }
         }
     }
 

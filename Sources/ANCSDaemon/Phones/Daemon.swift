@@ -37,6 +37,9 @@ public actor Daemon: LoopActor {
     /// The next pause before subscribing again to a phone whose subscription failed, by device
     /// (milliseconds); forgotten once a subscription succeeds or the phone disconnects.
     var subscribeRetryMilliseconds: [ObjectPath: Int] = [:]
+    /// Characteristics whose notification socket ancsd has acquired: one that bluetoothd still
+    /// says is acquired while no link of ancsd's holds it is ancsd's own from a link that ended.
+    var acquiredBefore: Set<ObjectPath> = []
     /// Phones whose notification socket closed while BlueZ still reported them connected. On a
     /// link loss bluetoothd closes the sockets a moment before `ServicesResolved` and then
     /// `Connected` turn false; a session started in that moment would subscribe on a link that
