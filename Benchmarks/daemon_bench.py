@@ -14,11 +14,10 @@ The burst's output is read in chunks every millisecond and parsed afterwards, so
 script costs the 2-core machine little while it measures; a line's stamp can then only be late.
 The latency's same-run baseline is the hop floor: Benchmarks/hop-floor plays the phone,
 dbus-daemon and the daemon with the same sockets and wake-ups and no other work, read by the same
-reader, half of it just before the daemon's run and half just after (the machine's own speed
-drifts over seconds: a floor taken only before once measured 0.14 ms and once 0.27 ms); no daemon
-can beat it on the machine of that moment. The daemon's latency comes from two passes at 100/s,
-300 notifications before the burst and the rest (LATENCY_COUNT, 1,000 in all) after the idle
-count, so that the burst's RSS holds what it always did.
+reader, in segments of 100 notifications at 100/s, each just before one of the daemon's (the
+daemon and the simulator idle meanwhile); no daemon can beat it on the machine of that moment.
+The daemon's 1,000 (LATENCY_COUNT) come in two passes: 300 before the burst, so that the burst's
+RSS holds what it always did, and 700 after the idle count.
 Targets (docs/performance.md), each printed with PASS or FAIL (Benchmarks/figures.py): latency
 median and p99 at most twice the hop floor's of the same run (the machine's own floor moves from
 run to run: its p99 was 1.6-2.6 ms in three runs), burst >= 2,000 notifications/s, RSS after the
@@ -44,8 +43,14 @@ BIN = sys.argv[1] if len(sys.argv) > 1 else ".build/release"
 # burst has always included) and the rest after the idle count. With 300 in all, the p99 was the
 # third-slowest notification and moved by half from run to run.
 LATENCY_COUNT = int(os.environ.get("LATENCY_COUNT", "1000"))
-LATENCY_FIRST = min(300, LATENCY_COUNT)
-LATENCY_SECOND_UID = 1001  # the second pass's UIDs: 1001, 1002, ...
+# Taken in segments of 100 (1 s), each right after a segment of the hop floor's, so that the two
+# meet the same machine: the floor's median moved from 0.18 to 0.32 ms between runs of the same
+# tree, while the daemon's stayed at 0.40-0.46 ms.
+SEGMENT = 100
+SEGMENTS_FIRST = min(3, LATENCY_COUNT // SEGMENT)
+SEGMENTS_SECOND = LATENCY_COUNT // SEGMENT - SEGMENTS_FIRST
+SECOND_UID = 1001  # the second pass's UIDs: 1001, 1002, ...
+SEGMENT_GAP = 2.0  # seconds between two of the daemon's segments: the floor's segment runs then
 BURST_COUNT = int(os.environ.get("BURST_COUNT", "1000"))
 IDLE_SECONDS = float(os.environ.get("IDLE_SECONDS", "30"))
 ACQUIRE = os.environ.get("ACQUIRE_NOTIFY", "yes") == "yes"
@@ -259,8 +264,18 @@ def read_timeline(path, uids, timeout):
 
 
 def main():
-    # Half the floor right before the daemon's latency run, half right after (below).
-    floor = hop_floor(LATENCY_COUNT // 2, 100)
+    floor, floor_ends = [], []
+
+    def floor_segment():
+        floor.extend(hop_floor(SEGMENT, 100))
+        floor_ends.append(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+
+    def segment_steps(first_uid, count, first_after):
+        return [{"after": first_after if k == 0 else SEGMENT_GAP, "do": "burst", "count": SEGMENT,
+                 "start_uid": first_uid + k * SEGMENT, "rate": 100, "app": "com.apple.MobileSMS"} for k in range(count)]
+
+    first = [uid for k in range(SEGMENTS_FIRST) for uid in range(1 + k * SEGMENT, 1 + (k + 1) * SEGMENT)]
+    second = [uid for k in range(SEGMENTS_SECOND) for uid in range(SECOND_UID + k * SEGMENT, SECOND_UID + (k + 1) * SEGMENT)]
     work = tempfile.mkdtemp(prefix="ancsd-bench-")
     with open(f"{work}/bus.conf", "w") as f:
         f.write(BUS_CONF.format(dir=work))
@@ -274,14 +289,13 @@ def main():
                 "apps": {"com.apple.MobileSMS": "Messages"}}
     steps = [
         {"do": "wait_subscribed", "timeout": 30},
-        {"after": 0.5, "do": "burst", "count": LATENCY_FIRST, "start_uid": 1, "rate": 100,
-         "app": "com.apple.MobileSMS"},
+        *segment_steps(1, SEGMENTS_FIRST, 2.5),
         {"after": 1.0, "do": "burst", "count": BURST_COUNT, "start_uid": 100000, "rate": 0,
          "app": "com.apple.MobileSMS"},
-        # Past the reader's 10 s settle and its idle count (it checks that nothing came meanwhile).
+        # Past the reader's 10 s settle, its idle count (it checks that nothing came meanwhile)
+        # and the floor's segment before the next.
         {"do": "sleep", "seconds": IDLE_SECONDS + 15},
-        {"do": "burst", "count": LATENCY_COUNT - LATENCY_FIRST, "start_uid": LATENCY_SECOND_UID, "rate": 100,
-         "app": "com.apple.MobileSMS"},
+        *segment_steps(SECOND_UID, SEGMENTS_SECOND, 0),
         {"do": "sleep", "seconds": 60},
         {"do": "end"},
     ]
@@ -300,8 +314,17 @@ def main():
                               "--timeline", timeline], stderr=subprocess.DEVNULL)
     try:
         added = lambda e: e.get("type") == "added"
-        if not lines.wait_for(lambda e: added(e) and e["uid"] == LATENCY_FIRST, 60):
-            sys.exit("bench: the latency run did not finish")
+
+        def segments(uids):
+            for k in range(0, len(uids), SEGMENT):
+                floor_segment()
+                last = uids[k + SEGMENT - 1]
+                if not lines.wait_for(lambda e: added(e) and e["uid"] == last, 30):
+                    sys.exit("bench: a latency segment did not finish")
+
+        if not lines.wait_for(lambda e: e.get("type") == "connected", 60):
+            sys.exit("bench: ancsd did not connect")
+        segments(first)
         # The burst starts 1 s after the last latency notification; a reader asleep until just
         # before it costs nothing meanwhile (anything early waits in the pipe, stamped late).
         time.sleep(0.8)
@@ -312,7 +335,7 @@ def main():
             sys.exit("bench: the burst did not finish")
         cpu_burst = {name: (cpu_ns(pid) - cpu_before[name]) / BURST_COUNT / 1000 for name, pid in players.items()}
         burst_uids = range(100000, 100000 + BURST_COUNT)
-        sent = read_timeline(timeline, set(range(1, LATENCY_FIRST + 1)) | set(burst_uids), 10)
+        sent = read_timeline(timeline, set(first) | set(burst_uids), 10)
         arrived = {e["uid"]: t for t, e in lines.lines if added(e)}
         burst_seconds = (max(arrived[u] for u in burst_uids) - min(sent[u] for u in burst_uids)) / 1e9
         rss = rss_kb(ancsd.pid)
@@ -323,15 +346,15 @@ def main():
         before = context_switches(ancsd.pid)
         time.sleep(IDLE_SECONDS)
         after = context_switches(ancsd.pid)
-        # The latency's second pass, then the floor's second half.
-        second = range(LATENCY_SECOND_UID, LATENCY_SECOND_UID + LATENCY_COUNT - LATENCY_FIRST)
-        if second and not lines.wait_for(lambda e: added(e) and e["uid"] == second[-1], len(second) / 100 + 30):
-            sys.exit("bench: the latency's second pass did not finish")
-        sent = read_timeline(timeline, set(range(1, LATENCY_FIRST + 1)) | set(second), 10)
+        segments(second)
+        sent = read_timeline(timeline, set(first) | set(second), 10)
         arrived = {e["uid"]: t for t, e in lines.lines if added(e)}
-        latencies = sorted((arrived[uid] - sent[uid]) / 1e6 for uid in [*range(1, LATENCY_FIRST + 1), *second]
-                           if uid in arrived and uid in sent)
-        floor = sorted(floor + hop_floor(LATENCY_COUNT - LATENCY_COUNT // 2, 100))
+        latencies = sorted((arrived[uid] - sent[uid]) / 1e6 for uid in first + second if uid in arrived and uid in sent)
+        # Each floor segment ended before the daemon's next one began: neither disturbed the other.
+        for end, uid in zip(floor_ends, (first + second)[::SEGMENT]):
+            if end >= sent[uid]:
+                sys.exit(f"bench: the hop floor's segment ran into the daemon's from UID {uid}")
+        floor.sort()
         mode = "AcquireNotify" if ACQUIRE else "StartNotify"
         p99 = p99_of(latencies)
         median = statistics.median(latencies)
@@ -339,7 +362,7 @@ def main():
         rate = BURST_COUNT / burst_seconds
         print(f"ancsd end to end ({mode}, simulator answering instantly, release build)")
         print(f"  hop floor: the same 5 processes, sockets and wake-ups doing nothing else (Benchmarks/hop-floor),"
-              f" half just before and half just after: median {floor_median:.3f} ms, p99 {floor_p99:.3f} ms, max {floor[-1]:.3f} ms")
+              f" in segments just before the daemon's: median {floor_median:.3f} ms, p99 {floor_p99:.3f} ms, max {floor[-1]:.3f} ms")
         report(f"latency at 100/s, median over {len(latencies)}", f"{median / floor_median:.2f}x the hop floor's",
                "<= 2x", median <= 2 * floor_median, f"{median:.3f} ms, floor {floor_median:.3f} ms")
         report("latency at 100/s, p99", f"{p99 / floor_p99:.2f}x the hop floor's", "<= 2x", p99 <= 2 * floor_p99,
