@@ -191,7 +191,8 @@ public enum ScenarioAction: Hashable, Sendable {
     /// fast reconnection, docs/system-test.md).
     case staleSockets
     /// Every misbehaviour switched on for the phone is off again: injected errors, requests
-    /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing.
+    /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing, refused
+    /// subscriptions, a pending `staleSockets`.
     case heal
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)

@@ -118,11 +118,10 @@ extension Daemon {
     /// acquired (StartNotify refuses "Notify acquired" too). The session is retried instead.
     static func startNotifyCannotHelp(_ error: DBusError) -> Bool {
         switch (error.name, error.message) {
-        case ("org.bluez.Error.Failed", "Not connected"), ("org.bluez.Error.NotConnected", _),
-             ("org.bluez.Error.NotPermitted", "Notify acquired"):
+        case ("org.bluez.Error.Failed", "Not connected"), ("org.bluez.Error.NotConnected", _):
             true
         default:
-            false
+            isNotifyAcquired(error)
         }
     }
 
