@@ -6,9 +6,11 @@ SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
-# The desktop companion's test runs a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool;
-# its MPRIS players are checked with playerctl.
-DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl
+# The desktop companion's tests run a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool,
+# and GNOME Shell headless (gnome-shell, and gjs for its notification helper; docs/desktop.md); its MPRIS
+# players are checked with playerctl.
+DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl \
+	gnome-shell gjs
 # The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
@@ -75,8 +77,9 @@ release: deps
 release-static: deps
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib $(LAYOUT) --product ancsd
 
-## install: the binary, the systemd unit and sysusers entry, the user unit of "ancsd desktop",
-## the configuration (kept if it exists), the man page and bash completion. PREFIX and DESTDIR
+## install: the binary, the systemd unit and sysusers entry, the user unit of "ancsd desktop" and
+## its desktop entry (ancsd.desktop: the name desktops file its notifications under), the
+## configuration (kept if it exists), the man page and bash completion. PREFIX and DESTDIR
 ## are respected.
 install: release-static
 	install -Dm755 -s $(LAYOUT_BIN)/ancsd $(DESTDIR)$(BINDIR)/ancsd
@@ -85,6 +88,7 @@ install: release-static
 	chmod 644 $(DESTDIR)$(UNITDIR)/ancsd.service
 	install -Dm644 systemd/ancsd.sysusers $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf
 	sed 's|@BINDIR@|$(BINDIR)|g' systemd/ancsd-desktop.service | install -Dm644 /dev/stdin $(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service
+	install -Dm644 desktop/ancsd.desktop $(DESTDIR)$(PREFIX)/share/applications/ancsd.desktop
 	test -e $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf || install -Dm644 systemd/ancsd.conf $(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf
 	install -Dm644 docs/ancsd.8 $(DESTDIR)$(MANDIR)/man8/ancsd.8
 	install -Dm644 completions/ancsd.bash $(DESTDIR)$(BASHCOMPDIR)/ancsd
@@ -107,7 +111,7 @@ check-deb: deb
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ancsd $(DESTDIR)$(UNITDIR)/ancsd.service $(DESTDIR)$(SYSUSERSDIR)/ancsd.conf \
-		$(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service \
+		$(DESTDIR)$(PREFIX)/lib/systemd/user/ancsd-desktop.service $(DESTDIR)$(PREFIX)/share/applications/ancsd.desktop \
 		$(DESTDIR)$(SYSCONFDIR)/ancsd/ancsd.conf $(DESTDIR)$(MANDIR)/man8/ancsd.8 $(DESTDIR)$(BASHCOMPDIR)/ancsd
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/ancsd 2>/dev/null
 
@@ -121,8 +125,8 @@ demo:
 	@scripts/demo
 
 ## test: installs the test dependencies, builds everything with warnings as errors, runs every test
-## (ancsd desktop on a real dunst under Xvfb among them: its screenshot lands in
-## .build/artifacts/desktop-dunst.png).
+## (ancsd desktop on a real dunst under Xvfb and on GNOME Shell headless among them: their
+## screenshots land in .build/artifacts/desktop-dunst.png and desktop-gnome-VERSION[-banner].png).
 ## unit: the tests that need nothing installed beyond the Swift toolchain and the -dev packages,
 ## in parallel (a warm run takes well under 3 minutes). Under ANCSD_UNIT=1 a test that starts an
 ## installed program (dbus-daemon, mosquitto, btmon, ...) fails and names it: its suite goes in

@@ -106,7 +106,7 @@ let package = Package(
             name: "CaptureTools",
             dependencies: ["ANCS", "ANCSCapture", "ANCSDaemon", "ANCSRuntime", "ANCSSession", "Btsnoop", "CBluetooth", "JSON", "SystemCalls"],
             swiftSettings: strict),
-        .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON"], swiftSettings: strict),
+        .target(name: "ANCSDesktop", dependencies: ["ANCSControl", "ANCSRuntime", "DBus", "EventLoop", "JSON", "SystemCalls"], swiftSettings: strict),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",
@@ -176,6 +176,7 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(
             name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop", "ANCSDaemon"],
+            exclude: ["Fixtures"],
             swiftSettings: strict),
         .testTarget(name: "LayersTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
     ]

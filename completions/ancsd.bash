@@ -39,7 +39,7 @@ _ancsd() {
         media) COMPREPLY=($(compgen -W "play pause toggle next previous volume-up volume-down repeat shuffle skip-forward skip-backward like dislike bookmark --json --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;
         doctor) COMPREPLY=($(compgen -W "--control --fifo --bus --help" -- "$cur")) ;;
-        desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --no-mpris --log-level --help" -- "$cur")) ;;
+        desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --no-mpris --state-dir --log-level --help" -- "$cur")) ;;
     esac
 }
 complete -F _ancsd ancsd

@@ -44,15 +44,18 @@ public actor DesktopCompanion {
         public var replaySettle: Duration
         /// Whether each phone's player is an MPRIS player on the bus (`--no-mpris`: not).
         public var mpris: Bool
+        /// The file of what was popped up (`ShownRecord`), kept across restarts; nil: in memory.
+        public var shownRecord: String?
 
         public init(
             controlPath: String = DesktopCompanion.defaultControlPath, bus: BusAddress = .session,
-            replaySettle: Duration = DesktopCompanion.defaultReplaySettle, mpris: Bool = true
+            replaySettle: Duration = DesktopCompanion.defaultReplaySettle, mpris: Bool = true, shownRecord: String? = nil
         ) {
             self.controlPath = controlPath
             self.bus = bus
             self.replaySettle = replaySettle
             self.mpris = mpris
+            self.shownRecord = shownRecord
         }
     }
 
@@ -65,8 +68,8 @@ public actor DesktopCompanion {
     static let longestRetry: Duration = .seconds(10)
     /// The `disconnected` reason the daemon gives for every phone when it stops.
     static let daemonStopped = "ancsd stopped"
-    /// How many shown notifications the companion remembers, to pop none of them up again.
-    static let recordCapacity = 4096
+    /// The name of the file of what was popped up, in the state directory (`--state-dir`).
+    public static let shownRecordName = "desktop-shown"
 
     static let server: BusName = "org.freedesktop.Notifications"
     static let serverPath: ObjectPath = "/org/freedesktop/Notifications"
@@ -105,6 +108,9 @@ public actor DesktopCompanion {
             body = notification.content.body
             date = notification.date
         }
+
+        /// The same in every run of the companion (`ShownRecord`).
+        var stableHash: UInt64 { ShownRecord.fingerprint([device, appName, summary, body, date]) }
     }
 
     enum Request {
@@ -128,13 +134,12 @@ public actor DesktopCompanion {
     private var popups: [UInt32: Popup] = [:]
     /// Phone notification (of the current session) → the ID of its popup.
     private var popupOf: [Key: UInt32] = [:]
-    /// What was popped up (hashes, oldest first, at most `recordCapacity`).
-    private var record: Set<Int> = []
-    private var recordOrder: [Int] = []
+    /// What was popped up, kept across restarts.
+    private let record: ShownRecord
     private var sweepTimer: LoopTimer?
     var pending: [Int: Request] = [:]
-    /// Whether the server takes body markup (`GetCapabilities`), once known.
-    private var markup: Bool?
+    /// What the notification server does with markup and app names, once known.
+    private var server: ServerTraits?
     private var serverFailing = false
     /// The phones' MPRIS players, by device.
     var players: [String: MPRISPlayer] = [:]
@@ -151,6 +156,8 @@ public actor DesktopCompanion {
         self.options = options
         self.logger = logger
         self.executor = executor
+        record = ShownRecord(path: options.shownRecord)
+        if let failure = record.failure { logger.warning("\(failure); what was shown is remembered only while running") }
     }
 
     /// Runs until cancelled (then closes the notifications it shows) or until the bus goes away.
@@ -427,7 +434,7 @@ public actor DesktopCompanion {
             logger.debug("\(why) \(key.device) #\(key.uid): seen before, not shown again")
             return
         }
-        if why == "listed" || notification.preExisting, record.contains(Fingerprint(notification).hashValue) {
+        if why == "listed" || notification.preExisting, record.contains(Fingerprint(notification).stableHash) {
             // This companion showed it already; the user saw it, or dismissed it.
             logger.debug("\(why) \(key.device) #\(key.uid): shown before by this companion, not shown again")
             return
@@ -472,23 +479,22 @@ public actor DesktopCompanion {
     }
 
     private func remember(_ notification: DesktopNotification) {
-        let hash = Fingerprint(notification).hashValue
-        guard record.insert(hash).inserted else { return }
-        recordOrder.append(hash)
-        if recordOrder.count > Self.recordCapacity {
-            record.remove(recordOrder.removeFirst())
+        let failed = record.failure != nil
+        record.insert(Fingerprint(notification).stableHash)
+        if !failed, let failure = record.failure {
+            logger.warning("\(failure); what was shown is remembered only while running")
         }
     }
 
     /// `Notify`; the server's ID, or nil (logged) if it failed.
     private func notify(_ notification: DesktopNotification, replacing: UInt32) async -> UInt32? {
         guard let bus, !Task.isCancelled else { return nil }
-        let markup = await serverTakesMarkup(bus)
+        let server = await serverTraits(bus)
         do {
             let reply = try await bus.call(
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface, member: "Notify",
-                arguments: notification.notifyArguments(replacesID: replacing, markup: markup), expecting: "u",
-                timeout: Self.callTimeout)
+                arguments: notification.notifyArguments(replacesID: replacing, markup: server.markup, appInSummary: server.showsEntryName),
+                expecting: "u", timeout: Self.callTimeout)
             if serverFailing {
                 logger.info("the notification server answers again")
                 serverFailing = false
@@ -499,25 +505,44 @@ public actor DesktopCompanion {
                 logger.warning("cannot show a notification: \(error)")
                 serverFailing = true
             }
-            self.markup = nil  // the server may be another one next time
+            self.server = nil  // the server may be another one next time
             return nil
         }
     }
 
-    /// Whether the server renders body markup; escaping is the safe guess while unknown.
-    private func serverTakesMarkup(_ bus: DBusConnection) async -> Bool {
-        if let markup { return markup }
+    /// What the notification server does with what it is sent (asked once per server).
+    struct ServerTraits {
+        /// It renders body markup (`GetCapabilities` says `body-markup`): the body is escaped.
+        var markup: Bool
+        /// It shows the name of the desktop entry the `desktop-entry` hint names in place of the
+        /// app name, or no app name at all (GNOME Shell 43 and 48, KDE Plasma: docs/desktop.md):
+        /// the phone app's name then leads the summary.
+        var showsEntryName: Bool
+
+        /// The names `GetServerInformation` gives for such servers.
+        static let entryNamingServers: Set<String> = ["gnome-shell", "Plasma"]
+    }
+
+    /// The server's traits; escaping and no app name in the summary are the safe guess while
+    /// unknown.
+    private func serverTraits(_ bus: DBusConnection) async -> ServerTraits {
+        if let server { return server }
         do {
             let capabilities = try await bus.call(
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface,
                 member: "GetCapabilities", expecting: "as", timeout: Self.callTimeout
             ).first?.stringArray ?? []
-            let takesMarkup = capabilities.contains("body-markup")
-            markup = takesMarkup
-            logger.debug("notification server capabilities: \(capabilities.joined(separator: ", "))")
-            return takesMarkup
+            let information = try await bus.call(
+                destination: Self.server, path: Self.serverPath, interface: Self.serverInterface,
+                member: "GetServerInformation", expecting: "ssss", timeout: Self.callTimeout)
+            let name = information.first?.stringValue ?? ""
+            let traits = ServerTraits(
+                markup: capabilities.contains("body-markup"), showsEntryName: ServerTraits.entryNamingServers.contains(name))
+            server = traits
+            logger.debug("notification server \(name) \(information.dropFirst(2).first?.stringValue ?? ""), capabilities: \(capabilities.joined(separator: ", "))")
+            return traits
         } catch {
-            return true
+            return ServerTraits(markup: true, showsEntryName: false)
         }
     }
 

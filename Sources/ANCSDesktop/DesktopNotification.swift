@@ -35,6 +35,12 @@ public struct DesktopNotification: Sendable, Equatable {
         /// The phone marked it silent, or replayed it on connecting (`pre_existing`).
         public var quiet: Bool
 
+        /// The summary after the phone app's name (`Messages · Ada`), for servers that show
+        /// another name in place of the app's; the app name alone when that is the summary.
+        public var summaryWithApp: String {
+            summary == appName ? summary : appName + " · " + summary
+        }
+
         /// Equal when they look the same: `quiet` only says whether showing it makes a sound.
         public static func == (a: Content, b: Content) -> Bool {
             a.appName == b.appName && a.summary == b.summary && a.body == b.body && a.urgency == b.urgency
@@ -117,13 +123,20 @@ public struct DesktopNotification: Sendable, Equatable {
         return [Self.defaultAction, "Close"] + content.actions.flatMap { [$0.key, $0.label] }
     }
 
+    /// The name of the desktop entry ancsd installs (`ancsd.desktop`), given as every
+    /// notification's `desktop-entry` hint and the MPRIS players' `DesktopEntry`: GNOME Shell
+    /// and KDE Plasma file the notifications under it, so a user can silence them in one place.
+    public static let desktopEntry = "ancsd"
+
     /// The arguments of `Notify(susssasa{sv}i)`: `replacesID` 0 for a new notification;
     /// `markup`: the server interprets the body as markup (its capabilities say
-    /// `body-markup`), so the body is escaped (`escapeMarkup`).
-    public func notifyArguments(replacesID: UInt32, markup: Bool) -> [DBusValue] {
+    /// `body-markup`), so the body is escaped (`escapeMarkup`); `appInSummary`: the server
+    /// shows the desktop entry's name where the app name would be (GNOME Shell, KDE Plasma), so
+    /// the phone app's name leads the summary (`Messages · Ada`).
+    public func notifyArguments(replacesID: UInt32, markup: Bool, appInSummary: Bool = false) -> [DBusValue] {
         var hints: [String: DBusValue] = [
             "urgency": .byte(content.urgency),
-            "desktop-entry": .string("ancsd"),
+            "desktop-entry": .string(Self.desktopEntry),
             "x-ancsd-device": .string(device),
             "x-ancsd-uid": .uint32(uid),
         ]
@@ -133,7 +146,7 @@ public struct DesktopNotification: Sendable, Equatable {
             .string(content.appName),
             .uint32(replacesID),
             .string(content.icon),
-            .string(content.summary),
+            .string(appInSummary ? content.summaryWithApp : content.summary),
             .string(markup ? Self.escapeMarkup(content.body) : content.body),
             .stringArray(serverActions),
             .variantDictionary(hints),

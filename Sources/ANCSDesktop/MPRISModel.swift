@@ -86,10 +86,12 @@ public struct MPRISModel: Sendable, Equatable {
         return "iPhone (\(name))"
     }
 
-    /// The root interface's properties. No `DesktopEntry`: ancsd installs no desktop file.
+    /// The root interface's properties. `DesktopEntry` names the desktop entry ancsd installs
+    /// (`ancsd.desktop`), whose name and icon the desktops' media controls show.
     public var rootProperties: [(name: String, value: DBusValue)] {
         [
             ("CanQuit", .bool(false)), ("CanRaise", .bool(false)), ("HasTrackList", .bool(false)),
+            ("DesktopEntry", .string(DesktopNotification.desktopEntry)),
             ("Identity", .string(identity)), ("SupportedUriSchemes", .stringArray([])), ("SupportedMimeTypes", .stringArray([])),
         ]
     }

@@ -18,8 +18,13 @@ enum DesktopCommand {
     the notification's buttons, and a click on one is sent back to the phone; a click on the
     notification itself only closes it. Identical notifications share one. Follows the daemon
     as it restarts and the phones as they reconnect, keeping what it shows (nothing pops up
-    twice, nothing the user dismissed comes back); stops cleanly (closing what it shows) on
-    SIGTERM or SIGINT.
+    twice, nothing the user dismissed comes back, also after the companion's own restart: it
+    remembers what it showed, as fingerprints without content, in --state-dir); stops cleanly
+    (closing what it shows) on SIGTERM or SIGINT.
+
+    GNOME Shell and KDE Plasma file the notifications under the desktop entry ancsd.desktop
+    ("iPhone"), where a user can silence them; as they show that name in place of the app's,
+    the phone app's name leads each title there ("Messages · Ada").
 
     Each phone whose player ancsd follows (Apple Media Service) is also a media player on the
     session bus (MPRIS: org.mpris.MediaPlayer2.ancsd_<address>), which the desktop's media
@@ -37,6 +42,9 @@ enum DesktopCommand {
                            after the daemon or a phone comes back, how long its replay may take
                            before notifications it no longer has are closed (default 10)
       --no-mpris           put no MPRIS media player on the bus for the phones' players
+      --state-dir DIR      where to remember what was shown, in the file desktop-shown
+                           (default $XDG_STATE_HOME/ancsd, else ~/.local/state/ancsd; "": in
+                           memory only, forgotten when the companion stops)
       --log-level LEVEL    debug, info (default), warning or error; notification content and
                            track titles are logged only at debug
       -h, --help           show this help
@@ -49,6 +57,7 @@ enum DesktopCommand {
     static func parse(_ arguments: [String]) throws(UsageError) -> (DesktopCompanion.Options, LogLevel)? {
         var options = DesktopCompanion.Options()
         var level = LogLevel.info
+        var stateDirectory = defaultStateDirectory()
         var scanner = ArgumentScanner(arguments)
         while let argument = scanner.next() {
             switch argument {
@@ -70,6 +79,8 @@ enum DesktopCommand {
             case .option("--no-mpris", let inline):
                 guard inline == nil else { throw UsageError("--no-mpris takes no value") }
                 options.mpris = false
+            case .option("--state-dir", let inline):
+                stateDirectory = try scanner.value(of: "--state-dir", inline: inline)
             case .option("--log-level", let inline):
                 let name = try scanner.value(of: "--log-level", inline: inline)
                 guard let parsed = LogLevel(name: name) else {
@@ -82,7 +93,26 @@ enum DesktopCommand {
                 throw UsageError("desktop takes no arguments, got '\(value)'")
             }
         }
+        if let stateDirectory, !stateDirectory.isEmpty {
+            options.shownRecord = stateDirectory + "/" + DesktopCompanion.shownRecordName
+        }
         return (options, level)
+    }
+
+    /// `$XDG_STATE_HOME/ancsd`, else `$HOME/.local/state/ancsd`; nil when neither is set.
+    static func defaultStateDirectory() -> String? {
+        if let state = getenv("XDG_STATE_HOME").map({ String(cString: $0) }), state.hasPrefix("/") { return state + "/ancsd" }
+        if let home = getenv("HOME").map({ String(cString: $0) }), home.hasPrefix("/") { return home + "/.local/state/ancsd" }
+        return nil
+    }
+
+    /// Makes the directory of `file` and those above it (0700: what was shown is the user's).
+    static func makeDirectory(of file: String) {
+        var path = ""
+        for component in file.split(separator: "/").dropLast() {
+            path += "/" + component
+            mkdir(path, 0o700)
+        }
     }
 
     /// Runs `ancsd desktop` until SIGTERM/SIGINT (exit 0) or until the bus fails (exit 1).
@@ -99,6 +129,7 @@ enum DesktopCommand {
             return usageFailure(error, command: "desktop")
         }
         signal(SIGPIPE, SIG_IGN)
+        if let file = options.shownRecord { makeDirectory(of: file) }
         let logger = Logger(threshold: level)
         let companion = DesktopCompanion(options: options, logger: logger, executor: executor)
         let task = Task(executorPreference: executor) { try await companion.run() }

@@ -41,7 +41,7 @@ struct MPRISModelTests {
         #expect(model.identity == "iPhone (Ada's iPhone)")
         let root = Dictionary(uniqueKeysWithValues: model.rootProperties.map { ($0.name, $0.value) })
         #expect(root["CanQuit"] == .bool(false) && root["CanRaise"] == .bool(false) && root["HasTrackList"] == .bool(false))
-        #expect(root["SupportedUriSchemes"] == .stringArray([]) && root["DesktopEntry"] == nil)
+        #expect(root["SupportedUriSchemes"] == .stringArray([]) && root["DesktopEntry"] == .string("ancsd"))
         #expect(MPRISModel(media: Self.media(), at: Self.start).identity == "iPhone (AA:BB:CC:DD:EE:FF)", "the address until the name is known")
     }
 

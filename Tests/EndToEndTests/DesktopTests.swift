@@ -176,7 +176,7 @@ extension DaemonTests {
         // The companion starts first: no daemon yet, so it retries.
         let desktop = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug"])
+            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug", "--state-dir", session.directory])
         defer { _ = try? desktop.stop(timeout: .seconds(5)) }
         try desktop.waitForStandardError(containing: "cannot connect to ancsd at \(control)")
 
@@ -337,7 +337,7 @@ extension DaemonTests {
         try daemon.waitForStandardError(containing: "bluetoothd is not running")
         let desktop = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug"] + desktopArguments)
+            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug", "--state-dir", session.directory] + desktopArguments)
         try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
         let phone = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", path])

@@ -46,7 +46,7 @@ extension DaemonTests {
         try daemon.waitForStandardError(containing: "bluetoothd is not running")
         let companion = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", desktop.bus.address, "--log-level", "debug"])
+            ["desktop", "--control", control, "--bus", desktop.bus.address, "--log-level", "debug", "--state-dir", system.directory])
         defer { _ = try? companion.stop(timeout: .seconds(5)) }
         try companion.waitForStandardError(containing: "connected to ancsd at \(control)")
         let sim = try ChildProcess(

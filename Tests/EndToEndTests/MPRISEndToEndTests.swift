@@ -34,7 +34,7 @@ extension DaemonTests {
         try daemon.waitForStandardError(containing: "bluetoothd is not running")
         let desktop = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug"])
+            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug", "--state-dir", session.directory])
         defer { _ = try? desktop.stop(timeout: .seconds(5)) }
         try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
         let phone = try ChildProcess(

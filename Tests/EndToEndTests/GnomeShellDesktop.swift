@@ -1,0 +1,199 @@
+import Foundation
+import JSON
+import TestSupport
+
+/// A real GNOME Shell for `ancsd desktop`: the shell headless (`--headless --wayland`, a virtual
+/// monitor drawn by llvmpipe) on a private session bus and a private system bus, in a mount
+/// namespace of its own with a tmpfs over /run/systemd (so it does not look for a systemd user
+/// session), with a private HOME and XDG directories. The session bus can activate only the
+/// shell's notification helper (`org.gnome.Shell.Notifications`, the gjs program that owns
+/// `org.freedesktop.Notifications`) and dconf, as on a desktop.
+///
+/// The shell runs with `--unsafe-mode`, so `org.gnome.Shell.Eval` reads its banner, message list
+/// and media controls and presses their buttons through a probe of the version's own objects
+/// (`Fixtures/gnome-shell-<version>.js`: one interface, written for 43 and for 48).
+final class GnomeShellDesktop {
+    /// A notification as the shell shows it: the banner, or an entry of the message list.
+    struct Shown: Equatable, Decodable {
+        var title: String?
+        /// The text as drawn: markup already read.
+        var body: String?
+        var buttons: [String]
+        var urgency: Int?
+        /// The notification's source: what GNOME names the application.
+        var source: String?
+    }
+
+    /// A player in the shell's media controls.
+    struct Player: Equatable, Decodable {
+        var title: String?
+        var artist: String?
+    }
+
+    struct State: Decodable {
+        var banner: Shown?
+        /// The titles of the notifications waiting for the banner, in order.
+        var queue: [String]
+        var list: [Shown]
+        var media: [Player]
+    }
+
+    /// The shell's major version (43 on Debian 12, 48 on Debian 13).
+    let version: Int
+    let bus: PrivateBus
+    private let system: PrivateBus
+    private let directory: String
+    private let probe: String
+    private var shell: ChildProcess?
+    private let environment: [String: String]
+
+    /// The desktop entry the shell finds for `desktop-entry` hints and MPRIS `DesktopEntry`s,
+    /// as `make install` puts it.
+    static let desktopEntry = repositoryRoot.appendingPathComponent("desktop/ancsd.desktop").path
+
+    init() throws {
+        try UnitRun.needs("gnome-shell")
+        let reported = try runTool("/usr/bin/gnome-shell", ["--version"]).text
+        guard let major = reported.split(separator: " ").last?.split(separator: ".").first.flatMap({ Int($0) }) else {
+            throw TestFailure("gnome-shell --version said '\(reported)'")
+        }
+        version = major
+        let probeFile = repositoryRoot.appendingPathComponent("Tests/EndToEndTests/Fixtures/gnome-shell-\(major >= 45 ? 48 : 43).js")
+        probe = try String(contentsOf: probeFile, encoding: .utf8)
+        // The directory for the session bus's service files comes first: the bus reads it.
+        var template = Array((NSTemporaryDirectory() + "ancsd-gnome-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
+        directory = String(cString: made)
+        let files = FileManager.default
+        for sub in ["services", "home", "runtime", "config", "cache", "data/applications"] {
+            try files.createDirectory(atPath: directory + "/" + sub, withIntermediateDirectories: true)
+        }
+        try files.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory + "/runtime")
+        for service in ["org.gnome.Shell.Notifications", "ca.desrt.dconf"] {
+            try files.copyItem(atPath: "/usr/share/dbus-1/services/\(service).service", toPath: directory + "/services/\(service).service")
+        }
+        try files.copyItem(atPath: Self.desktopEntry, toPath: directory + "/data/applications/ancsd.desktop")
+        bus = try PrivateBus(serviceDirectory: directory + "/services")
+        system = try PrivateBus()
+        environment = [
+            // ancsd on the PATH, as where it is installed: GLib takes a desktop entry whose
+            // program is not found for no entry at all.
+            "PATH": builtProductsDirectory.path + ":/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8",
+            "HOME": directory + "/home", "XDG_RUNTIME_DIR": directory + "/runtime", "XDG_CONFIG_HOME": directory + "/config",
+            "XDG_CACHE_HOME": directory + "/cache", "XDG_DATA_HOME": directory + "/data",
+            "DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system.address,
+            "LIBGL_ALWAYS_SOFTWARE": "1", "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
+        ]
+        // gnome-shell 43 segfaults when stopped (exit 139); its exit status is never a result.
+        shell = try ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/unshare"),
+            ["--mount", "/bin/sh", "-c",
+             "mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd && exec nice gnome-shell --headless --wayland --no-x11 --unsafe-mode --virtual-monitor 1280x800"],
+            environment: environment)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while (try? eval("Main.layoutManager._startingUp === false")) != .bool(true) || !ownsNotifications {
+            guard ContinuousClock.now < deadline, shell?.isRunning == true else {
+                throw TestFailure("GNOME Shell \(version) did not start:\n\(shell?.standardError.suffix(4000) ?? "")")
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        // The shell's own startup notices ("Screen Lock disabled") would hold the one banner.
+        try call("clear()")
+    }
+
+    /// Whether the shell's notification helper owns `org.freedesktop.Notifications` yet.
+    private var ownsNotifications: Bool {
+        let reply = try? runTool(
+            "/usr/bin/busctl", ["--address=\(bus.address)", "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                "org.freedesktop.DBus", "NameHasOwner", "s", "org.freedesktop.Notifications"])
+        return reply?.text.contains("[true]") == true
+    }
+
+    /// `org.gnome.Shell.Eval` of `code`; the value it gave, or a failure with the shell's error.
+    func eval(_ code: String) throws -> JSONValue {
+        let text = try evalText(code)
+        return text.isEmpty ? .null : try JSONValue(parsing: Array(text.utf8))
+    }
+
+    /// `org.gnome.Shell.Eval` of `code`; the JSON text of the value it gave.
+    private func evalText(_ code: String) throws -> String {
+        let reply = try runTool(
+            "/usr/bin/busctl", ["--address=\(bus.address)", "--json=short", "call", "org.gnome.Shell", "/org/gnome/Shell",
+                                "org.gnome.Shell", "Eval", "s", code], environment: environment)
+        guard reply.status == 0, let data = try JSONValue(parsing: Array(reply.text.utf8))["data"]?.arrayValue, data.count == 2,
+              let ok = data[0].boolValue, let text = data[1].stringValue
+        else { throw TestFailure("Eval failed: \(reply.text)") }
+        guard ok else { throw TestFailure("GNOME Shell \(version): \(text)") }
+        return text
+    }
+
+    /// Calls one operation of the probe (`state()`, `clickButton("Reply")`, ...).
+    @discardableResult
+    func call(_ operation: String) throws -> JSONValue {
+        try eval(probeCall(operation))
+    }
+
+    private func probeCall(_ operation: String) -> String { "const probe = \(probe); probe.\(operation)" }
+
+    /// What the shell shows now.
+    func state() throws -> State {
+        let text = try evalText(probeCall("state()"))
+        return try JSONDecoder().decode(State.self, from: Data(text.utf8))
+    }
+
+    /// A JavaScript string literal of `text`.
+    static func literal(_ text: String) -> String { JSONValue.string(text).serialized }
+
+    func clickButton(_ label: String) throws { try call("clickButton(\(Self.literal(label)))") }
+    func clickBanner() throws { try call("clickBanner()") }
+    func closeBanner() throws { try call("closeBanner()") }
+    /// Runs the tray's state machine, as the user's next move does: the next queued banner shows.
+    func nudge() throws { try call("nudge()") }
+    func mediaPlayPause() throws { try call("mediaPlayPause()") }
+    func mediaNext() throws { try call("mediaNext()") }
+
+    /// A screenshot of the whole screen as PNG at `path`; `openingList`: with the message list
+    /// and media controls open (which marks every notification seen: none shows as a banner
+    /// afterwards).
+    func screenshot(to path: String, openingList: Bool = false) throws {
+        if openingList {
+            try call("openList()")
+            Thread.sleep(forTimeInterval: 1)  // the drop-down's animation
+        }
+        defer { if openingList { _ = try? call("closeList()") } }
+        let reply = try runTool(
+            "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.gnome.Shell.Screenshot", "/org/gnome/Shell/Screenshot",
+                                "org.gnome.Shell.Screenshot", "Screenshot", "bbs", "false", "false", path], environment: environment)
+        guard reply.status == 0, reply.text.contains("true") else { throw TestFailure("Screenshot failed: \(reply.text)") }
+    }
+
+    /// Waits until `predicate` gives a value; fails after `timeout` with what the shell showed.
+    @discardableResult
+    func wait<T>(_ what: String, timeout: Duration = .seconds(30), _ predicate: (State) throws -> T?) throws -> T {
+        let deadline = ContinuousClock.now + timeout
+        var last: State?
+        while ContinuousClock.now < deadline {
+            let state = try state()
+            last = state
+            if let value = try predicate(state) { return value }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        throw TestFailure("""
+            GNOME Shell \(version) never showed \(what); banner: \(String(describing: last?.banner))
+            queue: \(last?.queue ?? [])
+            list: \(last?.list ?? [])
+            media: \(last?.media ?? [])
+            """)
+    }
+
+    func stop() {
+        shell?.signal(SIGKILL)
+        _ = try? shell?.wait(timeout: .seconds(10))
+        shell = nil
+        bus.stop()
+        system.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    deinit { stop() }
+}
