@@ -7,10 +7,11 @@ SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
 # The desktop companion's tests run a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool,
-# and GNOME Shell headless (gnome-shell, and gjs for its notification helper; docs/desktop.md); its MPRIS
-# players are checked with playerctl.
+# GNOME Shell headless (gnome-shell, and gjs for its notification helper) and KDE Plasma's plasmashell under
+# Xvfb (plasma-desktop holds the shell package it loads; docs/desktop.md); its MPRIS players are checked
+# with playerctl.
 DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl \
-	gnome-shell gjs
+	gnome-shell gjs plasma-workspace plasma-desktop
 # The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount

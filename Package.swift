@@ -48,7 +48,7 @@ import PackageDescription
 /// - `ANCSDaemon` [AMS, ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, CLinux, CSpawn, ControlProtocol,
 ///   DBus, EventLoop, GattSession, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
 /// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
-/// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON]: `ancsd desktop`.
+/// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON, SystemCalls]: `ancsd desktop`.
 /// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator, SystemCalls]: an iPhone on a real bluetoothd.
 ///
 /// Layer 5: tools over captures

@@ -487,19 +487,29 @@ public actor DesktopCompanion {
     }
 
     /// `Notify`; the server's ID, or nil (logged) if it failed.
-    private func notify(_ notification: DesktopNotification, replacing: UInt32) async -> UInt32? {
+    private func notify(_ notification: DesktopNotification, replacing: UInt32, again: Bool = false) async -> UInt32? {
         guard let bus, !Task.isCancelled else { return nil }
         let server = await serverTraits(bus)
         do {
             let reply = try await bus.call(
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface, member: "Notify",
-                arguments: notification.notifyArguments(replacesID: replacing, markup: server.markup, appInSummary: server.showsEntryName),
+                arguments: notification.notifyArguments(
+                    replacesID: replacing, markup: server.markup, appName: server.appName,
+                    origin: server.showsOrigin ? phoneNames[notification.device] : nil),
                 expecting: "u", timeout: Self.callTimeout)
             if serverFailing {
                 logger.info("the notification server answers again")
                 serverFailing = false
             }
             return reply.first?.uint32Value
+        } catch DBusError.remote(name: ServerTraits.tooSimilar, _) where !again {
+            // KDE Plasma refuses a notification equal to the last it took, within 1 s of it.
+            // A replacement of what it shows: that popup shows this content already. A new one
+            // (the user closed the same content a moment ago): once more, after that second.
+            if replacing != 0 { return replacing }
+            logger.debug("the server refused \(notification.device) #\(notification.uid) as too like the last one; again in 1 s")
+            await pause(ServerTraits.similarityWindow, on: executor)
+            return await notify(notification, replacing: replacing, again: true)
         } catch {
             if !serverFailing && !Task.isCancelled {
                 logger.warning("cannot show a notification: \(error)")
@@ -510,21 +520,33 @@ public actor DesktopCompanion {
         }
     }
 
-    /// What the notification server does with what it is sent (asked once per server).
+    /// What the notification server does with what it is sent (asked once per server:
+    /// `GetCapabilities` and `GetServerInformation`; docs/desktop.md has each server's table).
     struct ServerTraits {
-        /// It renders body markup (`GetCapabilities` says `body-markup`): the body is escaped.
+        /// It renders body markup (`body-markup`): the body is escaped.
         var markup: Bool
-        /// It shows the name of the desktop entry the `desktop-entry` hint names in place of the
-        /// app name, or no app name at all (GNOME Shell 43 and 48, KDE Plasma: docs/desktop.md):
-        /// the phone app's name then leads the summary.
-        var showsEntryName: Bool
+        /// Where the phone app's name goes: GNOME Shell shows the desktop entry's name (48) or
+        /// none (43), so it leads the summary; KDE Plasma shows `x-kde-display-appname`.
+        var appName: DesktopNotification.AppNamePlacement
+        /// It shows where a notification came from (`x-kde-origin-name`): the phone's name.
+        var showsOrigin: Bool
 
-        /// The names `GetServerInformation` gives for such servers.
-        static let entryNamingServers: Set<String> = ["gnome-shell", "Plasma"]
+        init(name: String, capabilities: [String]) {
+            markup = capabilities.contains("body-markup")
+            appName = capabilities.contains("x-kde-display-appname") ? .kdeHint : name == "gnome-shell" ? .summary : .argument
+            showsOrigin = capabilities.contains("x-kde-origin-name")
+        }
+
+        /// The guess while the server has not said: escaping, nothing else.
+        static let unknown = ServerTraits(name: "", capabilities: ["body-markup"])
+
+        /// KDE Plasma's answer to a notification equal to the last it took, less than
+        /// `similarityWindow` after it (libnotificationmanager's server_p.cpp).
+        static let tooSimilar = "org.freedesktop.Notifications.Error.ExcessNotificationGeneration"
+        static let similarityWindow: Duration = .milliseconds(1100)
     }
 
-    /// The server's traits; escaping and no app name in the summary are the safe guess while
-    /// unknown.
+    /// The server's traits; `ServerTraits.unknown` while it does not answer.
     private func serverTraits(_ bus: DBusConnection) async -> ServerTraits {
         if let server { return server }
         do {
@@ -536,13 +558,12 @@ public actor DesktopCompanion {
                 destination: Self.server, path: Self.serverPath, interface: Self.serverInterface,
                 member: "GetServerInformation", expecting: "ssss", timeout: Self.callTimeout)
             let name = information.first?.stringValue ?? ""
-            let traits = ServerTraits(
-                markup: capabilities.contains("body-markup"), showsEntryName: ServerTraits.entryNamingServers.contains(name))
+            let traits = ServerTraits(name: name, capabilities: capabilities)
             server = traits
             logger.debug("notification server \(name) \(information.dropFirst(2).first?.stringValue ?? ""), capabilities: \(capabilities.joined(separator: ", "))")
             return traits
         } catch {
-            return ServerTraits(markup: true, showsEntryName: false)
+            return .unknown
         }
     }
 

@@ -128,12 +128,27 @@ public struct DesktopNotification: Sendable, Equatable {
     /// and KDE Plasma file the notifications under it, so a user can silence them in one place.
     public static let desktopEntry = "ancsd"
 
+    /// Where the phone app's name goes, for a server that shows the desktop entry's name
+    /// (`desktop-entry`) where the app name would be.
+    public enum AppNamePlacement: Sendable, Equatable {
+        /// The `app_name` argument only (dunst, and servers that show it).
+        case argument
+        /// Also leading the summary, `Messages · Ada` (GNOME Shell 43 shows no app name at all,
+        /// 48 the entry's name).
+        case summary
+        /// Also in the hint `x-kde-display-appname`, which KDE Plasma shows in place of the
+        /// entry's name (its capability of the same name).
+        case kdeHint
+    }
+
     /// The arguments of `Notify(susssasa{sv}i)`: `replacesID` 0 for a new notification;
     /// `markup`: the server interprets the body as markup (its capabilities say
-    /// `body-markup`), so the body is escaped (`escapeMarkup`); `appInSummary`: the server
-    /// shows the desktop entry's name where the app name would be (GNOME Shell, KDE Plasma), so
-    /// the phone app's name leads the summary (`Messages · Ada`).
-    public func notifyArguments(replacesID: UInt32, markup: Bool, appInSummary: Bool = false) -> [DBusValue] {
+    /// `body-markup`), so the body is escaped (`escapeMarkup`); `appName`: where the phone
+    /// app's name goes besides `app_name`; `origin`: the phone's name, for a server that shows
+    /// where a notification came from (`x-kde-origin-name`), else nil.
+    public func notifyArguments(
+        replacesID: UInt32, markup: Bool, appName: AppNamePlacement = .argument, origin: String? = nil
+    ) -> [DBusValue] {
         var hints: [String: DBusValue] = [
             "urgency": .byte(content.urgency),
             "desktop-entry": .string(Self.desktopEntry),
@@ -141,12 +156,14 @@ public struct DesktopNotification: Sendable, Equatable {
             "x-ancsd-uid": .uint32(uid),
         ]
         if let category = content.category { hints["category"] = .string(category) }
+        if appName == .kdeHint { hints["x-kde-display-appname"] = .string(content.appName) }
+        if let origin, !origin.isEmpty { hints["x-kde-origin-name"] = .string(origin) }
         if content.quiet { hints["suppress-sound"] = .bool(true) }
         return [
             .string(content.appName),
             .uint32(replacesID),
             .string(content.icon),
-            .string(appInSummary ? content.summaryWithApp : content.summary),
+            .string(appName == .summary ? content.summaryWithApp : content.summary),
             .string(markup ? Self.escapeMarkup(content.body) : content.body),
             .stringArray(serverActions),
             .variantDictionary(hints),

@@ -22,6 +22,8 @@ final class GnomeShellDesktop {
         var urgency: Int?
         /// The notification's source: what GNOME names the application.
         var source: String?
+        /// The source's name as drawn in the notification's header (48; 43 draws none).
+        var header: String?
     }
 
     /// A player in the shell's media controls.
@@ -147,6 +149,16 @@ final class GnomeShellDesktop {
     func clickButton(_ label: String) throws { try call("clickButton(\(Self.literal(label)))") }
     func clickBanner() throws { try call("clickBanner()") }
     func closeBanner() throws { try call("closeBanner()") }
+    /// `dbus-monitor` of every `ActionInvoked` on the session bus (the bus lets anyone
+    /// eavesdrop), whoever it is sent to: the lines it prints.
+    func monitorActions() throws -> ChildProcess {
+        let monitor = try ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/dbus-monitor"),
+            ["--address", bus.address, "type='signal',interface='org.freedesktop.Notifications',member='ActionInvoked'"])
+        try monitor.waitForLine { $0.contains("NameAcquired") || $0.contains("member=NameLost") || $0.hasPrefix("signal") }
+        return monitor
+    }
+
     /// Runs the tray's state machine, as the user's next move does: the next queued banner shows.
     func nudge() throws { try call("nudge()") }
     func mediaPlayPause() throws { try call("mediaPlayPause()") }

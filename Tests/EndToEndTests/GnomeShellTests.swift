@@ -20,6 +20,9 @@ private let gnomeScenario = """
     {"after":2,"do":"remove","uid":8}
     {"do":"wait_state","media_commands_received":1,"timeout":120}
     {"do":"add","uid":10,"category":"social","app":"com.apple.MobileSMS","title":"Dana","message":"hello","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"add","uid":11,"category":"social","app":"com.apple.MobileSMS","title":"Eve","message":"read on the phone","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"wait_state","media_commands_received":2,"timeout":120}
+    {"do":"remove","uid":11}
     {"do":"sleep","seconds":600}
     {"do":"end"}
     """
@@ -80,6 +83,7 @@ extension DaemonTests {
         let ada = try #require(listed("Messages · Ada — Tea & cake")(state))
         #expect(ada.body == adaMessage, "\(shell) shows the markup characters as the phone sent them: \(ada.body ?? "")")
         #expect(ada.source == "iPhone" && ada.urgency == 1)
+        #expect(ada.header == (desktop.version >= 45 ? "iPhone" : nil), "\(shell) draws the desktop entry's name (48) or none (43)")
 
         // The incoming call is the banner (critical: GNOME shows it first and never lets it
         // expire), with the phone's actions as its buttons.
@@ -102,6 +106,8 @@ extension DaemonTests {
         // A button pressed on the banner reaches the phone once (GNOME sends each ActionInvoked
         // twice: the shell broadcasts it and its helper sends it again), and the declined call
         // goes from the screen.
+        let monitor = try desktop.monitorActions()
+        defer { _ = try? monitor.stop(timeout: .seconds(5)) }
         try desktop.clickButton("Decline")
         try sim.waitForStandardError(containing: "Perform Notification Action negative on UID 4")
         try desktop.wait("the declined call gone") { state in
@@ -109,6 +115,8 @@ extension DaemonTests {
         }
         Thread.sleep(forTimeInterval: 1)
         #expect(performed("negative", 4) == 1, "\(shell): the phone got the click once:\n\(sim.standardError)")
+        let invoked = monitor.lines.filter { $0.text.contains("string \"negative\"") }.count
+        #expect(invoked == 2, "\(shell) sent ActionInvoked twice (the shell's broadcast, its helper's copy), not \(invoked):\n\(monitor.lines.map(\.text).joined(separator: "\n"))")
 
         // The banners that follow (GNOME 43 queues two behind the one shown; the rest go to the
         // message list only): Reply on Ada's reaches the phone once, a click on Charles's (its
@@ -138,8 +146,8 @@ extension DaemonTests {
         #expect(try !desktop.state().list.contains { $0.title == "Mail · Charles" }, "\(shell): a click closes the banner's notification")
 
         // The shell's media controls drive the phone: play/pause (after which the phone sends
-        // Dana's message, whose banner is closed by its close button: nothing on the phone),
-        // then next.
+        // Dana's and Eve's messages; Dana's banner is closed by its close button: nothing on
+        // the phone).
         try desktop.mediaPlayPause()
         try sim.waitForStandardError(containing: "AMS Remote Command toggle")
         before = actionsSoFar
@@ -149,9 +157,16 @@ extension DaemonTests {
         try desktop.wait("Dana gone") { state in
             state.banner?.title == "Messages · Dana" || state.list.contains { $0.title == "Messages · Dana" } ? nil : true
         }
+        // Next (after which the phone removes Eve, whose banner shows now): gone from the banner
+        // and the message list.
+        try desktop.nudge()
+        try desktop.wait("Eve's banner") { $0.banner?.title == "Messages · Eve" ? true : nil }
         try desktop.mediaNext()
         try sim.waitForStandardError(containing: "AMS Remote Command next")
         try desktop.wait("the next track") { $0.media.first { $0.title == "Rêverie" } }
+        try desktop.wait("Eve removed on the phone") { state in
+            state.banner?.title == "Messages · Eve" || state.list.contains { $0.title == "Messages · Eve" } ? nil : true
+        }
         #expect(actionsSoFar == before, "\(shell): the close button did nothing on the phone:\n\(sim.standardError)")
 
         // What is left, in the message list, with the phone's player.

@@ -31,8 +31,10 @@ public final class PrivateBus: Sendable {
         </busconfig>
         """
 
-    /// `serviceDirectory`: a directory of D-Bus `.service` files the bus may activate.
-    public init(serviceDirectory: String? = nil) throws {
+    /// `serviceDirectory`: a directory of D-Bus `.service` files the bus may activate;
+    /// `environment`: the bus's whole environment, which the services it starts inherit (nil:
+    /// this process's).
+    public init(serviceDirectory: String? = nil, environment: [String: String]? = nil) throws {
         try UnitRun.needs("dbus-daemon")
         var template = Array((NSTemporaryDirectory() + "ancsd-bus-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
@@ -44,6 +46,7 @@ public final class PrivateBus: Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
         process.arguments = ["--config-file=\(configPath)", "--nofork", "--print-address"]
+        if let environment { process.environment = environment }
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice

@@ -1,0 +1,139 @@
+import DBus
+import Foundation
+import Testing
+import TestSupport
+
+private let phone = "AA:BB:CC:DD:EE:01"
+
+private let adaMessage = "<b>Tea?</b> &amp; scones 🍵"
+
+private let plasmaScenario = """
+    {"scenario":"plasma","devices":[{"address":"\(phone)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages","com.apple.mobilemail":"Mail","com.apple.mobilephone":"Phone","com.example.news":"News"},"ams":true,"media":{"player":"Music","title":"Clair de lune","artist":"Claude Debussy","album":"Suite bergamasque","duration":300,"state":"playing","volume":0.5,"commands":["play","pause","toggle","next","previous"]}}
+    {"do":"wait_subscribed","timeout":30}
+    {"do":"add","uid":4,"category":"incoming_call","app":"com.apple.mobilephone","title":"Grace","flags":["positive_action","negative_action"],"positive_action":"Answer","negative_action":"Decline"}
+    {"do":"add","uid":3,"category":"social","app":"com.apple.MobileSMS","title":"Ada","subtitle":"Tea & cake","message":"\(adaMessage)","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"add","uid":1,"category":"email","app":"com.apple.mobilemail","title":"Charles","message":"Invoice attached","flags":["negative_action"],"negative_action":"Trash"}
+    {"do":"add","uid":5,"category":"social","app":"com.apple.MobileSMS","title":"Bob","message":"ok","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"add","uid":6,"category":"social","app":"com.apple.MobileSMS","title":"Bob","message":"ok","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"add","uid":7,"category":"email","app":"com.apple.mobilemail","title":"Lovelace","message":"Loading…"}
+    {"do":"add","uid":8,"category":"news","app":"com.example.news","title":"Fleeting","message":"gone soon"}
+    {"after":1.5,"do":"modify","uid":7,"message":"The Analytical Engine"}
+    {"after":0.2,"do":"modify","uid":7,"message":"The Analytical Engine weaves algebraic patterns"}
+    {"after":0.2,"do":"modify","uid":7,"message":"The Analytical Engine"}
+    {"after":0.5,"do":"remove","uid":8}
+    {"do":"sleep","seconds":600}
+    {"do":"end"}
+    """
+
+/// `ancsd desktop` on KDE Plasma's notification server (plasmashell under Xvfb): what the server
+/// accepted, as its registered watcher hears it; buttons pressed through its own
+/// `InvokeAction`. Part of the serialized DaemonTests suite.
+extension DaemonTests {
+    @Test func desktopOnPlasma() async throws {
+        let desktop = try PlasmaDesktop()
+        defer { desktop.stop() }
+        let shell = desktop.version
+        let watcher = try await DBusConnection.connect(to: .address(desktop.bus.address))
+        try await desktop.watch(on: watcher)
+        let monitor = try ChildProcess(
+            URL(fileURLWithPath: "/usr/bin/dbus-monitor"),
+            ["--address", desktop.bus.address, "type='method_call',path='/org/mpris/MediaPlayer2',member='GetAll'"])
+        defer { _ = try? monitor.stop(timeout: .seconds(5)) }
+        let system = try PrivateBus()
+        let control = system.directory + "/control"
+        let scenario = system.directory + "/plasma.jsonl"
+        try plasmaScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
+        func startDaemon() throws -> ChildProcess {
+            try ChildProcess(
+                builtProductsDirectory.appendingPathComponent("ancsd"),
+                ["--bus", system.address, "run", "--format", "json", "--log-level", "debug", "--control", control])
+        }
+        func startCompanion() throws -> ChildProcess {
+            try ChildProcess(
+                builtProductsDirectory.appendingPathComponent("ancsd"),
+                ["desktop", "--control", control, "--bus", desktop.bus.address, "--log-level", "debug", "--state-dir", system.directory])
+        }
+        var daemon = try startDaemon()
+        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
+        try daemon.waitForStandardError(containing: "bluetoothd is not running")
+        var companion = try startCompanion()
+        defer { _ = try? companion.stop(timeout: .seconds(5)) }
+        try companion.waitForStandardError(containing: "connected to ancsd at \(control)")
+        let sim = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
+        defer { _ = try? sim.stop(timeout: .seconds(5)) }
+        func performed(_ action: String, _ uid: Int) -> Int {
+            sim.standardError.components(separatedBy: "Perform Notification Action \(action) on UID \(uid)\n").count - 1
+        }
+        var actionsSoFar: Int { sim.standardError.components(separatedBy: "Perform Notification Action").count - 1 }
+
+        // The modifications 0.2 s apart all reach the server (none refused as a repeat), the
+        // last one shown, in place; the removed news closed.
+        let lovelace = try desktop.wait("Lovelace's last modification") { () -> PlasmaDesktop.Shown? in
+            guard let shown = desktop.showing("Lovelace"), shown.body == "The Analytical Engine",
+                  desktop.accepted.contains(where: { $0.body == "The Analytical Engine weaves algebraic patterns" }) else { return nil }
+            return shown
+        }
+        #expect(Set(desktop.accepted.filter { $0.summary == "Lovelace" }.map(\.id)) == [lovelace.id], "\(shell): replaced in place")
+        try desktop.wait("the news closed") { () -> Bool? in
+            desktop.accepted.contains { $0.summary == "Fleeting" } && desktop.showing("Fleeting") == nil ? true : nil
+        }
+        let open = try desktop.wait("five notifications") { desktop.open.count == 5 ? desktop.open : nil }
+        #expect(Set(open.values.map(\.summary)) == ["Grace", "Ada — Tea & cake", "Charles", "Bob", "Lovelace"], "\(shell): \(open.values.map(\.summary))")
+        #expect(!companion.standardError.contains("cannot show a notification"), "\(shell): \(companion.standardError)")
+
+        // What Plasma shows of Ada's: the app's name (x-kde-display-appname, in place of the
+        // desktop entry's), the phone's name as its origin, the text as the phone sent it.
+        let ada = try #require(desktop.showing("Ada — Tea & cake"))
+        #expect(ada.appName == "Messages" && ada.hints["x-kde-display-appname"]?.stringValue == "Messages")
+        #expect(ada.hints["desktop-entry"]?.stringValue == "ancsd" && ada.hints["x-kde-origin-name"]?.stringValue == "Ada's iPhone", "\(ada.hints)")
+        #expect(ada.body == "&lt;b>Tea?&lt;/b> &amp;amp; scones 🍵", "\(shell) takes markup: escaped, to show as sent")
+        #expect(ada.actions == ["default", "Close", "positive", "Reply", "negative", "Clear"])
+        // The call: critical, which Plasma keeps on screen (its timeout 0: never expires).
+        let grace = try #require(desktop.showing("Grace"))
+        #expect(grace.hints["urgency"]?.unwrapped.byteValue == 2 && grace.timeout == 0, "\(shell): \(grace.hints) \(grace.timeout)")
+
+        // Two identical messages 0 s apart: one notification, both remembered (Plasma refuses
+        // the second Notify as a repeat; it shows that content already).
+        let bobs = desktop.accepted.filter { $0.summary == "Bob" }
+        #expect(Set(bobs.map(\.id)).count == 1, "\(shell): \(bobs.map(\.id))")
+
+        let artifacts = repositoryRoot.appendingPathComponent(".build/artifacts").path
+        try FileManager.default.createDirectory(atPath: artifacts, withIntermediateDirectories: true)
+        try desktop.screenshot(to: artifacts + "/desktop-plasma.png")
+        print("desktop on \(shell): screenshot at \(artifacts)/desktop-plasma.png")
+
+        // Buttons: Reply and Decline reach the phone once each; a click on Charles's popup
+        // (its lone action is Trash) closes it and does nothing on the phone.
+        try desktop.invoke(ada.id, "positive")
+        try sim.waitForStandardError(containing: "Perform Notification Action positive on UID 3")
+        try desktop.invoke(grace.id, "negative")
+        try sim.waitForStandardError(containing: "Perform Notification Action negative on UID 4")
+        try desktop.wait("the declined call closed") { desktop.showing("Grace") == nil ? true : nil }
+        let before = actionsSoFar
+        let charles = try #require(desktop.showing("Charles"))
+        try desktop.invoke(charles.id, "default")
+        try desktop.wait("Charles closed by its click") { desktop.showing("Charles") == nil ? true : nil }
+        try await Task.sleep(for: .seconds(1))
+        #expect(actionsSoFar == before && performed("positive", 3) == 1 && performed("negative", 4) == 1, "\(shell):\n\(sim.standardError)")
+
+        // The phone's player: plasmashell's media controller reads it.
+        try monitor.waitForLine(timeout: .seconds(30)) { $0.contains("org.mpris.MediaPlayer2.Player") || $0.contains("member=GetAll") }
+
+        // A daemon restart and a companion restart bring nothing back.
+        let count = desktop.accepted.count
+        #expect(try daemon.stop() == 0)
+        try companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
+        daemon = try startDaemon()
+        try companion.waitForStandardError(containing: "connected to ancsd at \(control)", occurrences: 2, timeout: .seconds(30))
+        try companion.waitForStandardError(containing: "ancsd has ")
+        try await Task.sleep(for: .seconds(2))
+        #expect(desktop.accepted.count == count, "\(shell): nothing shown again after the daemon's restart")
+        #expect(try companion.stop() == 0)
+        companion = try startCompanion()
+        try companion.waitForStandardError(containing: "ancsd has ")
+        try await Task.sleep(for: .seconds(2))
+        #expect(desktop.accepted.count == count, "\(shell): nothing shown again after the companion's restart")
+        await watcher.close()
+    }
+}
