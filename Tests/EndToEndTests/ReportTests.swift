@@ -1,6 +1,7 @@
 import Foundation
 import JSON
 import Testing
+import Btsnoop
 import TestSupport
 
 /// `ancsd report` against `ancsd run` on the simulated phone: what the archive holds, and that
@@ -105,5 +106,45 @@ struct ReportTests {
         #expect(result.status == 0 && result.stdout.contains("--capture SECONDS") && result.stdout.contains("<name: N bytes>"))
         let wrong = try AncsdProcess.run(["report", "--capture", "0"])
         #expect(wrong.status == 2 && wrong.stderr.contains("--capture needs"))
+    }
+}
+
+/// A scrubbed capture still reads as the exchange it was: `ancsd decode` gives the same records
+/// (kinds, handles, UIDs, attribute IDs and lengths), only the values are x's; btmon and tshark
+/// read it too, when installed.
+@Suite struct ScrubbedDecodeTests {
+    @Test func decodeReadsTheScrubbedExchange() throws {
+        let title = Array("Planted decode title 4b1d".utf8)
+        var b = SnoopBuilder(.monitor)
+        b.newIndex(controller: 0)
+        b.connect(handle: 0x40)
+        // By Find Information: btmon 5.66 crashes on a Read By Type discovery (BtsnoopDecodeTests).
+        b.discovery(handle: 0x40, ns: 0x10, cp: 0x13, ds: 0x16, useFindInformation: true)
+        b.notify(handle: 0x40, attribute: 0x10, [0x00, 0x18, 0x04, 0x01, 0x07, 0x00, 0x00, 0x00])
+        b.write(handle: 0x40, attribute: 0x13, [0x00, 0x07, 0x00, 0x00, 0x00, 0x01, 0x40, 0x00])
+        b.writeResponse(handle: 0x40)
+        let response: [UInt8] = [0x00, 0x07, 0x00, 0x00, 0x00, 0x01, UInt8(title.count), 0x00] + title
+        b.notify(handle: 0x40, attribute: 0x16, Array(response.prefix(12)))
+        b.notify(handle: 0x40, attribute: 0x16, Array(response.dropFirst(12)))
+        b.disconnect(handle: 0x40)
+        let (scrubbed, _) = try BtsnoopScrubber.scrub(file: b.bytes)
+        let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("scrub-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let original = directory.appendingPathComponent("original.btsnoop"), clean = directory.appendingPathComponent("scrubbed.btsnoop")
+        try Data(b.bytes).write(to: original)
+        try Data(scrubbed).write(to: clean)
+        let before = try AncsdProcess.run(["decode", original.path]), after = try AncsdProcess.run(["decode", clean.path])
+        #expect(before.status == 0 && after.status == 0, "\(after.stderr)")
+        #expect(before.lines.count == after.lines.count && before.lines.count >= 5)
+        #expect(!after.stdout.contains("Planted") && before.stdout.contains("Planted"))
+        // Line by line, the same record with the title's bytes replaced by as many x's.
+        let expected = before.stdout.replacingOccurrences(of: String(decoding: title, as: UTF8.self), with: String(repeating: "x", count: title.count))
+            .replacingOccurrences(of: title.map { String(format: "%02x", $0) }.joined(), with: String(repeating: "78", count: title.count))
+        #expect(after.stdout == expected)
+        for tool in [["/usr/bin/btmon", "--no-pager", "-r"], ["/usr/bin/tshark", "-r"]] where FileManager.default.isExecutableFile(atPath: tool[0]) {
+            let read = try AncsdProcess.command(tool[0], Array(tool.dropFirst()) + [clean.path])
+            #expect(read.status == 0 && !read.stdout.contains("Planted"), "\(tool[0]): \(read.stderr)")
+        }
     }
 }
