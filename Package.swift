@@ -58,7 +58,7 @@ import PackageDescription
 ///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
 ///
 /// Layer 6: programs (argument parsing, `--help` and wiring)
-/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, Btsnoop,
+/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, Btsnoop,
 ///   CBluetooth, CLinux, CSpawn, CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT, SystemCalls, Tar]: the executable.
 /// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator, SystemCalls]: the simulated phone, for `make demo` and the tests.
 /// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator, SystemCalls]: the GATT phone, for the system test.
@@ -137,7 +137,8 @@ let package = Package(
             name: "ancsd",
             dependencies: [
                 "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
-                "Btsnoop", "CaptureTools", "CBluetooth", "CLinux", "CSpawn", "EventLoop", "MQTT", "SystemCalls", "Tar",
+                "BluetoothUUIDs", "Btsnoop", "CaptureTools", "CBluetooth", "CLinux", "CSpawn", "ControlProtocol", "EventLoop", "MQTT",
+                "SystemCalls", "Tar",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
