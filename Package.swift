@@ -12,6 +12,7 @@ import PackageDescription
 /// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.
 /// - `BluetoothUUIDs`: the 128-bit Bluetooth UUID, and the UUIDs of ANCS's service and characteristics.
 /// - `JSON`: a small JSON value, parser and writer.
+/// - `Tar`: ustar archives built in memory (`ancsd report`); no I/O.
 /// - `GattSession`: the seam between a phone's link and a GATT service's pure state machine (`GattServiceSession`).
 /// - `SystemCalls`: an owning `FileDescriptor` (EINTR retried, closed once) and `Errno`, swift-system's shape.
 /// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
@@ -57,8 +58,8 @@ import PackageDescription
 ///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
 ///
 /// Layer 6: programs (argument parsing, `--help` and wiring)
-/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, Btsnoop,
-///   CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT, SystemCalls]: the executable.
+/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, Btsnoop,
+///   CBluetooth, CLinux, CSpawn, CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT, SystemCalls, Tar]: the executable.
 /// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator, SystemCalls]: the simulated phone, for `make demo` and the tests.
 /// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator, SystemCalls]: the GATT phone, for the system test.
 /// - `ancs-bench` [ANCS]: the protocol core's benchmark.
@@ -86,6 +87,7 @@ let package = Package(
         .target(name: "BluetoothUUIDs", swiftSettings: strict),
         .target(name: "ANCSSession", dependencies: ["ANCS", "BluetoothUUIDs", "GattSession"], swiftSettings: strict),
         .target(name: "JSON", swiftSettings: strict),
+        .target(name: "Tar", swiftSettings: strict),
         .target(name: "GattSession", swiftSettings: strict),
         .target(name: "AMS", dependencies: ["GattSession"], swiftSettings: strict),
         .target(name: "SystemCalls", swiftSettings: strict),
@@ -135,7 +137,8 @@ let package = Package(
             name: "ancsd",
             dependencies: [
                 "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
-                "Btsnoop", "CaptureTools", "EventLoop", "MQTT", "SystemCalls",
+                "BluetoothUUIDs", "Btsnoop", "CaptureTools", "CBluetooth", "CLinux", "CSpawn", "ControlProtocol", "EventLoop", "MQTT",
+                "SystemCalls", "Tar",
             ],
             swiftSettings: strict),
         .executableTarget(name: "ancs-bench", dependencies: ["ANCS"], path: "Benchmarks/ancs-bench", swiftSettings: strict),
@@ -178,6 +181,7 @@ let package = Package(
             name: "EndToEndTests", dependencies: ["JSON", "DBus", "ancsd", "ancs-phone-sim", "TestSupport", "Btsnoop", "ANCSDaemon"],
             exclude: ["Fixtures"],
             swiftSettings: strict),
+        .testTarget(name: "TarTests", dependencies: ["Tar"], swiftSettings: strict),
         .testTarget(name: "LayersTests", dependencies: ["JSON", "TestSupport"], swiftSettings: strict),
     ]
 )

@@ -2,11 +2,11 @@
 _ancsd() {
     local cur prev words cword
     _init_completion || return
-    local commands="pair run decode replay capture list action media status doctor desktop"
+    local commands="pair run decode replay capture list action media status doctor report desktop"
     local command="" i
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            pair|run|decode|replay|capture|list|action|media|status|doctor|desktop) command=${words[i]}; break ;;
+            pair|run|decode|replay|capture|list|action|media|status|doctor|report|desktop) command=${words[i]}; break ;;
         esac
     done
     case $prev in
@@ -38,7 +38,8 @@ _ancsd() {
         action) COMPREPLY=($(compgen -W "positive negative --control --help" -- "$cur")) ;;
         media) COMPREPLY=($(compgen -W "play pause toggle next previous volume-up volume-down repeat shuffle skip-forward skip-backward like dislike bookmark --json --control --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --control --help" -- "$cur")) ;;
-        doctor) COMPREPLY=($(compgen -W "--control --fifo --bus --help" -- "$cur")) ;;
+        doctor) COMPREPLY=($(compgen -W "--json --control --fifo --bus --help" -- "$cur")) ;;
+        report) [[ $prev == --output || $prev == -o ]] && _filedir || COMPREPLY=($(compgen -W "--output --capture --control --fifo --help" -- "$cur")) ;;
         desktop) COMPREPLY=($(compgen -W "--control --bus --replay-settle --no-mpris --state-dir --log-level --help" -- "$cur")) ;;
     esac
 }

@@ -38,6 +38,21 @@ public struct BluetoothUUID: Hashable, Sendable, CustomStringConvertible {
         bytes = littleEndianBytes.reversed()
     }
 
+    /// The 128-bit form of a 16-bit UUID: `0000xxxx-0000-1000-8000-00805f9b34fb`.
+    public init(uuid16: UInt16) {
+        bytes = [0, 0, UInt8(uuid16 >> 8), UInt8(uuid16 & 0xFF), 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0x80, 0x5F, 0x9B, 0x34, 0xFB]
+    }
+
+    /// A UUID as ATT carries it: 2 bytes (a 16-bit UUID) or 16, little-endian; nil for any other count.
+    public init?(attBytes: some Collection<UInt8>) {
+        let value = Array(attBytes)
+        switch value.count {
+        case 2: self.init(uuid16: UInt16(value[0]) | UInt16(value[1]) << 8)
+        case 16: self.init(bigEndianBytes: value.reversed())
+        default: return nil
+        }
+    }
+
     /// The 16 bytes in ATT (little-endian) order.
     public var littleEndianBytes: [UInt8] { bytes.reversed() }
 

@@ -26,6 +26,22 @@ static const int CBT_AF_BLUETOOTH = AF_BLUETOOTH;
 static const int CBT_BTPROTO_HCI = BTPROTO_HCI;
 static const unsigned short CBT_HCI_DEV_NONE = HCI_DEV_NONE;
 static const unsigned short CBT_HCI_CHANNEL_MONITOR = HCI_CHANNEL_MONITOR;
+/* The management interface (BlueZ doc/mgmt-api.txt), which `ancsd report` reads the
+ * controllers from, and the raw channel it asks a controller's versions and features on. */
+static const unsigned short CBT_HCI_CHANNEL_CONTROL = HCI_CHANNEL_CONTROL;
+static const unsigned short CBT_HCI_CHANNEL_RAW = HCI_CHANNEL_RAW;
+static const int CBT_SOL_HCI = SOL_HCI;
+static const int CBT_HCI_FILTER = HCI_FILTER;
+
+/* Lets a raw HCI socket receive Command Complete and Command Status events (struct hci_filter
+ * and its bit helpers are inline functions and macros over a struct Swift imports poorly). */
+static inline int cbt_filter_command_events(int fd) {
+    struct hci_filter filter;
+    memset(&filter, 0, sizeof filter);
+    filter.type_mask = 1u << HCI_EVENT_PKT;
+    filter.event_mask[0] = (1u << EVT_CMD_COMPLETE) | (1u << EVT_CMD_STATUS);
+    return setsockopt(fd, SOL_HCI, HCI_FILTER, &filter, sizeof filter);
+}
 
 /*
  * Receives one datagram into `buffer` without blocking. Returns the datagram's full length

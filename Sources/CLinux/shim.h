@@ -36,4 +36,10 @@ static inline int ancsd_accept_cloexec_nonblock(int fd) { return accept4(fd, 0, 
 int signalfd(int fd, const void *mask, int flags);
 static inline int ancsd_signalfd(const void *mask) { return signalfd(-1, mask, 02000000 | 04000); }
 #define ANCSD_SIGNALFD_RECORD_SIZE 128
+
+/* memfd_create(2), declared only under _GNU_SOURCE: an anonymous file in memory, close-on-exec
+ * (MFD_CLOEXEC 1), that `ancsd report` records its capture into before scrubbing it, so the
+ * unscrubbed bytes never reach a disk; -1 and errno on failure. */
+int memfd_create(const char *name, unsigned int flags);
+static inline int ancsd_memfd(const char *name) { return memfd_create(name, 1); }
 #endif

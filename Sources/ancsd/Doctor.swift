@@ -11,13 +11,15 @@ import JSON
 /// `ancsd doctor`: checks the setup and says how to fix each problem. Never shows content.
 enum DoctorCommand {
     static let help = """
-    Usage: ancsd [--bus ADDRESS] doctor [--control PATH] [--fifo PATH]
+    Usage: ancsd [--bus ADDRESS] doctor [--json] [--control PATH] [--fifo PATH]
 
     Checks, one line each, with a plain-language fix for every problem:
       bluetoothd is running, an adapter is powered, a phone is bonded, the phone exposes ANCS
       (Apple Notification Center Service), the phone shares its notifications, the daemon's
       control socket answers, MQTT (when configured) is connected, no output dropped events or
       saw its commands fail, and the FIFO can be read.
+    --json prints the checks as one JSON object instead ({"ok": …, "checks": [{"ok", "warning",
+    "what", "fix"}]}), as "ancsd report" includes them.
     Exit status 0 when every check passes, 1 otherwise. Notification content is never shown.
     """
 
@@ -27,12 +29,28 @@ enum DoctorCommand {
         var fix: String?
         /// A warning: printed as "warn", and the exit status stays 0.
         var warning = false
+
+        /// `{"ok": …, "warning": …, "what": …, "fix": …}` (`fix` only for a check that did not pass).
+        var json: JSONValue {
+            var object: JSONObject = ["ok": .bool(ok), "warning": .bool(warning), "what": .string(what)]
+            if let fix, !ok { object.append("fix", .string(fix)) }
+            return .object(object)
+        }
     }
+
+    /// The checks as `--json` prints them.
+    static func json(_ checks: [Check]) -> JSONValue {
+        .object(["ok": .bool(passed(checks)), "checks": .array(checks.map(\.json))])
+    }
+
+    /// True when every check passed or only warned.
+    static func passed(_ checks: [Check]) -> Bool { checks.allSatisfy { $0.ok || $0.warning } }
 
     struct Options {
         var control = ControlSocket.defaultPath
         var fifo = "/run/ancsd/events"
         var bus: BusAddress = .system
+        var json = false
     }
 
     /// The options, or nil for --help.
@@ -46,6 +64,7 @@ enum DoctorCommand {
             case .option("--control", let inline): options.control = try scanner.value(of: "--control", inline: inline)
             case .option("--fifo", let inline): options.fifo = try scanner.value(of: "--fifo", inline: inline)
             case .option("--bus", let inline): options.bus = .address(try scanner.value(of: "--bus", inline: inline))
+            case .option("--json", nil): options.json = true
             case .option(let name, _): throw UsageError("unknown option \(name)")
             case .positional(let value): throw UsageError("doctor takes no arguments, got '\(value)'")
             }
@@ -67,15 +86,24 @@ enum DoctorCommand {
         case .failure(let error):
             return usageFailure(error, command: "doctor")
         }
-        let (busAddress, control, fifo) = (options.bus, options.control, options.fifo)
-        var checks = await bluetoothChecks(busAddress)
-        checks += await daemonChecks(control: control, loop: loop)
-        checks.append(fifoCheck(fifo))
-        for check in checks {
-            print("\(check.ok ? "ok  " : check.warning ? "warn" : "FAIL") \(check.what)")
-            if let fix = check.fix, !check.ok { print("     → \(fix)") }
+        let checks = await checks(options, loop: loop)
+        if options.json {
+            print(json(checks).serialized)
+        } else {
+            for check in checks {
+                print("\(check.ok ? "ok  " : check.warning ? "warn" : "FAIL") \(check.what)")
+                if let fix = check.fix, !check.ok { print("     → \(fix)") }
+            }
         }
-        return checks.allSatisfy { $0.ok || $0.warning } ? 0 : 1
+        return passed(checks) ? 0 : 1
+    }
+
+    /// Every check, in the order printed: bluetoothd and the adapter, the daemon, the FIFO.
+    static func checks(_ options: Options, loop: EventLoop) async -> [Check] {
+        var checks = await bluetoothChecks(options.bus)
+        checks += await daemonChecks(control: options.control, loop: loop)
+        checks.append(fifoCheck(options.fifo))
+        return checks
     }
 
     private static func bluetoothChecks(_ bus: BusAddress) async -> [Check] {

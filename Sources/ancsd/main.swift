@@ -30,6 +30,9 @@ Commands:
                     the phone's player (what plays), or send it play, pause, next, …
   status            what the running daemon is doing (--json for machines)
   doctor            check the setup, with a plain-language fix for each problem
+  report            write one archive to attach to a bug report (versions, controller,
+                    doctor, status, log; --capture: a scrubbed HCI capture), names and
+                    keys left out
   desktop           show the phones' notifications as desktop notifications (session)
 
 Options:
@@ -94,6 +97,8 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
         return await DoctorCommand.run(rest, bus: bus, loop: executor)
     case "desktop":
         return await DesktopCommand.run(rest, executor: executor)
+    case "report":
+        return await ReportCommand.run(rest, bus: bus, loop: executor)
     default:
         return usageFailure(UsageError("unknown command '\(command)'"), command: nil)
     }
