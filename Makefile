@@ -6,12 +6,14 @@ SWIFT       ?= swift
 SWIFTC      ?= swiftc
 STRICT      := -Xswiftc -warnings-as-errors
 BUILD_DEPS  := libdbus-1-dev libbluetooth-dev libmosquitto-dev pkg-config
-# The desktop companion's tests run a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool,
-# GNOME Shell headless (gnome-shell, and gjs for its notification helper) and KDE Plasma's plasmashell under
-# Xvfb (plasma-desktop holds the shell package it loads; docs/desktop.md); its MPRIS players are checked
-# with playerctl.
-DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl \
-	gnome-shell gjs plasma-workspace plasma-desktop
+# The desktop companion's tests run a real dunst under Xvfb, with fonts, icons (SVG) and a screenshot tool;
+# its MPRIS players are checked with playerctl.
+DESKTOP_TEST_DEPS := dunst xvfb imagemagick librsvg2-common adwaita-icon-theme fonts-dejavu-core fonts-noto-color-emoji playerctl
+# make test also runs it on GNOME Shell headless (gnome-shell, and gjs for its notification helper) and on
+# KDE Plasma's plasmashell under Xvfb (plasma-desktop holds the shell package it loads; docs/desktop.md).
+# Not in TEST_DEPS: the Debian 13 root of scripts/test-swiftlang does not have them yet (GNOME 48 and
+# Plasma 6 are not proven there), and skips those two tests.
+DESKTOP_SHELL_DEPS := gnome-shell gjs plasma-workspace plasma-desktop
 # The MQTT tests run a real mosquitto broker, with TLS certificates made by openssl; one runs
 # ancsd in a mount namespace (unshare, mount) with a hosts file of its own.
 MQTT_TEST_DEPS := mosquitto mosquitto-clients openssl mount
@@ -138,7 +140,7 @@ unit: deps
 	ANCSD_UNIT=1 $(SWIFT) test --skip-build --parallel --skip '$(UNIT_SKIP)'
 
 test:
-	@scripts/install-deps $(TEST_DEPS)
+	@scripts/install-deps $(TEST_DEPS) $(DESKTOP_SHELL_DEPS)
 	scripts/check-concurrency
 	$(SWIFT) build --build-tests $(STRICT)
 	$(SWIFT) test --skip-build --no-parallel
