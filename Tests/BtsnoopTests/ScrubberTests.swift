@@ -83,8 +83,11 @@ struct ScrubberTests {
         b.notify(handle: 0x40, attribute: ns, added)
         b.write(handle: 0x40, attribute: cp, [0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x01, 0x40, 0x00, 0x03, 0x00, 0x01])
         b.writeResponse(handle: 0x40)
-        let answer: [UInt8] = [0x00, 0x07, 0x00, 0x00, 0x00, 0x00] + le(UInt16(secretBundle.count)) + secretBundle
-            + [0x01] + le(UInt16(secretTitle.count)) + secretTitle + [0x03, 0x05, 0x00] + Array("hello".utf8)
+        // In parts: swiftlang 6.0's type checker gives up on the one expression of literals and +.
+        let bundleAttribute: [UInt8] = le(UInt16(secretBundle.count)) + secretBundle
+        let titleAttribute: [UInt8] = [0x01] + le(UInt16(secretTitle.count)) + secretTitle
+        let answer: [UInt8] = [0x00, 0x07, 0x00, 0x00, 0x00, 0x00] + bundleAttribute + titleAttribute
+            + [0x03, 0x05, 0x00] + Array("hello".utf8)
         b.notify(handle: 0x40, attribute: ds, Array(answer[0..<40]))
         b.notify(handle: 0x40, attribute: ds, Array(answer[40..<50]))
         b.notify(handle: 0x40, attribute: ds, Array(answer[50...]))
