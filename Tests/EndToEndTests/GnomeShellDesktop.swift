@@ -49,10 +49,6 @@ final class GnomeShellDesktop {
     private var shell: ChildProcess?
     private let environment: [String: String]
 
-    /// The desktop entry the shell finds for `desktop-entry` hints and MPRIS `DesktopEntry`s,
-    /// as `make install` puts it.
-    static let desktopEntry = repositoryRoot.appendingPathComponent("desktop/ancsd.desktop").path
-
     init() throws {
         try UnitRun.needs("gnome-shell")
         let reported = try runTool("/usr/bin/gnome-shell", ["--version"]).text
@@ -63,29 +59,21 @@ final class GnomeShellDesktop {
         let probeFile = repositoryRoot.appendingPathComponent("Tests/EndToEndTests/Fixtures/gnome-shell-\(major >= 45 ? 48 : 43).js")
         probe = try String(contentsOf: probeFile, encoding: .utf8)
         // The directory for the session bus's service files comes first: the bus reads it.
-        var template = Array((NSTemporaryDirectory() + "ancsd-gnome-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
-        directory = String(cString: made)
-        let files = FileManager.default
-        for sub in ["services", "home", "runtime", "config", "cache", "data/applications"] {
-            try files.createDirectory(atPath: directory + "/" + sub, withIntermediateDirectories: true)
-        }
-        try files.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory + "/runtime")
+        let session = try makeDesktopSessionDirectory("ancsd-gnome")
+        directory = session.path
         for service in ["org.gnome.Shell.Notifications", "ca.desrt.dconf"] {
-            try files.copyItem(atPath: "/usr/share/dbus-1/services/\(service).service", toPath: directory + "/services/\(service).service")
+            try FileManager.default.copyItem(
+                atPath: "/usr/share/dbus-1/services/\(service).service", toPath: directory + "/services/\(service).service")
         }
-        try files.copyItem(atPath: Self.desktopEntry, toPath: directory + "/data/applications/ancsd.desktop")
         bus = try PrivateBus(serviceDirectory: directory + "/services")
         system = try PrivateBus()
-        environment = [
+        environment = session.environment.merging([
             // ancsd on the PATH, as where it is installed: GLib takes a desktop entry whose
             // program is not found for no entry at all.
             "PATH": builtProductsDirectory.path + ":/usr/bin:/bin:/usr/sbin:/sbin", "LANG": "C.UTF-8",
-            "HOME": directory + "/home", "XDG_RUNTIME_DIR": directory + "/runtime", "XDG_CONFIG_HOME": directory + "/config",
-            "XDG_CACHE_HOME": directory + "/cache", "XDG_DATA_HOME": directory + "/data",
             "DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system.address,
             "LIBGL_ALWAYS_SOFTWARE": "1", "GSETTINGS_BACKEND": "memory", "NO_AT_BRIDGE": "1",
-        ]
+        ]) { $1 }
         // gnome-shell 43 segfaults when stopped (exit 139); its exit status is never a result.
         shell = try ChildProcess(
             URL(fileURLWithPath: "/usr/bin/unshare"),
@@ -104,12 +92,7 @@ final class GnomeShellDesktop {
     }
 
     /// Whether the shell's notification helper owns `org.freedesktop.Notifications` yet.
-    private var ownsNotifications: Bool {
-        let reply = try? runTool(
-            "/usr/bin/busctl", ["--address=\(bus.address)", "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                "org.freedesktop.DBus", "NameHasOwner", "s", "org.freedesktop.Notifications"])
-        return reply?.text.contains("[true]") == true
-    }
+    private var ownsNotifications: Bool { busNameHasOwner("org.freedesktop.Notifications", on: bus.address) }
 
     /// `org.gnome.Shell.Eval` of `code`; the value it gave, or a failure with the shell's error.
     func eval(_ code: String) throws -> JSONValue {

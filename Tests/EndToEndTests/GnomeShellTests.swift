@@ -36,33 +36,11 @@ extension DaemonTests {
         let desktop = try GnomeShellDesktop()
         defer { desktop.stop() }
         let shell = "GNOME Shell \(desktop.version)"
-        let system = try PrivateBus()
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/gnome.jsonl"
-        try gnomeScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
-        func startDaemon() throws -> ChildProcess {
-            try ChildProcess(
-                builtProductsDirectory.appendingPathComponent("ancsd"),
-                ["--bus", system.address, "run", "--format", "json", "--log-level", "debug", "--control", control])
-        }
-        func startCompanion() throws -> ChildProcess {
-            try ChildProcess(
-                builtProductsDirectory.appendingPathComponent("ancsd"),
-                ["desktop", "--control", control, "--bus", desktop.bus.address, "--log-level", "debug", "--state-dir", system.directory])
-        }
-        var daemon = try startDaemon()
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        var companion = try startCompanion()
-        defer { _ = try? companion.stop(timeout: .seconds(5)) }
-        try companion.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let sim = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? sim.stop(timeout: .seconds(5)) }
-        func performed(_ action: String, _ uid: Int) -> Int {
-            sim.standardError.components(separatedBy: "Perform Notification Action \(action) on UID \(uid)\n").count - 1
-        }
-        var actionsSoFar: Int { sim.standardError.components(separatedBy: "Perform Notification Action").count - 1 }
+        let run = try DesktopRun(scenario: gnomeScenario, session: desktop.bus.address)
+        defer { run.stop() }
+        let (sim, control) = (run.phone, run.control)
+        func performed(_ action: String, _ uid: Int) -> Int { run.performed(action, uid) }
+        var actionsSoFar: Int { run.actionsPerformed }
         func listed(_ title: String) -> (GnomeShellDesktop.State) -> GnomeShellDesktop.Shown? {
             { state in state.list.first { $0.title == title } }
         }
@@ -75,7 +53,7 @@ extension DaemonTests {
         try desktop.wait("the news removed on the phone") { state in
             state.list.contains { $0.title == "News · Fleeting" } || state.banner?.title == "News · Fleeting" ? nil : true
         }
-        try companion.waitForStandardError(containing: "removed \(phone) #8")
+        try run.companion.waitForStandardError(containing: "removed \(phone) #8")
         let state = try desktop.wait("five notifications") { $0.list.count == 5 ? $0 : nil }
         #expect(Set(state.list.map(\.title)) == ["Phone · Grace", "Messages · Ada — Tea & cake", "Mail · Charles", "Mail · Lovelace", "Messages · Bob"])
         #expect(state.list.filter { $0.title == "Mail · Lovelace" }.count == 1 && lovelace.source == "iPhone",
@@ -91,7 +69,7 @@ extension DaemonTests {
         do {
             call = try desktop.wait("the call's banner") { $0.banner?.title == "Phone · Grace" ? $0.banner : nil }
         } catch {
-            throw TestFailure("\(error)\ncompanion:\n\(companion.standardError)\nphone:\n\(sim.standardError)")
+            throw TestFailure("\(error)\ncompanion:\n\(run.companion.standardError)\nphone:\n\(sim.standardError)")
         }
         #expect(call.buttons == ["Answer", "Decline"] && call.urgency == 3, "\(shell): \(call)")
         let artifacts = repositoryRoot.appendingPathComponent(".build/artifacts").path
@@ -175,18 +153,18 @@ extension DaemonTests {
 
         // A daemon restart and a companion restart bring nothing back.
         let shown = try desktop.state().list
-        #expect(try daemon.stop() == 0)
-        try companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
-        daemon = try startDaemon()
-        try companion.waitForStandardError(containing: "connected to ancsd at \(control)", occurrences: 2, timeout: .seconds(30))
-        try companion.waitForStandardError(containing: "ancsd has ")
+        #expect(try run.daemon.stop() == 0)
+        try run.companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
+        try run.startDaemon()
+        try run.companion.waitForStandardError(containing: "connected to ancsd at \(control)", occurrences: 2, timeout: .seconds(30))
+        try run.companion.waitForStandardError(containing: "ancsd has ")
         Thread.sleep(forTimeInterval: 2)
         #expect(try desktop.state().banner == nil, "\(shell): no banner after the daemon's restart")
         #expect(try desktop.state().list == shown, "\(shell): the same notifications after the daemon's restart")
-        #expect(try companion.stop() == 0)
-        companion = try startCompanion()
-        try companion.waitForStandardError(containing: "ancsd has ")
+        #expect(try run.companion.stop() == 0)
+        try run.startCompanion()
+        try run.companion.waitForStandardError(containing: "ancsd has ")
         Thread.sleep(forTimeInterval: 2)
-        #expect(try desktop.state().banner == nil, "\(shell): no banner after the companion's restart:\n\(companion.standardError)")
+        #expect(try desktop.state().banner == nil, "\(shell): no banner after the companion's restart:\n\(run.companion.standardError)")
     }
 }

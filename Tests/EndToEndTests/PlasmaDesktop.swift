@@ -70,31 +70,23 @@ final class PlasmaDesktop: Sendable {
         version = try runTool(
             "/usr/bin/plasmashell", ["--version"], environment: ["PATH": "/usr/bin:/bin", "QT_QPA_PLATFORM": "minimal", "KDE_DEBUG": "1"])
             .text.split(separator: "\n").last { $0.hasPrefix("plasmashell") }.map(String.init) ?? "plasmashell"
-        var template = Array((NSTemporaryDirectory() + "ancsd-plasma-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { throw TestFailure("mkdtemp failed") }
-        directory = String(cString: made)
+        let session = try makeDesktopSessionDirectory("ancsd-plasma")
+        directory = session.path
         let files = FileManager.default
-        for sub in ["services", "home", "runtime", "config", "cache", "data/applications"] {
-            try files.createDirectory(atPath: directory + "/" + sub, withIntermediateDirectories: true)
-        }
-        try files.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory + "/runtime")
         // KDE's services, without those that claim org.freedesktop.Notifications (plasmashell
         // takes the name itself).
         for service in try files.contentsOfDirectory(atPath: "/usr/share/dbus-1/services")
         where service.hasPrefix("org.kde.") && service != "org.kde.plasma.Notifications.service" {
             try files.copyItem(atPath: "/usr/share/dbus-1/services/" + service, toPath: directory + "/services/" + service)
         }
-        try files.copyItem(atPath: GnomeShellDesktop.desktopEntry, toPath: directory + "/data/applications/ancsd.desktop")
         xvfb = try ChildProcess(
             URL(fileURLWithPath: "/usr/bin/Xvfb"), ["-displayfd", "1", "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
         display = ":" + (try xvfb.waitForLine(timeout: .seconds(30)) { Int($0) != nil })
-        var environment = [
+        var environment = session.environment.merging([
             "PATH": builtProductsDirectory.path + ":/usr/bin:/bin", "LANG": "C.UTF-8", "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
-            "HOME": directory + "/home", "XDG_RUNTIME_DIR": directory + "/runtime", "XDG_CONFIG_HOME": directory + "/config",
-            "XDG_CACHE_HOME": directory + "/cache", "XDG_DATA_HOME": directory + "/data",
             // Every process of this desktop carries it, the services the bus starts too: stop() finds them by it.
             "ANCSD_TEST_PLASMA": directory,
-        ]
+        ]) { $1 }
         // The bus passes its environment to the services it starts, which need the display.
         bus = try PrivateBus(serviceDirectory: directory + "/services", environment: environment)
         environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
@@ -113,12 +105,7 @@ final class PlasmaDesktop: Sendable {
         }
     }
 
-    private var ownsNotifications: Bool {
-        let reply = try? runTool(
-            "/usr/bin/busctl", ["--address=\(bus.address)", "--json=short", "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                "org.freedesktop.DBus", "NameHasOwner", "s", "org.freedesktop.Notifications"])
-        return reply?.text.contains("[true]") == true
-    }
+    private var ownsNotifications: Bool { busNameHasOwner("org.freedesktop.Notifications", on: bus.address) }
 
     /// Registers `connection` as the server's watcher; from then on `shown` and `closed` grow.
     func watch(on connection: DBusConnection) async throws {

@@ -39,33 +39,11 @@ extension DaemonTests {
             URL(fileURLWithPath: "/usr/bin/dbus-monitor"),
             ["--address", desktop.bus.address, "type='method_call',path='/org/mpris/MediaPlayer2',member='GetAll'"])
         defer { _ = try? monitor.stop(timeout: .seconds(5)) }
-        let system = try PrivateBus()
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/plasma.jsonl"
-        try plasmaScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
-        func startDaemon() throws -> ChildProcess {
-            try ChildProcess(
-                builtProductsDirectory.appendingPathComponent("ancsd"),
-                ["--bus", system.address, "run", "--format", "json", "--log-level", "debug", "--control", control])
-        }
-        func startCompanion() throws -> ChildProcess {
-            try ChildProcess(
-                builtProductsDirectory.appendingPathComponent("ancsd"),
-                ["desktop", "--control", control, "--bus", desktop.bus.address, "--log-level", "debug", "--state-dir", system.directory])
-        }
-        var daemon = try startDaemon()
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        var companion = try startCompanion()
-        defer { _ = try? companion.stop(timeout: .seconds(5)) }
-        try companion.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let sim = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? sim.stop(timeout: .seconds(5)) }
-        func performed(_ action: String, _ uid: Int) -> Int {
-            sim.standardError.components(separatedBy: "Perform Notification Action \(action) on UID \(uid)\n").count - 1
-        }
-        var actionsSoFar: Int { sim.standardError.components(separatedBy: "Perform Notification Action").count - 1 }
+        let run = try DesktopRun(scenario: plasmaScenario, session: desktop.bus.address)
+        defer { run.stop() }
+        let (sim, control) = (run.phone, run.control)
+        func performed(_ action: String, _ uid: Int) -> Int { run.performed(action, uid) }
+        var actionsSoFar: Int { run.actionsPerformed }
 
         // The modifications 0.2 s apart all reach the server (none refused as a repeat), the
         // last one shown, in place; the removed news closed.
@@ -80,7 +58,7 @@ extension DaemonTests {
         }
         let open = try desktop.wait("five notifications") { desktop.open.count == 5 ? desktop.open : nil }
         #expect(Set(open.values.map(\.summary)) == ["Grace", "Ada — Tea & cake", "Charles", "Bob", "Lovelace"], "\(shell): \(open.values.map(\.summary))")
-        #expect(!companion.standardError.contains("cannot show a notification"), "\(shell): \(companion.standardError)")
+        #expect(!run.companion.standardError.contains("cannot show a notification"), "\(shell): \(run.companion.standardError)")
 
         // What Plasma shows of Ada's: the app's name (x-kde-display-appname, in place of the
         // desktop entry's), the phone's name as its origin, the text as the phone sent it.
@@ -122,16 +100,16 @@ extension DaemonTests {
 
         // A daemon restart and a companion restart bring nothing back.
         let count = desktop.accepted.count
-        #expect(try daemon.stop() == 0)
-        try companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
-        daemon = try startDaemon()
-        try companion.waitForStandardError(containing: "connected to ancsd at \(control)", occurrences: 2, timeout: .seconds(30))
-        try companion.waitForStandardError(containing: "ancsd has ")
+        #expect(try run.daemon.stop() == 0)
+        try run.companion.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
+        try run.startDaemon()
+        try run.companion.waitForStandardError(containing: "connected to ancsd at \(control)", occurrences: 2, timeout: .seconds(30))
+        try run.companion.waitForStandardError(containing: "ancsd has ")
         try await Task.sleep(for: .seconds(2))
         #expect(desktop.accepted.count == count, "\(shell): nothing shown again after the daemon's restart")
-        #expect(try companion.stop() == 0)
-        companion = try startCompanion()
-        try companion.waitForStandardError(containing: "ancsd has ")
+        #expect(try run.companion.stop() == 0)
+        try run.startCompanion()
+        try run.companion.waitForStandardError(containing: "ancsd has ")
         try await Task.sleep(for: .seconds(2))
         #expect(desktop.accepted.count == count, "\(shell): nothing shown again after the companion's restart")
         await watcher.close()
