@@ -1218,6 +1218,8 @@ def main():
                 f"(ancsd.log): the oracle never saw them")
         say(f"logs kept in {workdir} (stdout-N.jsonl of each ancsd process, ancsd.log, sim.log, events.jsonl, "
             f"record/, state/)")
+        # Again last, as CI keeps only the tail of what a failing step printed.
+        say(f"VIOLATION (seed {seed}, step {run.step} at {t:.1f} s): {violation}")
         run.stop()
         return 1
     except BaseException:
