@@ -636,6 +636,8 @@ public actor DesktopCompanion {
             else { return }
             // Dismissed or expired: forgotten, and (recorded) never popped up again.
             for member in popup.members where popupOf[member] == id { popupOf[member] = nil }
+            let reasons: [UInt32: String] = [1: "expired", 2: "dismissed by the user", 3: "closed on request"]
+            logger.debug("popup \(id) closed on the desktop: \(reasons[arguments[1].uint32Value ?? 0] ?? "no reason given")")
         default:
             break
         }

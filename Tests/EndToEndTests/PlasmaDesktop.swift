@@ -13,8 +13,12 @@ import TestSupport
 /// (`org.kde.NotificationManager.RegisterWatcher`) each notification it accepts and each it
 /// closes on request, which this harness records. A click on a button is
 /// `org.kde.NotificationManager.InvokeAction`, which the server broadcasts as `ActionInvoked`,
-/// as a click does.
+/// as a click does. What only the screen shows (a popup's close button, the system tray's media
+/// controller) is found with xdotool, clicked with it, and read back by OCR (tesseract).
 final class PlasmaDesktop: Sendable {
+    /// The virtual screen's width (its height is 800).
+    let screenWidth = 1280
+
     /// A notification as the server accepted it (the watcher's `Notify`).
     struct Shown: Sendable {
         var id: UInt32
@@ -80,7 +84,7 @@ final class PlasmaDesktop: Sendable {
             try files.copyItem(atPath: "/usr/share/dbus-1/services/" + service, toPath: directory + "/services/" + service)
         }
         xvfb = try ChildProcess(
-            URL(fileURLWithPath: "/usr/bin/Xvfb"), ["-displayfd", "1", "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+            URL(fileURLWithPath: "/usr/bin/Xvfb"), ["-displayfd", "1", "-screen", "0", "\(screenWidth)x800x24", "-nolisten", "tcp"])
         display = ":" + (try xvfb.waitForLine(timeout: .seconds(30)) { Int($0) != nil })
         var environment = session.environment.merging([
             "PATH": builtProductsDirectory.path + ":/usr/bin:/bin", "LANG": "C.UTF-8", "DISPLAY": display, "QT_QPA_PLATFORM": "xcb",
@@ -142,6 +146,93 @@ final class PlasmaDesktop: Sendable {
             "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.Notifications", "/org/freedesktop/Notifications",
                                 "org.kde.NotificationManager", "InvokeAction", "us", String(id), key])
         guard reply.status == 0 else { throw TestFailure("InvokeAction failed: \(reply.text)") }
+    }
+
+    /// A window plasmashell shows besides its desktop and panel (those span the screen's width):
+    /// a notification's popup, an applet's popup, a tooltip.
+    struct Popup: Sendable, Equatable {
+        var window: String
+        var x: Int, y: Int, width: Int, height: Int
+    }
+
+    /// plasmashell's popups on screen now, as X sees them (xdotool).
+    func popups() throws -> [Popup] {
+        let windows = try runTool("/usr/bin/xdotool", ["search", "--onlyvisible", "--class", "plasmashell"], environment: environment)
+        return try windows.text.split(separator: "\n").compactMap { window -> Popup? in
+            let shell = try runTool("/usr/bin/xdotool", ["getwindowgeometry", "--shell", String(window)], environment: environment)
+            var values: [String: Int] = [:]
+            for line in shell.text.split(separator: "\n") {
+                let parts = line.split(separator: "=", maxSplits: 1)
+                if parts.count == 2, let value = Int(parts[1]) { values[String(parts[0])] = value }
+            }
+            guard let x = values["X"], let y = values["Y"], let width = values["WIDTH"], let height = values["HEIGHT"],
+                  width < screenWidth else { return nil }
+            return Popup(window: String(window), x: x, y: y, width: width, height: height)
+        }
+    }
+
+    /// The text drawn in `popup`, read off a screenshot by OCR (tesseract, on the popup's crop
+    /// scaled up and grey): what a user sees, not what was sent.
+    func text(of popup: Popup) throws -> String {
+        let shot = directory + "/ocr.png"
+        try screenshot(to: shot)
+        let crop = try runTool("/usr/bin/convert", [
+            shot, "-crop", "\(popup.width)x\(popup.height)+\(popup.x)+\(popup.y)", "+repage", "-resize", "200%", "-colorspace", "gray", shot,
+        ])
+        guard crop.status == 0 else { throw TestFailure("convert failed: \(crop.text)") }
+        let ocr = try runTool("/usr/bin/tesseract", [shot, "-"], environment: ["PATH": "/usr/bin:/bin", "OMP_THREAD_LIMIT": "1"])
+        guard ocr.status == 0 else { throw TestFailure("tesseract failed: \(ocr.text)") }
+        return ocr.text
+    }
+
+    /// The popup whose drawn text contains `text`.
+    func popup(showing text: String) throws -> Popup? {
+        try popups().first { try self.text(of: $0).contains(text) }
+    }
+
+    /// A click of the mouse's first button at (x, y); the pointer then leaves for a corner, so
+    /// no tooltip covers what comes next.
+    func click(x: Int, y: Int) throws {
+        let result = try runTool("/usr/bin/xdotool", ["mousemove", String(x), String(y), "click", "1", "mousemove", "1", "1"], environment: environment)
+        guard result.status == 0 else { throw TestFailure("xdotool failed: \(result.text)") }
+    }
+
+    /// A click on a notification popup's close button (✕), at its header's right end.
+    func clickClose(_ popup: Popup) throws {
+        try click(x: popup.x + popup.width - 16, y: popup.y + 15)
+    }
+
+    /// Opens or closes the system tray's media controller, as a user's shortcut for it does: the
+    /// desktop scripting API gives the applet a global shortcut, which kglobalaccel then fires
+    /// ("activate widget N" of plasmashell).
+    func toggleMediaController() throws {
+        let script = """
+            var ids = [];
+            panels().forEach(function (panel) {
+                panel.widgets("org.kde.plasma.systemtray").forEach(function (tray) {
+                    desktopById(tray.readConfig("SystrayContainmentId")).widgets("org.kde.plasma.mediacontroller").forEach(function (media) {
+                        media.globalShortcut = "Ctrl+Alt+Shift+F12";
+                        ids.push(media.id);
+                    });
+                });
+            });
+            print(ids.join(","));
+            """
+        let reply = try runTool(
+            "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.kde.plasmashell", "/PlasmaShell", "org.kde.PlasmaShell",
+                                "evaluateScript", "s", script], environment: environment)
+        let id = reply.text.split(whereSeparator: { !$0.isNumber }).first
+        guard reply.status == 0, let id else { throw TestFailure("no media controller in the system tray: \(reply.text)") }
+        try invokeShortcut(component: "plasmashell", "activate widget \(id)")
+    }
+
+    /// Fires one of plasmashell's global shortcuts: `mediacontrol`'s `playpausemedia` and
+    /// `nextmedia` are the media keys, handled by Plasma's own player multiplexer.
+    func invokeShortcut(component: String, _ name: String) throws {
+        let reply = try runTool(
+            "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.kde.kglobalaccel", "/component/\(component)",
+                                "org.kde.kglobalaccel.Component", "invokeShortcut", "s", name])
+        guard reply.status == 0 else { throw TestFailure("invokeShortcut \(component)/\(name) failed: \(reply.text)") }
     }
 
     /// A screenshot of the whole screen as PNG at `path`.

@@ -21,6 +21,8 @@ private let plasmaScenario = """
     {"after":0.2,"do":"modify","uid":7,"message":"The Analytical Engine weaves algebraic patterns"}
     {"after":0.2,"do":"modify","uid":7,"message":"The Analytical Engine"}
     {"after":0.5,"do":"remove","uid":8}
+    {"do":"wait_state","media_commands_received":2,"timeout":120}
+    {"do":"add","uid":10,"category":"social","app":"com.apple.MobileSMS","title":"Dana","message":"hello","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
     {"do":"sleep","seconds":600}
     {"do":"end"}
     """
@@ -35,10 +37,6 @@ extension DaemonTests {
         let shell = desktop.version
         let watcher = try await DBusConnection.connect(to: .address(desktop.bus.address))
         try await desktop.watch(on: watcher)
-        let monitor = try ChildProcess(
-            URL(fileURLWithPath: "/usr/bin/dbus-monitor"),
-            ["--address", desktop.bus.address, "type='method_call',path='/org/mpris/MediaPlayer2',member='GetAll'"])
-        defer { _ = try? monitor.stop(timeout: .seconds(5)) }
         let run = try DesktopRun(scenario: plasmaScenario, session: desktop.bus.address)
         defer { run.stop() }
         let (sim, control) = (run.phone, run.control)
@@ -95,8 +93,32 @@ extension DaemonTests {
         try await Task.sleep(for: .seconds(1))
         #expect(actionsSoFar == before && performed("positive", 3) == 1 && performed("negative", 4) == 1, "\(shell):\n\(sim.standardError)")
 
-        // The phone's player: plasmashell's media controller reads it.
-        try monitor.waitForLine(timeout: .seconds(30)) { $0.contains("org.mpris.MediaPlayer2.Player") || $0.contains("member=GetAll") }
+        // The phone's player in the system tray's media controller, with its title and artist as
+        // drawn; Plasma's media keys (its own player multiplexer) reach the phone.
+        try desktop.toggleMediaController()
+        let player = try desktop.wait("the media controller showing the track") { () -> (PlasmaDesktop.Popup, String)? in
+            for popup in try desktop.popups() {
+                let text = try desktop.text(of: popup)
+                if text.contains("Clair de lune") { return (popup, text) }
+            }
+            return nil
+        }
+        #expect(player.1.contains("Claude Debussy"), "\(shell): the media controller shows \(player.1)")
+        try desktop.screenshot(to: artifacts + "/desktop-plasma-media.png")
+        try desktop.toggleMediaController()
+        try desktop.invokeShortcut(component: "mediacontrol", "playpausemedia")
+        try sim.waitForStandardError(containing: "AMS Remote Command pause (1) performed")
+        try desktop.invokeShortcut(component: "mediacontrol", "nextmedia")
+        try sim.waitForStandardError(containing: "AMS Remote Command next (3) performed")
+
+        // Dana's popup, closed with its close button: gone from the screen, nothing on the phone.
+        let dana = try desktop.wait("Dana's popup") { try desktop.popup(showing: "Dana") }
+        let beforeClose = actionsSoFar
+        try desktop.clickClose(dana)
+        try desktop.wait("Dana's popup gone") { try desktop.popups().contains(dana) ? nil : true }
+        try run.companion.waitForStandardError(containing: "closed on the desktop")
+        try await Task.sleep(for: .seconds(1))
+        #expect(actionsSoFar == beforeClose, "\(shell): the close button did something on the phone:\n\(sim.standardError)")
 
         // A daemon restart and a companion restart bring nothing back.
         let count = desktop.accepted.count
