@@ -1,5 +1,7 @@
+import AMS
 import ControlProtocol
 import Foundation
+import JSON
 @testable import ANCSDaemon
 import ANCSRuntime
 import Testing
@@ -23,5 +25,66 @@ import Testing
         #expect(text == "media AA:BB:CC:DD:EE:01 paused|none\n" + record.jsonLine + "\n")
         #expect(record.jsonLine.hasPrefix(#"{"v":1,"type":"media","device":"AA:BB:CC:DD:EE:01","player":"Music","state":"paused""#))
         #expect(sink.counts.succeeded == 1)
+    }
+
+    /// A rate, elapsed time and duration of 1e308 (and 2e9) from the phone are unknown in every
+    /// output: null in the event's JSON (standard output, FIFO, control, `--exec`'s standard
+    /// input), in the retained MQTT state and in what `ancsd media` reads; no clock in the text
+    /// line (it showed a clamped 99:59:59). A long track's hours are shown as they are.
+    @Test func aNumberPastTheLimitIsUnknownInEveryOutput() throws {
+        // As the phone's values arrive: parsed.
+        let info = PlaybackInfo(parsing: "1,1e308,1e308")
+        var state = MediaState()
+        (state.playbackState, state.playbackRate, state.elapsedTime, state.elapsedAt) = (info.state, info.rate, info.elapsed, .zero)
+        state.duration = parseTrackDuration("2000000000")
+        state.title = "Forever"
+        #expect(state.playbackRate == nil && state.elapsedTime == nil && state.duration == nil)
+        // And should such numbers be in a state anyway, the outputs still agree.
+        for (rate, elapsed, duration) in [(nil, nil, nil), (1e308, 1e308, 1e308), (2e9, 2e9, .infinity)] as [(Double?, Double?, Double?)] {
+            (state.playbackRate, state.elapsedTime, state.duration) = (rate, elapsed, duration)
+            try checkUnknown(state)
+        }
+    }
+
+    private func checkUnknown(_ state: MediaState) throws {
+        let media = MediaOutput.control(state, device: "AA:BB:CC:DD:EE:01", now: .seconds(1))
+        let output = MediaOutput.output(media)
+        let record = OutputRecord(.service(output))
+        let event = try JSONValue(parsing: record.jsonLine)
+        for member in ["rate", "elapsed", "position", "duration"] {
+            #expect(event[member] == .null, "\(member) in \(record.jsonLine)")
+        }
+        let retained = try #require(output.retained.first)
+        let mqtt = try JSONValue(parsing: retained.payload)
+        #expect(["rate", "elapsed", "position", "duration"].allSatisfy { mqtt[$0] == .null }, "\(retained.payload)")
+        let read = try ControlMedia(decoding: try #require(event.objectValue))
+        #expect(read.rate == nil && read.position == nil && read.duration == nil, "ancsd media shows no clock")
+        #expect(!record.line(.text).contains("99:59:59") && !output.text.contains(":"), "\(record.line(.text))")
+    }
+
+    @Test func aNumberPastTheLimitIsUnknownForExec() async throws {
+        var state = MediaState()
+        (state.playbackState, state.playbackRate, state.elapsedTime, state.duration) = (.playing, 1e308, 1e308, 1e308)
+        let record = OutputRecord(.service(MediaOutput.output(MediaOutput.control(state, device: "AA:BB:CC:DD:EE:01", now: .zero))))
+        // --exec: the same JSON on standard input, the state in the environment.
+        let file = NSTemporaryDirectory() + "ancsd-exec-media-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let sink = ExecSink(
+            command: #"{ printf '%s\n' "$ANCSD_MEDIA_STATE"; cat; } > "\#(file)""#, logger: Logger(threshold: .error, journald: false),
+            loop: sinkTestLoop)
+        sink.send(record)
+        #expect(await sink.flush(timeout: .seconds(30)))
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        #expect(text == "playing\n" + record.jsonLine + "\n")
+        #expect(text.contains(#""rate":null,"elapsed":null,"position":null"#) && text.contains(#""duration":null"#), "\(text)")
+    }
+
+    /// Up to the limit a number is shown as it is: a 100-hour track shows its hours.
+    @Test func aLongTrackShowsItsHours() {
+        var state = MediaState()
+        (state.playbackState, state.playbackRate, state.elapsedTime, state.elapsedAt, state.duration) = (.playing, 1, 360_000, .zero, 400_000)
+        let long = MediaOutput.output(MediaOutput.control(state, device: "AA:BB:CC:DD:EE:01", now: .zero))
+        #expect(long.text.hasSuffix("100:00:00 / 111:06:40"), "\(long.text)")
+        #expect(long.fields["duration"] == .double(400_000))
     }
 }
