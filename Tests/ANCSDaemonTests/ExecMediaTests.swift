@@ -5,6 +5,7 @@ import JSON
 @testable import ANCSDaemon
 import ANCSRuntime
 import Testing
+import TestSupport
 
 /// `--exec` gets a phone's media events like any other: the event's JSON line on standard
 /// input, `ANCSD_TYPE=media`, the device and the player's state in the environment (never the
@@ -87,4 +88,26 @@ import Testing
         #expect(long.text.hasSuffix("100:00:00 / 111:06:40"), "\(long.text)")
         #expect(long.fields["duration"] == .double(400_000))
     }
+
+    /// Every `ANCSD_*` variable a command gets, for an event of each kind, is named by
+    /// `run --help` (the `--exec` entry), the man page and docs/output.md.
+    @Test func theHelpNamesEveryVariable() throws {
+        let notification = try #require(VariedEvents.events.first { if case .notification = $0 { true } else { false } })
+        let events: [OutputEvent] = [
+            notification, .connected(device: "AA:BB:CC:DD:EE:01", name: "Ada"), .disconnected(device: "AA:BB:CC:DD:EE:01", reason: "gone"),
+            .sharing(device: "AA:BB:CC:DD:EE:01", allowed: true),
+            .service(MediaOutput.output(ControlMedia(device: "AA:BB:CC:DD:EE:01", state: "playing"))),
+        ]
+        let names = Set(events.flatMap { ExecSink.environment(for: OutputRecord($0)) }
+            .filter { $0.hasPrefix("ANCSD_") }.compactMap { $0.split(separator: "=").first.map(String.init) })
+        #expect(names.isSuperset(of: ["ANCSD_TYPE", "ANCSD_DEVICE", "ANCSD_UID", "ANCSD_SHARING", "ANCSD_MEDIA_STATE"]), "\(names)")
+        let page = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/ancsd.8"), encoding: .utf8)
+        let output = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/output.md"), encoding: .utf8)
+        for name in names.sorted() {
+            #expect(Setting.optionsHelp.contains(name), "run --help does not name \(name)")
+            #expect(page.contains(name), "the man page does not name \(name)")
+            #expect(output.contains(name), "docs/output.md does not name \(name)")
+        }
+    }
 }
+
