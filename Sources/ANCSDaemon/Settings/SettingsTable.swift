@@ -134,7 +134,10 @@ extension Setting {
                 """),
         .optional(
             "mqtt-password-file", "PATH", .outputs, .absolutePath("needs an absolute file path"), at: \.mqttPasswordFile,
-            help: "the broker password for the URL's user: the file's first line"),
+            help: """
+                the broker password for the URL's user (the URL must name one): the file's first line; a file other users may \
+                read is warned about, and so is a password sent over mqtt:// to another machine
+                """),
         .optional(
             "mqtt-ca", "PATH", .outputs, .absolutePath("needs an absolute file path"), at: \.mqttCA,
             help: "the CA certificate that signs the broker's (mqtts://; default: the system's trusted CAs)"),
