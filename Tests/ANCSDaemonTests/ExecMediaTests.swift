@@ -65,7 +65,7 @@ import TestSupport
 
     @Test func aNumberPastTheLimitIsUnknownForExec() async throws {
         var state = MediaState()
-        (state.playbackState, state.playbackRate, state.elapsedTime, state.duration) = (.playing, 1e308, 1e308, 1e308)
+        (state.playbackState, state.playbackRate, state.elapsedTime, state.duration) = (.playing, 2e9, 2e9, 2e9)
         let record = OutputRecord(.service(MediaOutput.output(MediaOutput.control(state, device: "AA:BB:CC:DD:EE:01", now: .zero))))
         // --exec: the same JSON on standard input, the state in the environment.
         let file = NSTemporaryDirectory() + "ancsd-exec-media-\(UUID().uuidString)"
