@@ -104,6 +104,13 @@ public struct MediaSession: GattServiceSession {
             .init(AMSUUID.entityAttribute.rawValue, name: "Entity Attribute", notifies: false, required: false),
         ])
 
+    /// The longest value the session takes, in bytes: the ATT protocol's largest attribute value
+    /// (512 bytes, Core Specification Vol 3 Part F 3.2.9), which BlueZ enforces on a real link
+    /// for notifications and long reads alike. A longer value can only come from a peer that
+    /// ignores the specification; it is cut there, on a UTF-8 character boundary, and marked
+    /// truncated, so no output ever carries more of one value.
+    public static let maximumValueLength = 512
+
     public let configuration: Configuration
 
     /// The state as the session knows it now (it may be ahead of the last `.state` event).
@@ -343,11 +350,15 @@ public struct MediaSession: GattServiceSession {
         let generation = (generations[attribute] ?? 0) &+ 1
         generations[attribute] = generation
         pendingFetches.removeAll { $0.attribute == attribute }  // a newer value came
-        let text = update.text
-        if text.wasRepaired { actions.append(.log(.debug, "the value of \(attribute) is not valid UTF-8: repaired")) }
-        actions.append(.log(.debug, "\(attribute) = \"\(text.string)\"\(update.isTruncated ? " (truncated)" : "")"))
-        state.apply(text.string, to: attribute, now: now)
-        if update.isTruncated {
+        let (text, repaired, overLimit) = Self.cappedText(update.value)
+        if overLimit { actions.append(.log(.debug, "the value of \(attribute) is over \(Self.maximumValueLength) bytes (\(update.value.count)): cut")) }
+        if repaired { actions.append(.log(.debug, "the value of \(attribute) is not valid UTF-8: repaired")) }
+        actions.append(.log(.debug, "\(attribute) = \"\(text)\"\(update.isTruncated || overLimit ? " (truncated)" : "")"))
+        state.apply(text, to: attribute, now: now)
+        if overLimit {
+            // Its whole value would be longer still: not read.
+            state.truncated.insert(attribute)
+        } else if update.isTruncated {
             state.truncated.insert(attribute)
             if hasEntityAttribute {
                 pendingFetches.append(Fetch(attribute: attribute, generation: generation, arrivedAt: now))
@@ -366,12 +377,38 @@ public struct MediaSession: GattServiceSession {
             actions.append(.log(.debug, "dropped the whole \(fetch.attribute): a newer update came meanwhile"))
             return
         }
-        let text = AMSText(bytes)
-        if text.wasRepaired { actions.append(.log(.debug, "the whole value of \(fetch.attribute) is not valid UTF-8: repaired")) }
-        actions.append(.log(.debug, "\(fetch.attribute) = \"\(text.string)\" (whole, \(bytes.count) bytes)"))
-        state.apply(text.string, to: fetch.attribute, now: fetch.arrivedAt)
-        state.truncated.remove(fetch.attribute)
+        let (text, repaired, overLimit) = Self.cappedText(bytes)
+        if repaired { actions.append(.log(.debug, "the whole value of \(fetch.attribute) is not valid UTF-8: repaired")) }
+        actions.append(.log(.debug, "\(fetch.attribute) = \"\(text)\" (whole, \(bytes.count) bytes\(overLimit ? ", cut" : ""))"))
+        state.apply(text, to: fetch.attribute, now: fetch.arrivedAt)
+        if overLimit { state.truncated.insert(fetch.attribute) } else { state.truncated.remove(fetch.attribute) }
         noteChange(now: now)
+    }
+
+    /// A value as text of `maximumValueLength` bytes at most: the bytes are cut before a UTF-8
+    /// character that would not fit whole, then decoded (invalid sequences repaired, which may
+    /// lengthen the text: cut again, between characters); whether it was repaired, and cut.
+    static func cappedText(_ bytes: [UInt8]) -> (text: String, repaired: Bool, cut: Bool) {
+        var end = bytes.count
+        if end > maximumValueLength {
+            end = maximumValueLength
+            // Back to the start of the character the cut falls in (at most 3 continuation bytes).
+            var back = 0
+            while back < 3, end > 0, bytes[end] & 0xC0 == 0x80 {
+                end -= 1
+                back += 1
+            }
+        }
+        let text = AMSText(end == bytes.count ? bytes : Array(bytes[..<end]))
+        guard text.string.utf8.count > maximumValueLength else { return (text.string, text.wasRepaired, end < bytes.count) }
+        var length = 0
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.string.unicodeScalars {
+            length += UTF8.width(scalar)
+            guard length <= maximumValueLength else { break }
+            scalars.append(scalar)
+        }
+        return (String(scalars), true, true)
     }
 
     /// A fetch's write or read was refused: 0xA2 (Absent Attribute) means the value is empty;

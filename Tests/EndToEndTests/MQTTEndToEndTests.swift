@@ -122,6 +122,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         broker.stop()
         let passwordFile = broker.directory + "/ancsd-password"
         try "correct horse\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o644) == 0)  // every user may read it: warned about
         let run = try DaemonRun(text: Self.scenario, ancsdArguments: [
             "--mqtt", "mqtts://phone-bridge@127.0.0.1:\(broker.port)", "--mqtt-ca", broker.caFile,
             "--mqtt-password-file", passwordFile, "--mqtt-discovery-prefix", "none",
@@ -143,6 +144,9 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status online"])
         #expect(!messages(all).contains { $0.topic.hasPrefix("homeassistant/") }, "discovery off")
         #expect(!run.ancsd.standardError.contains("correct horse"))
+        let fix = "warning: the MQTT password file \(passwordFile) can be read by every user (mode 644): chmod 600 \(passwordFile)"
+        #expect(run.ancsd.standardError.components(separatedBy: fix).count == 2, "warned once, with the fix: \(run.ancsd.standardError)")
+        #expect(!run.ancsd.standardError.contains("unencrypted"), "mqtts://: no word of plain text")
 
         // Killed: the broker publishes the will.
         run.ancsd.signal(SIGKILL)
@@ -196,5 +200,47 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(missing.status != 0 && missing.stderr.contains("cannot read the MQTT password file /nonexistent/pw"))
         let prefix = try AncsdProcess.run(["run", "--mqtt", "mqtt://h", "--mqtt-prefix", "a/#"])
         #expect(prefix.status == 2 && prefix.stderr.contains("mqtt-prefix"))
+
+        // A password file without a user in the URL: on the command line, and as the
+        // configuration file's key. (No bus: should it start, it stops at once.)
+        let directory = NSTemporaryDirectory() + "ancsd-mqtt-settings-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let passwordFile = directory + "/password"
+        try "correct horse\n".write(toFile: passwordFile, atomically: false, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o600) == 0)
+        let noBus = ["--bus", "unix:path=\(directory)/no-bus"]
+        let noUser = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://127.0.0.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null"])
+        #expect(noUser.status == 2 && noUser.stderr.contains("--mqtt-password-file \(passwordFile) needs a user in the --mqtt URL"),
+                "\(noUser.status) \(noUser.stderr)")
+        let configuration = directory + "/ancsd.conf"
+        try "mqtt = mqtt://127.0.0.1\nmqtt-password-file = \(passwordFile)\n".write(toFile: configuration, atomically: false, encoding: .utf8)
+        let noUserInFile = try AncsdProcess.run(noBus + ["run", "--config", configuration])
+        #expect(noUserInFile.status == 2 && noUserInFile.stderr.contains("needs a user"), "\(noUserInFile.status) \(noUserInFile.stderr)")
+    }
+
+    /// A password over plain mqtt:// to another machine is warned about once; to the loopback,
+    /// or with a file only ancsd may read, nothing is said.
+    @Test("a password in the clear to another host, and a password file others may read, are warned about once")
+    func credentialWarnings() throws {
+        let directory = NSTemporaryDirectory() + "ancsd-mqtt-warnings-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let passwordFile = directory + "/password"
+        try "correct horse\n".write(toFile: passwordFile, atomically: false, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o640) == 0)
+        // No bus: ancsd starts its outputs, says what it has to say, and stops (status 1).
+        let noBus = ["--bus", "unix:path=\(directory)/no-bus"]
+        let remote = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://ancsd@192.0.2.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null", "--format", "json"])
+        #expect(remote.status == 1, "\(remote.stderr)")
+        #expect(remote.stderr.components(separatedBy: "the MQTT password goes to 192.0.2.1 unencrypted (mqtt://)").count == 2, "\(remote.stderr)")
+        #expect(remote.stderr.components(separatedBy: "can be read by its group (mode 640): chmod 600 \(passwordFile)").count == 2)
+        #expect(!remote.stderr.contains("correct horse"))
+        #expect(chmod(passwordFile, 0o600) == 0)
+        let local = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://ancsd@127.0.0.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null", "--format", "json"])
+        #expect(local.status == 1 && !local.stderr.contains("warning: the MQTT password"), "\(local.stderr)")
     }
 }
