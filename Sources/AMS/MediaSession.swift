@@ -32,6 +32,9 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
     case unsupported(RemoteCommand, supported: [RemoteCommand])
     /// Too many commands wait to be written already.
     case tooManyPending(Int)
+    /// More commands came than `Configuration.commandRate` allows (a flood from a script or a
+    /// broker, never a person); `perSecond` is the rate.
+    case tooFast(perSecond: Int)
 
     /// A stable snake_case code for machine-readable output.
     public var code: String {
@@ -39,6 +42,7 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
         case .noRemoteCommand: "no_remote_command"
         case .unsupported: "unsupported_command"
         case .tooManyPending: "too_many_pending"
+        case .tooFast: "too_fast"
         }
     }
 
@@ -51,6 +55,8 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
                 + (supported.isEmpty ? "nothing" : supported.map(\.description).joined(separator: ", "))
         case .tooManyPending(let count):
             "\(count) media commands wait to be sent already"
+        case .tooFast(let rate):
+            "the phone's player takes at most \(rate) commands a second; try again in a moment"
         }
     }
 }
@@ -89,6 +95,11 @@ public struct MediaSession: GattServiceSession {
         public var resubscribeInterval: Duration = .seconds(30)
         /// How many sent commands may wait for the request in flight.
         public var maxPendingCommands = 16
+        /// How many commands a second reach the phone at most, over any second (a burst of as
+        /// many, then one every 1/rate s). A person pressing a key as fast as they can manages
+        /// about 7 a second, and a held volume key on the desktop is coalesced into steps
+        /// before it gets here; only a script or a flood from a broker meets the limit.
+        public var commandRate = 10
 
         public init() {}
     }
@@ -143,6 +154,10 @@ public struct MediaSession: GattServiceSession {
 
     private var inFlight: Work?
     private var pendingCommands: [RemoteCommand] = []
+    /// The commands' token bucket: how many may go at once (at most `commandRate`), as of
+    /// `commandTokensAt`; nil before the first command (a full bucket).
+    private var commandTokens: Double?
+    private var commandTokensAt: Duration = .zero
     private var pendingRegistrations: [EntityRegistration] = []
     private var pendingFetches: [Fetch] = []
     /// How many updates of each attribute arrived: a fetch's answer is current only if none
@@ -318,18 +333,34 @@ public struct MediaSession: GattServiceSession {
     /// Sends a command to the phone's player: queued behind the request in flight (ahead of
     /// registrations and reads), written to Remote Command; a failure comes back as
     /// `.commandFailed`. Refused when the phone offers no Remote Command, when the player does
-    /// not take the command now (the error lists what it takes), or when too many wait.
+    /// not take the command now (the error lists what it takes), when too many wait, or when
+    /// commands come faster than `Configuration.commandRate`.
     public mutating func send(_ command: RemoteCommand, now: Duration) throws(MediaCommandError) -> [GattSessionAction<MediaEvent>] {
         guard hasRemoteCommand else { throw .noRemoteCommand }
         guard state.supportedCommands.contains(command) else {
             throw .unsupported(command, supported: state.supportedCommands)
         }
         guard pendingCommands.count < configuration.maxPendingCommands else { throw .tooManyPending(pendingCommands.count) }
+        try takeCommandToken(now: now)
         pendingCommands.append(command)
         var actions: [GattSessionAction<MediaEvent>] = []
         pump(into: &actions)
         updateDeadline()
         return actions
+    }
+
+    /// Takes one command's token, or says the command comes too fast.
+    private mutating func takeCommandToken(now: Duration) throws(MediaCommandError) {
+        let rate = Double(max(configuration.commandRate, 1))
+        let elapsed = now - commandTokensAt
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let available = commandTokens.map { min(rate, $0 + max(seconds, 0) * rate) } ?? rate
+        commandTokensAt = now
+        guard available >= 1 else {
+            commandTokens = available
+            throw .tooFast(perSecond: Int(rate))
+        }
+        commandTokens = available - 1
     }
 
     // MARK: Entity Update

@@ -272,6 +272,34 @@ import Testing
         #expect(throws: MediaCommandError.tooManyPending(2)) { try h.send(.volumeUp) }
     }
 
+    /// A flood (a script, a broker) meets the rate limit; a person never does: a burst of 10,
+    /// then one every 100 ms. Refused commands take nothing from the bucket.
+    @Test func commandsFasterThanTheRateAreRefused() throws {
+        var h = Harness()
+        h.start()
+        h.commands([.togglePlayPause])
+        for _ in 0..<10 {
+            try h.send(.togglePlayPause)
+            h.result(.written)
+        }
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        #expect(MediaCommandError.tooFast(perSecond: 10).code == "too_fast")
+        h.advance(.milliseconds(99))
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        h.advance(.milliseconds(1))
+        try h.send(.togglePlayPause)
+        h.result(.written)
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        // A person's pace, 7 a second, for 10 seconds: never refused.
+        h.advance(.seconds(1))
+        for _ in 0..<70 {
+            h.advance(.milliseconds(143))
+            try h.send(.togglePlayPause)
+            h.result(.written)
+        }
+        #expect(h.requests.filter { $0 == .write(AMSUUID.remoteCommand, [RemoteCommand.togglePlayPause.rawValue]) }.count == 81)
+    }
+
     @Test func aFailedCommandIsReported() throws {
         var h = Harness()
         h.start()
