@@ -125,3 +125,67 @@ public final class RateLimitedLog: Sendable {
         armTimer()
     }
 }
+
+/// Peer-triggered log lines of many kinds, each kind rate-limited by a `RateLimitedLog` of its
+/// own: what a phone's bytes, a broker's messages, a control client or a desktop program can
+/// make ancsd say. The kind of a line is its fixed part (`kind(of:)`), so "no answer to
+/// notification 12" and "no answer to notification 13" are one kind.
+///
+/// At most `maximumKinds` kinds are kept (a peer could otherwise make one per message); past
+/// that, new kinds share one limit. Belongs to one loop, as `RateLimitedLog` does.
+public final class RateLimitedLogs: Sendable {
+    /// Kinds kept apart at most; the rest share one.
+    public static let maximumKinds = 64
+
+    private let interval: Duration
+    private let loop: EventLoop
+    private let emit: @Sendable (LogLevel, String) -> Void
+    private let limits: LoopBound<[String: RateLimitedLog]>
+
+    /// Lines through `logger`, on `loop`.
+    public convenience init(interval: Duration = .seconds(60), logger: Logger, loop: EventLoop) {
+        self.init(interval: interval, loop: loop) { logger.log($0, $1) }
+    }
+
+    /// Lines handed to `emit` (tests).
+    public init(interval: Duration = .seconds(60), loop: EventLoop, emit: @escaping @Sendable (LogLevel, String) -> Void) {
+        self.interval = interval
+        self.loop = loop
+        self.emit = emit
+        limits = LoopBound([:], loop: loop)
+    }
+
+    /// `message` at `level`: said, or counted with the others of its kind (`kind`, or the
+    /// message's own fixed part). Debug lines are never limited: they are asked for.
+    public func log(_ level: LogLevel, _ message: String, kind: String? = nil) {
+        guard level > .debug else { return emit(level, message) }
+        var key = "\(level): " + (kind ?? Self.kind(of: message))
+        if limits.value[key] == nil, limits.value.count >= Self.maximumKinds { key = "\(level): other lines" }
+        let limit = limits.value[key] ?? RateLimitedLog(String(key.drop { $0 != " " }.dropFirst()), level: level, interval: interval, loop: loop, emit: emit)
+        limits.value[key] = limit
+        limit(message)
+    }
+
+    /// The fixed part of a message: up to its first ": " (what follows is usually an error's
+    /// or a value's text), with every run of digits as "#".
+    public static func kind(of message: String) -> String {
+        var kind = ""
+        var inNumber = false
+        var previous: Character?
+        for character in message {
+            if previous == ":", character == " " {
+                kind.removeLast()
+                break
+            }
+            previous = character
+            if character.isASCII, character.isNumber {
+                if !inNumber { kind.append("#") }
+                inNumber = true
+            } else {
+                kind.append(character)
+                inNumber = false
+            }
+        }
+        return kind
+    }
+}

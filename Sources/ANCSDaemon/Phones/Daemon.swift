@@ -64,6 +64,9 @@ public actor Daemon: LoopActor {
     let executor: DaemonExecutor
     /// What each phone has shown, for `seen_before` and `--replays`.
     let seen: SeenStore
+    /// The lines a phone's bytes make its session say (malformed values, refused requests):
+    /// each kind said once, then counted per minute, so a phone cannot flood the journal.
+    let phoneLog: RateLimitedLogs
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     /// The loop that is this actor's executor (`executor`).
@@ -92,6 +95,7 @@ public actor Daemon: LoopActor {
         self.notifier = notifier
         self.onReady = onReady
         seen = SeenStore(directory: options.stateDirectory, logger: logger)
+        phoneLog = RateLimitedLogs(logger: logger, loop: executor)
     }
 
     /// A line for `systemctl status`: "2 phones connected, 14 notifications".
