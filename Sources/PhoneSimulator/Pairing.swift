@@ -163,6 +163,7 @@ extension PhoneSimulator {
         check(e.reportSubscribed, d.hid.report != nil)
         check(e.mediaState, d.media.map { $0.player.playing ? "playing" : "paused" })
         check(e.mediaCommandsReceived, d.media?.received.count)
+        check(e.securityRequests, d.securityRequests)
         let text = adapter.isEmpty ? "bluetoothd is down" : """
             Pairable=\(adapter["Pairable"]?.description ?? "?") Discoverable=\(adapter["Discoverable"]?.description ?? "?") \
             PairableTimeout=\(adapter["PairableTimeout"]?.description ?? "?") DiscoverableTimeout=\(adapter["DiscoverableTimeout"]?.description ?? "?"); \
@@ -171,7 +172,8 @@ extension PhoneSimulator {
             applications \(applications); \
             \(d.settings.name): \(d.present ? d.address : "not present") connected=\(d.connected) paired=\(d.paired) \
             bonded=\(d.bonded) trusted=\(d.trusted) report_map=\(d.hid.reportMap.map { "\($0.count) bytes" } ?? "unread") \
-            keyboard=\(d.hid.keyboard) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports)\
+            keyboard=\(d.hid.keyboard) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports) \
+            security_requests=\(d.securityRequests)\
             \(d.media.map { " media_state=\($0.player.playing ? "playing" : "paused") media_commands_received=\($0.received.count)" } ?? "")
             """
         return (ok, text)
