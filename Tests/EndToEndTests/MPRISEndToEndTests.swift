@@ -15,6 +15,62 @@ private let musicScenario = """
     {"do":"end"}
     """
 
+/// `ancsd run` with the simulated phone playing `scenario` on one private bus, `ancsd desktop`
+/// on a second (the session bus), and `playerctl` on that one.
+private struct MPRISRun {
+    let system: PrivateBus
+    let session: PrivateBus
+    let daemon: ChildProcess
+    let desktop: ChildProcess
+    let phone: ChildProcess
+    let environment: [String: String]
+
+    init(scenario text: String, debug: Bool) throws {
+        system = try PrivateBus()
+        session = try PrivateBus()
+        let control = system.directory + "/control"
+        let scenario = system.directory + "/scenario.jsonl"
+        try text.write(toFile: scenario, atomically: true, encoding: .utf8)
+        let logLevel = debug ? ["--log-level", "debug"] : []
+        daemon = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", system.address, "run", "--format", "json"] + logLevel + ["--control", control])
+        try daemon.waitForStandardError(containing: "bluetoothd is not running")
+        desktop = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["desktop", "--control", control, "--bus", session.address] + logLevel + ["--state-dir", session.directory])
+        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
+        phone = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
+        environment = ["DBUS_SESSION_BUS_ADDRESS": session.address, "PATH": "/usr/bin:/bin", "HOME": system.directory]
+    }
+
+    func stop() {
+        _ = try? phone.stop(timeout: .seconds(5))
+        _ = try? desktop.stop(timeout: .seconds(5))
+        _ = try? daemon.stop(timeout: .seconds(5))
+    }
+
+    /// What `playerctl ARGUMENTS` says, trimmed.
+    func playerctl(_ arguments: String...) throws -> String { try playerctl(arguments) }
+
+    private func playerctl(_ arguments: [String]) throws -> String {
+        try runTool("/usr/bin/playerctl", arguments, environment: environment).text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Waits until `playerctl ARGUMENTS` says `expected`.
+    func waitFor(_ what: String, _ expected: String, _ arguments: String...) throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        var last = ""
+        while ContinuousClock.now < deadline {
+            last = try playerctl(arguments)
+            if last == expected { return }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        throw TestFailure("\(what): playerctl \(arguments.joined(separator: " ")) said '\(last)', not '\(expected)'; desktop:\n\(desktop.standardError)")
+    }
+}
+
 /// `ancsd desktop`'s MPRIS player end to end: `ancsd run` against the simulated iPhone with the
 /// Apple Media Service on one private bus, the companion on a second (the session bus), and
 /// `playerctl` reading and driving the phone's player through both. Part of the serialized
@@ -22,56 +78,25 @@ private let musicScenario = """
 extension DaemonTests {
     @Test func mprisPlayerDrivesTheSimulatedPhone() async throws {
         try UnitRun.needs("playerctl")
-        let system = try PrivateBus()
-        let session = try PrivateBus()
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/mpris.jsonl"
-        try musicScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
-        let daemon = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["--bus", system.address, "run", "--format", "json", "--log-level", "debug", "--control", control])
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        let desktop = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", session.address, "--log-level", "debug", "--state-dir", session.directory])
-        defer { _ = try? desktop.stop(timeout: .seconds(5)) }
-        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let phone = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? phone.stop(timeout: .seconds(5)) }
-
-        let environment = ["DBUS_SESSION_BUS_ADDRESS": session.address, "PATH": "/usr/bin:/bin", "HOME": system.directory]
-        func playerctl(_ arguments: String...) throws -> String {
-            try runTool("/usr/bin/playerctl", arguments, environment: environment).text.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        func waitFor(_ what: String, _ expected: String, _ arguments: String...) throws {
-            let deadline = ContinuousClock.now + .seconds(30)
-            var last = ""
-            while ContinuousClock.now < deadline {
-                last = try runTool("/usr/bin/playerctl", arguments, environment: environment).text
-                    .trimmingCharacters(in: .whitespacesAndNewlines)
-                if last == expected { return }
-                Thread.sleep(forTimeInterval: 0.1)
-            }
-            throw TestFailure("\(what): playerctl \(arguments.joined(separator: " ")) said '\(last)', not '\(expected)'; desktop:\n\(desktop.standardError)")
-        }
+        let run = try MPRISRun(scenario: musicScenario, debug: true)
+        defer { run.stop() }
+        let (desktop, phone, session) = (run.desktop, run.phone, run.session)
 
         // The phone's player appears with its first state, as the simulated phone plays it.
-        try waitFor("the player on the bus", musicPlayer, "-l")
-        try waitFor("the track", "Clair de lune|Claude Debussy|Suite bergamasque|300000000",
+        try run.waitFor("the player on the bus", musicPlayer, "-l")
+        try run.waitFor("the track", "Clair de lune|Claude Debussy|Suite bergamasque|300000000",
                     "-p", musicPlayer, "metadata", "--format", "{{title}}|{{artist}}|{{album}}|{{mpris:length}}")
-        #expect(try playerctl("-p", musicPlayer, "status") == "Playing")
+        #expect(try run.playerctl("-p", musicPlayer, "status") == "Playing")
 
         // play-pause reaches the phone (toggle) and its new state comes back.
-        _ = try playerctl("-p", musicPlayer, "play-pause")
-        try waitFor("paused on the phone", "Paused", "-p", musicPlayer, "status")
+        _ = try run.playerctl("-p", musicPlayer, "play-pause")
+        try run.waitFor("paused on the phone", "Paused", "-p", musicPlayer, "status")
         // next: the next track of the phone's queue.
-        _ = try playerctl("-p", musicPlayer, "next")
-        try waitFor("the next track", "Rêverie", "-p", musicPlayer, "metadata", "title")
+        _ = try run.playerctl("-p", musicPlayer, "next")
+        try run.waitFor("the next track", "Rêverie", "-p", musicPlayer, "metadata", "title")
         // The volume: two steps of 1/16 from 0.5.
-        _ = try playerctl("-p", musicPlayer, "volume", "0.625")
-        try waitFor("the phone's volume", "0.625000", "-p", musicPlayer, "volume")
+        _ = try run.playerctl("-p", musicPlayer, "volume", "0.625")
+        try run.waitFor("the phone's volume", "0.625000", "-p", musicPlayer, "volume")
         // After those four commands the phone takes no next any more: CanGoNext follows.
         let bus = try await DBusConnection.connect(to: .address(session.address))
         let name = try BusName("org.mpris.MediaPlayer2." + musicPlayer)
@@ -117,38 +142,12 @@ extension DaemonTests {
     /// values separated, and follows the phone's next state.
     @Test func mprisPlayerTakesANULFromTheSimulatedPhone() async throws {
         try UnitRun.needs("playerctl")
-        let system = try PrivateBus()
-        let session = try PrivateBus()
-        let control = system.directory + "/control"
-        let scenario = system.directory + "/mpris-nul.jsonl"
-        try nulScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
-        let daemon = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", system.address, "run", "--format", "json", "--control", control])
-        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
-        try daemon.waitForStandardError(containing: "bluetoothd is not running")
-        let desktop = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["desktop", "--control", control, "--bus", session.address, "--state-dir", session.directory])
-        defer { _ = try? desktop.stop(timeout: .seconds(5)) }
-        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
-        let phone = try ChildProcess(
-            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
-        defer { _ = try? phone.stop(timeout: .seconds(5)) }
+        let run = try MPRISRun(scenario: nulScenario, debug: false)
+        defer { run.stop() }
+        let (daemon, desktop, session) = (run.daemon, run.desktop, run.session)
 
-        let environment = ["DBUS_SESSION_BUS_ADDRESS": session.address, "PATH": "/usr/bin:/bin", "HOME": system.directory]
-        func waitFor(_ what: String, _ expected: String, _ arguments: String...) throws {
-            let deadline = ContinuousClock.now + .seconds(30)
-            var last = ""
-            while ContinuousClock.now < deadline {
-                last = try runTool("/usr/bin/playerctl", arguments, environment: environment).text
-                    .trimmingCharacters(in: .whitespacesAndNewlines)
-                if last == expected { return }
-                Thread.sleep(forTimeInterval: 0.1)
-            }
-            throw TestFailure("\(what): playerctl \(arguments.joined(separator: " ")) said '\(last)', not '\(expected)'; desktop:\n\(desktop.standardError)")
-        }
-        try waitFor("the player on the bus", musicPlayer, "-l")
-        try waitFor("the track, its values separated", "Clair / de lune|Claude Debussy, Maurice Ravel|Suite bergamasque",
+        try run.waitFor("the player on the bus", musicPlayer, "-l")
+        try run.waitFor("the track, its values separated", "Clair / de lune|Claude Debussy, Maurice Ravel|Suite bergamasque",
                     "-p", musicPlayer, "metadata", "--format", "{{title}}|{{artist}}|{{album}}")
         // The daemon's JSON carried the NUL as it came.
         #expect(daemon.lines.contains { $0.text.contains(#""title":"Clair\u0000de lune""#) })
@@ -159,7 +158,7 @@ extension DaemonTests {
         await bus.close()
         #expect(metadata.stringKeyedDictionary?["xesam:artist"] == .stringArray(["Claude Debussy", "Maurice Ravel"]))
         // The phone pauses: the status follows.
-        try waitFor("paused on the phone", "Paused", "-p", musicPlayer, "status")
+        try run.waitFor("paused on the phone", "Paused", "-p", musicPlayer, "status")
         #expect(!desktop.standardError.contains("cannot put"), "\(desktop.standardError)")
         #expect(!desktop.standardError.contains("refused"), "the NUL never reached the bus: \(desktop.standardError)")
     }
