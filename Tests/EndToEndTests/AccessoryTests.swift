@@ -302,6 +302,41 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
     }
 }
 
+extension RunAccessoryStatusTests {
+    /// A reload (SIGHUP) that changes `accessory =` registers the other shape: the keyboard's
+    /// objects go (no Protocol Mode left), the remote's come, and status says so.
+    @Test func aReloadChangesTheShape() async throws {
+        let directory = NSTemporaryDirectory() + "ancsd-reshape-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/ancsd.conf"
+        try "accessory = keyboard\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let bluez = try await FakeBlueZ(paired: true, address: FakeBlueZ.identityAddress)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", bluez.bus.address, "run", "--config", config, "--format", "json", "--control", directory + "/control",
+             "--state-dir", directory])
+        try await eventually("the keyboard registered") {
+            bluez.application?["/org/ancsd/accessory/hid/protocol_mode"] != nil
+        }
+        try "accessory = remote\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try await eventually("the remote registered") {
+            bluez.calls.filter { $0 == "RegisterApplication /org/ancsd/accessory" }.count == 2
+        }
+        let objects = try #require(bluez.application)
+        #expect(objects["/org/ancsd/accessory/hid/protocol_mode"] == nil, "the keyboard's objects are gone")
+        #expect(objects["/org/ancsd/accessory/hid/report_map"] != nil)
+        #expect(bluez.advertisement?["Appearance"]?.unwrapped == .uint16(0x0180))
+        let status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+        let report = try JSONValue(parsing: status.stdout)
+        #expect(report["accessory"]?["shape"]?.stringValue == "remote", "\(status.stdout)")
+        ancsd.signal(SIGTERM)
+        #expect(try await exitStatus(of: ancsd) == 0)
+        await bluez.close()
+    }
+}
+
 /// Everything `ancsd run` shows is keyed on the phone's identity address, the `Address`
 /// property, never on the private address its device object is named after.
 @Suite(.serialized) struct IdentityAddressTests {
