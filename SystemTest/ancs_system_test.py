@@ -521,10 +521,11 @@ def check_report_map(phone, asked):
 def pair_remote_pass(hci0, hci1, btsnoop, restart, program=f"{BIN}/ancsd"):
     """The strict pairing once with --accessory remote, a phone told "remote": it pairs as with
     the keyboard (the phone's HID host meets the encrypted reads, or ancsd's Security Request),
-    its HID host reads the Consumer Control map and flags nothing. Then the phone goes, both
-    bonds are removed and bluetoothd is restarted (`restart`): a second pairing with the HID
-    host's state of the first crashed bluetoothd 5.66 and 5.82 in the booted roots. Returns what
-    it saw, for the summary."""
+    its HID host reads the Consumer Control map and flags nothing. Then the phone's radio goes
+    off, both bonds are removed and bluetoothd is restarted (`restart`), so the keyboard pass
+    meets a fresh bluetoothd with no trace of the first (in the bookworm root, removing the bonds
+    over a live link crashed bluetoothd in the guest kernel before the removal was stored, and
+    the phone came back still bonded). Returns what it saw, for the summary."""
     phone = Phone(hci0, accessory="remote", name="phone-remote")
     phone.event("registered", timeout=60)
     smp_before = len(smp_pdus(btsnoop))
@@ -541,11 +542,24 @@ def pair_remote_pass(hci0, hci1, btsnoop, restart, program=f"{BIN}/ancsd"):
     with open(f"{LOGS}/ancsd-pair-remote.stdout") as out:
         told = out.read()
     check("listed as a remote" in told, f"ancsd pair --accessory remote did not say what to look for:\n{told}")
+    # Forget each other without tearing a live link down under bluetoothd: RemoveDevice on a
+    # connected device closes its L2CAP sockets while the link goes, which hits the guest
+    # kernel's hci_chan_del list corruption (it killed bluetoothd 5.66 in the bookworm root
+    # before the bond's removal was stored). So, as restart_bluetoothd does: the phone's radio
+    # off first, the link gone, then both bonds removed, each object gone, then the restart.
+    Stack.power(None, "hci1", False)
+    phone.event("link_down", timeout=30)
     phone.stop()
-    for adapter, other in (("hci0", hci1), ("hci1", hci0)):
+    devices = {"hci0": f"/org/bluez/hci0/dev_" + hci1.replace(":", "_"), "hci1": f"/org/bluez/hci1/dev_" + hci0.replace(":", "_")}
+    for adapter, device in devices.items():
         run("busctl", "--system", "call", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "RemoveDevice", "o",
-            f"/org/bluez/{adapter}/dev_" + other.replace(":", "_"), check_status=False)
+            device, check_status=False)
+    poll_until(lambda: not any(d in run("busctl", "--system", "tree", "org.bluez", check_status=False) for d in devices.values()),
+               30, f"the bonds of the remote pass were not removed: {list(devices.values())}")
     restart()
+    Stack.power(None, "hci1", True)
+    tree = run("busctl", "--system", "tree", "org.bluez", check_status=False)
+    check(not any(d in tree for d in devices.values()), f"a bond of the remote pass came back after the restart:\n{tree}")
     return {"started_by": seen["started_by"], "smp": seen["smp"], "report_map": report_map["hex"],
             "applications": report_map["applications"]}
 

@@ -136,18 +136,30 @@ def pair_from_peripheral(ctx):
       "bonds removed, systemctl restart bluetooth before the keyboard pass")
 def pair_remote(ctx):
     def restart():
-        # A second pairing on the bluetoothd of the first crashed it (5.66, 5.82): start afresh.
+        # The keyboard pass meets a fresh bluetoothd (pair_remote_pass says why).
         run("systemctl", "restart", "bluetooth", timeout=60)
 
-        def powered():
-            tree = run("busctl", "--system", "tree", "org.bluez", check_status=False)
-            return "hci0" in tree and "hci1" in tree and all(
-                run("busctl", "--system", "get-property", "org.bluez", f"/org/bluez/{a}", "org.bluez.Adapter1", "Powered",
-                    check_status=False).strip() == "b true" for a in ("hci0", "hci1"))
-        poll_until(powered, 30, "bluetoothd did not show both adapters powered after its restart")
+        poll_until(lambda: all(a in run("busctl", "--system", "tree", "org.bluez", check_status=False) for a in ("hci0", "hci1")),
+                   30, "bluetoothd did not show both adapters after its restart")
+        base.Stack.power(None, "hci0", True)  # hci1, the phone's radio, comes on in pair_remote_pass
+    # The running daemon (started by the package) serves its own shape once the phone is paired:
+    # an admin pairing with --accessory remote sets the same shape for it, or the phone would
+    # find both maps on hci0 (seen in the trixie root: its HID host read the keyboard's).
+    with open("/etc/ancsd/ancsd.conf") as conf:
+        original = conf.read()
+    set_accessory(original + "accessory = remote\n", "remote")
     seen = ctx["pairing_remote"] = base.pair_remote_pass(ctx["hci0"], ctx["hci1"], HCI, restart, program="ancsd")
     say(f"   remote: SMP {seen['smp']}; started by the {seen['started_by']}; Report Map {seen['applications']}: {seen['report_map']}")
     wait_status(r"^waiting for a paired iPhone \(ancsd pair\)$", 30, "'waiting for a paired iPhone' once the bond was removed")
+    set_accessory(original, "keyboard")
+
+
+def set_accessory(text, shape):
+    """Writes ancsd.conf and reloads ancsd; waits until it says it serves `shape`."""
+    with open("/etc/ancsd/ancsd.conf", "w") as conf:
+        conf.write(text)
+    run("systemctl", "reload", "ancsd", timeout=60)
+    poll_until(lambda: f"accessory is now {shape}" in journal("ancsd"), 30, f"ancsd did not take accessory = {shape} at the reload")
 
 
 @step("README: ancsd pair (the strict phone pairs as iOS does), then systemctl enable --now ancsd: ready with the phone connected")
