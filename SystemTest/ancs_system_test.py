@@ -546,16 +546,29 @@ def pair_remote_pass(hci0, hci1, btsnoop, restart, program=f"{BIN}/ancsd"):
     # connected device closes its L2CAP sockets while the link goes, which hits the guest
     # kernel's hci_chan_del list corruption (it killed bluetoothd 5.66 in the bookworm root
     # before the bond's removal was stored). So, as restart_bluetoothd does: the phone's radio
-    # off first, the link gone, then both bonds removed, each object gone, then the restart.
+    # off first and the link gone; then hci0's bond removed; then, as bluetoothd refuses
+    # RemoveDevice on an adapter that is powered off (NotReady; seen in the VM), the phone's
+    # radio on again (nothing on hci0 advertises for its HID host to reconnect to) and hci1's bond
+    # removed; each device object gone before bluetoothd restarts.
+    devices = {"hci0": f"/org/bluez/hci0/dev_" + hci1.replace(":", "_"), "hci1": f"/org/bluez/hci1/dev_" + hci0.replace(":", "_")}
+
+    def forget(adapter):
+        run("busctl", "--system", "call", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "RemoveDevice", "o",
+            devices[adapter], check_status=False)
+        poll_until(lambda: devices[adapter] not in run("busctl", "--system", "tree", "org.bluez", check_status=False), 30,
+                   f"{adapter} did not forget the other side of the remote pass ({devices[adapter]})")
     Stack.power(None, "hci1", False)
     phone.event("link_down", timeout=30)
     phone.stop()
-    devices = {"hci0": f"/org/bluez/hci0/dev_" + hci1.replace(":", "_"), "hci1": f"/org/bluez/hci1/dev_" + hci0.replace(":", "_")}
-    for adapter, device in devices.items():
-        run("busctl", "--system", "call", "org.bluez", f"/org/bluez/{adapter}", "org.bluez.Adapter1", "RemoveDevice", "o",
-            device, check_status=False)
-    poll_until(lambda: not any(d in run("busctl", "--system", "tree", "org.bluez", check_status=False) for d in devices.values()),
-               30, f"the bonds of the remote pass were not removed: {list(devices.values())}")
+    forget("hci0")
+
+    def hci0_silent():  # a running ancsd withdraws its advertisement once no paired phone is left
+        out = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci0", "org.bluez.LEAdvertisingManager1",
+                  "ActiveInstances", check_status=False)
+        return out.strip() == "y 0"
+    poll_until(hci0_silent, 30, "hci0 still advertises after it forgot the phone")
+    Stack.power(None, "hci1", True)
+    forget("hci1")
     restart()
     Stack.power(None, "hci1", True)
     tree = run("busctl", "--system", "tree", "org.bluez", check_status=False)
