@@ -162,6 +162,19 @@ extension RemoteCommand {
 
 // MARK: Attribute values
 
+/// The largest rate, elapsed time or duration (in magnitude) that is a number: 1e9 (seconds: 31
+/// years; a rate of a billion). Past it, or not finite, the value is unknown (nil), so every
+/// output says the same of it (null in JSON, MQTT and `ancsd media`, no clock in text) instead
+/// of one clamping it and another overflowing. No player comes near it, and below it the
+/// milliseconds of JSON and the microseconds of MPRIS stay exact.
+public let largestMediaNumber = 1e9
+
+/// `value` when it is a number ancsd shows (finite, at most `largestMediaNumber` in magnitude), else nil.
+public func mediaNumber(_ value: Double?) -> Double? {
+    guard let value, value.isFinite, abs(value) <= largestMediaNumber else { return nil }
+    return value
+}
+
 /// Player's PlaybackInfo: "PlaybackState,PlaybackRate,ElapsedTime" (e.g. "1,1.0,12.345"). Any
 /// part may be empty or unreadable: it is then nil.
 public struct PlaybackInfo: Hashable, Sendable {
@@ -177,12 +190,13 @@ public struct PlaybackInfo: Hashable, Sendable {
         self.elapsed = elapsed
     }
 
-    /// Reads the text form; parts beyond the third are ignored.
+    /// Reads the text form; parts beyond the third are ignored, and so is a rate or an elapsed
+    /// time past `largestMediaNumber`.
     public init(parsing text: String) {
         let parts = text.split(separator: ",", maxSplits: 3, omittingEmptySubsequences: false)
         state = parts.count > 0 ? parseAMSInteger(parts[0]).map(PlaybackState.init(rawValue:)) : nil
-        rate = parts.count > 1 ? parseAMSDecimal(parts[1]) : nil
-        elapsed = parts.count > 2 ? parseAMSDecimal(parts[2]).map { max(0, $0) } : nil
+        rate = parts.count > 1 ? mediaNumber(parseAMSDecimal(parts[1])) : nil
+        elapsed = parts.count > 2 ? mediaNumber(parseAMSDecimal(parts[2])).map { max(0, $0) } : nil
     }
 
     /// The text form, as the phone sends it (empty parts for nil).
@@ -197,9 +211,9 @@ public func parseVolume(_ text: some StringProtocol) -> Double? {
     parseAMSDecimal(text).map { min(1, max(0, $0)) }
 }
 
-/// Track's Duration: seconds, a decimal; nil if unreadable or negative.
+/// Track's Duration: seconds, a decimal; nil if unreadable, negative or past `largestMediaNumber`.
 public func parseTrackDuration(_ text: some StringProtocol) -> Double? {
-    parseAMSDecimal(text).flatMap { $0 >= 0 ? $0 : nil }
+    mediaNumber(parseAMSDecimal(text)).flatMap { $0 >= 0 ? $0 : nil }
 }
 
 /// A decimal integer as text (Queue's attributes, the playback state), spaces around allowed;

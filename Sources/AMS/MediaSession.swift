@@ -32,6 +32,9 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
     case unsupported(RemoteCommand, supported: [RemoteCommand])
     /// Too many commands wait to be written already.
     case tooManyPending(Int)
+    /// More commands came than `Configuration.commandRate` allows (a flood from a script or a
+    /// broker, never a person); `perSecond` is the rate.
+    case tooFast(perSecond: Int)
 
     /// A stable snake_case code for machine-readable output.
     public var code: String {
@@ -39,6 +42,7 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
         case .noRemoteCommand: "no_remote_command"
         case .unsupported: "unsupported_command"
         case .tooManyPending: "too_many_pending"
+        case .tooFast: "too_fast"
         }
     }
 
@@ -51,6 +55,8 @@ public enum MediaCommandError: Error, Hashable, Sendable, CustomStringConvertibl
                 + (supported.isEmpty ? "nothing" : supported.map(\.description).joined(separator: ", "))
         case .tooManyPending(let count):
             "\(count) media commands wait to be sent already"
+        case .tooFast(let rate):
+            "the phone's player takes at most \(rate) commands a second; try again in a moment"
         }
     }
 }
@@ -89,6 +95,11 @@ public struct MediaSession: GattServiceSession {
         public var resubscribeInterval: Duration = .seconds(30)
         /// How many sent commands may wait for the request in flight.
         public var maxPendingCommands = 16
+        /// How many commands a second reach the phone at most, over any second (a burst of as
+        /// many, then one every 1/rate s). A person pressing a key as fast as they can manages
+        /// about 7 a second, and a held volume key on the desktop is coalesced into steps
+        /// before it gets here; only a script or a flood from a broker meets the limit.
+        public var commandRate = 10
 
         public init() {}
     }
@@ -103,6 +114,13 @@ public struct MediaSession: GattServiceSession {
             .init(AMSUUID.entityUpdate.rawValue, name: "Entity Update", notifies: true, required: false),
             .init(AMSUUID.entityAttribute.rawValue, name: "Entity Attribute", notifies: false, required: false),
         ])
+
+    /// The longest value the session takes, in bytes: the ATT protocol's largest attribute value
+    /// (512 bytes, Core Specification Vol 3 Part F 3.2.9), which BlueZ enforces on a real link
+    /// for notifications and long reads alike. A longer value can only come from a peer that
+    /// ignores the specification; it is cut there, on a UTF-8 character boundary, and marked
+    /// truncated, so no output ever carries more of one value.
+    public static let maximumValueLength = 512
 
     public let configuration: Configuration
 
@@ -136,6 +154,10 @@ public struct MediaSession: GattServiceSession {
 
     private var inFlight: Work?
     private var pendingCommands: [RemoteCommand] = []
+    /// The commands' token bucket: how many may go at once (at most `commandRate`), as of
+    /// `commandTokensAt`; nil before the first command (a full bucket).
+    private var commandTokens: Double?
+    private var commandTokensAt: Duration = .zero
     private var pendingRegistrations: [EntityRegistration] = []
     private var pendingFetches: [Fetch] = []
     /// How many updates of each attribute arrived: a fetch's answer is current only if none
@@ -311,18 +333,34 @@ public struct MediaSession: GattServiceSession {
     /// Sends a command to the phone's player: queued behind the request in flight (ahead of
     /// registrations and reads), written to Remote Command; a failure comes back as
     /// `.commandFailed`. Refused when the phone offers no Remote Command, when the player does
-    /// not take the command now (the error lists what it takes), or when too many wait.
+    /// not take the command now (the error lists what it takes), when too many wait, or when
+    /// commands come faster than `Configuration.commandRate`.
     public mutating func send(_ command: RemoteCommand, now: Duration) throws(MediaCommandError) -> [GattSessionAction<MediaEvent>] {
         guard hasRemoteCommand else { throw .noRemoteCommand }
         guard state.supportedCommands.contains(command) else {
             throw .unsupported(command, supported: state.supportedCommands)
         }
         guard pendingCommands.count < configuration.maxPendingCommands else { throw .tooManyPending(pendingCommands.count) }
+        try takeCommandToken(now: now)
         pendingCommands.append(command)
         var actions: [GattSessionAction<MediaEvent>] = []
         pump(into: &actions)
         updateDeadline()
         return actions
+    }
+
+    /// Takes one command's token, or says the command comes too fast.
+    private mutating func takeCommandToken(now: Duration) throws(MediaCommandError) {
+        let rate = Double(max(configuration.commandRate, 1))
+        let elapsed = now - commandTokensAt
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let available = commandTokens.map { min(rate, $0 + max(seconds, 0) * rate) } ?? rate
+        commandTokensAt = now
+        guard available >= 1 else {
+            commandTokens = available
+            throw .tooFast(perSecond: Int(rate))
+        }
+        commandTokens = available - 1
     }
 
     // MARK: Entity Update
@@ -343,11 +381,15 @@ public struct MediaSession: GattServiceSession {
         let generation = (generations[attribute] ?? 0) &+ 1
         generations[attribute] = generation
         pendingFetches.removeAll { $0.attribute == attribute }  // a newer value came
-        let text = update.text
-        if text.wasRepaired { actions.append(.log(.debug, "the value of \(attribute) is not valid UTF-8: repaired")) }
-        actions.append(.log(.debug, "\(attribute) = \"\(text.string)\"\(update.isTruncated ? " (truncated)" : "")"))
-        state.apply(text.string, to: attribute, now: now)
-        if update.isTruncated {
+        let (text, repaired, overLimit) = Self.cappedText(update.value)
+        if overLimit { actions.append(.log(.debug, "the value of \(attribute) is over \(Self.maximumValueLength) bytes (\(update.value.count)): cut")) }
+        if repaired { actions.append(.log(.debug, "the value of \(attribute) is not valid UTF-8: repaired")) }
+        actions.append(.log(.debug, "\(attribute) = \"\(text)\"\(update.isTruncated || overLimit ? " (truncated)" : "")"))
+        state.apply(text, to: attribute, now: now)
+        if overLimit {
+            // Its whole value would be longer still: not read.
+            state.truncated.insert(attribute)
+        } else if update.isTruncated {
             state.truncated.insert(attribute)
             if hasEntityAttribute {
                 pendingFetches.append(Fetch(attribute: attribute, generation: generation, arrivedAt: now))
@@ -366,12 +408,38 @@ public struct MediaSession: GattServiceSession {
             actions.append(.log(.debug, "dropped the whole \(fetch.attribute): a newer update came meanwhile"))
             return
         }
-        let text = AMSText(bytes)
-        if text.wasRepaired { actions.append(.log(.debug, "the whole value of \(fetch.attribute) is not valid UTF-8: repaired")) }
-        actions.append(.log(.debug, "\(fetch.attribute) = \"\(text.string)\" (whole, \(bytes.count) bytes)"))
-        state.apply(text.string, to: fetch.attribute, now: fetch.arrivedAt)
-        state.truncated.remove(fetch.attribute)
+        let (text, repaired, overLimit) = Self.cappedText(bytes)
+        if repaired { actions.append(.log(.debug, "the whole value of \(fetch.attribute) is not valid UTF-8: repaired")) }
+        actions.append(.log(.debug, "\(fetch.attribute) = \"\(text)\" (whole, \(bytes.count) bytes\(overLimit ? ", cut" : ""))"))
+        state.apply(text, to: fetch.attribute, now: fetch.arrivedAt)
+        if overLimit { state.truncated.insert(fetch.attribute) } else { state.truncated.remove(fetch.attribute) }
         noteChange(now: now)
+    }
+
+    /// A value as text of `maximumValueLength` bytes at most: the bytes are cut before a UTF-8
+    /// character that would not fit whole, then decoded (invalid sequences repaired, which may
+    /// lengthen the text: cut again, between characters); whether it was repaired, and cut.
+    static func cappedText(_ bytes: [UInt8]) -> (text: String, repaired: Bool, cut: Bool) {
+        var end = bytes.count
+        if end > maximumValueLength {
+            end = maximumValueLength
+            // Back to the start of the character the cut falls in (at most 3 continuation bytes).
+            var back = 0
+            while back < 3, end > 0, bytes[end] & 0xC0 == 0x80 {
+                end -= 1
+                back += 1
+            }
+        }
+        let text = AMSText(end == bytes.count ? bytes : Array(bytes[..<end]))
+        guard text.string.utf8.count > maximumValueLength else { return (text.string, text.wasRepaired, end < bytes.count) }
+        var length = 0
+        var scalars = String.UnicodeScalarView()
+        for scalar in text.string.unicodeScalars {
+            length += UTF8.width(scalar)
+            guard length <= maximumValueLength else { break }
+            scalars.append(scalar)
+        }
+        return (String(scalars), true, true)
     }
 
     /// A fetch's write or read was refused: 0xA2 (Absent Attribute) means the value is empty;

@@ -41,15 +41,15 @@ public struct MediaState: Hashable, Sendable {
     /// Where playback is at the session time `now`, in seconds: `elapsedTime` moved on by
     /// `playbackRate` × the time since it arrived (not when paused or at rate 0, nor backwards
     /// in time), never below 0 and, when the duration is known, never past it. Nil when the
-    /// elapsed time is unknown (or the result would not be finite).
+    /// elapsed time is unknown (or the result is no number: `mediaNumber`).
     public func position(at now: Duration) -> Double? {
         guard let elapsed = elapsedTime, elapsed.isFinite else { return nil }
         var position = elapsed
         if let at = elapsedAt, let rate = playbackRate, rate != 0, playbackState != .paused, now > at {
             position += rate * seconds(now - at)
         }
-        guard position.isFinite else { return nil }
-        position = max(0, position)
+        guard let moved = mediaNumber(position) else { return nil }
+        position = max(0, moved)
         if let duration, duration.isFinite, duration >= 0 { position = min(position, duration) }
         return position
     }

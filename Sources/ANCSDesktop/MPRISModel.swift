@@ -82,8 +82,27 @@ public struct MPRISModel: Sendable, Equatable {
 
     /// `iPhone (Alice's iPhone)`, or the address while the name is unknown.
     public var identity: String {
-        let name = phoneName.flatMap { $0.isEmpty ? nil : $0 } ?? media.device
+        let name = phoneName.map(Self.dbusText).flatMap { $0.isEmpty ? nil : $0 } ?? Self.dbusText(media.device)
         return "iPhone (\(name))"
+    }
+
+    // MARK: Text from the phone
+
+    /// `text` as a D-Bus string can carry it: without NUL, which D-Bus refuses in a string (and
+    /// with it the whole message: one NUL in a title kept every property of that update off
+    /// the bus). A NUL between words separates values (ID3v2.4 separates an artist's or a
+    /// title's several values with one), so a run of them becomes " / "; at either end it is
+    /// dropped. Invalid UTF-8 needs nothing here: a Swift `String` is always valid UTF-8, and
+    /// bytes that were not were repaired (U+FFFD) where they entered, in the daemon's AMS
+    /// session or in the companion's JSON reader.
+    public static func dbusText(_ text: String) -> String {
+        dbusValues(text).joined(separator: " / ")
+    }
+
+    /// The values that NULs separate in `text` (empty ones dropped); `[text]` when it has none.
+    public static func dbusValues(_ text: String) -> [String] {
+        guard text.utf8.contains(0) else { return [text] }
+        return text.split(separator: "\0").map(String.init)
     }
 
     /// The root interface's properties. `DesktopEntry` names the desktop entry ancsd installs
@@ -133,12 +152,13 @@ public struct MPRISModel: Sendable, Equatable {
         Track(media).isEmpty ? Self.noTrack : ObjectPath(validating: "/org/ancsd/track/\(trackNumber)") ?? Self.noTrack
     }
 
-    /// `Metadata`: the track ID, and the title, artist, album and length the phone gave.
+    /// `Metadata`: the track ID, and the title, artist (each value NULs separate: the
+    /// artists), album and length the phone gave, as D-Bus strings (`dbusText`).
     public var metadata: DBusValue {
         var entries: [String: DBusValue] = ["mpris:trackid": .objectPath(trackID)]
-        if let title = media.title { entries["xesam:title"] = .string(title) }
-        if let artist = media.artist { entries["xesam:artist"] = .stringArray([artist]) }
-        if let album = media.album { entries["xesam:album"] = .string(album) }
+        if let title = media.title { entries["xesam:title"] = .string(Self.dbusText(title)) }
+        if let artist = media.artist { entries["xesam:artist"] = .stringArray(Self.dbusValues(artist)) }
+        if let album = media.album { entries["xesam:album"] = .string(Self.dbusText(album)) }
         if let duration = media.duration, duration.isFinite, duration > 0 { entries["mpris:length"] = .int64(Self.microseconds(duration)) }
         return .variantDictionary(entries)
     }
@@ -180,6 +200,15 @@ public struct MPRISModel: Sendable, Equatable {
             ("CanGoNext", .bool(accepts(.next))), ("CanGoPrevious", .bool(accepts(.previous))),
             ("CanPlay", .bool(canPlay)), ("CanPause", .bool(canPause)), ("CanSeek", .bool(false)), ("CanControl", .bool(true)),
         ]
+    }
+
+    /// What a property is set to when its own value is refused by the bus (which `dbusText`
+    /// should make impossible): `Metadata` with the track ID only, an empty string; nil for
+    /// numbers and flags, which cannot be refused.
+    public func fallback(for property: String, of value: DBusValue) -> DBusValue? {
+        if property == "Metadata" { return .variantDictionary(["mpris:trackid": .objectPath(trackID)]) }
+        if case .string = value { return .string("") }
+        return nil
     }
 
     // MARK: Methods

@@ -34,6 +34,9 @@ final class MPRISPlayer: Sendable {
         var volumeSteps = 0
         var volumeSending = false
         var stopped = false
+        /// A property was refused by the bus: said once per player at warning level, after
+        /// that at debug (a phone that keeps sending the same bad value does not flood the log).
+        var refusalLogged = false
     }
 
     private init(device: String, busName: BusName, connection: DBusConnection, logger: Logger, state: LoopBound<State>) {
@@ -46,20 +49,28 @@ final class MPRISPlayer: Sendable {
 
     /// Connects to `bus`, exports the object and asks for the name (queued behind another owner,
     /// such as a second `ancsd desktop` of the same user, until that one lets it go).
+    ///
+    /// The object is exported with the properties of a player that has said nothing (values
+    /// the bus always takes), then given the phone's first state property by property
+    /// (`publish`), before the name is asked for: a first state the bus refuses part of still
+    /// makes a player, with the rest of its properties current.
     static func start(
-        device: String, busName: BusName, model: MPRISModel, bus: BusAddress, loop: EventLoop, logger: Logger, send: @escaping Send
+        device: String, busName: BusName, model: MPRISModel, bus: BusAddress, loop: EventLoop, logger: Logger, send: @escaping Send,
+        isolation: isolated (any Actor)? = #isolation
     ) async throws -> MPRISPlayer {
         let connection = try await DBusConnection.connect(to: bus, loop: loop)
+        let blank = MPRISModel(media: ControlMedia(device: model.media.device), at: model.receivedAt)
         var initial = State(model: model)
         initial.exported = [
-            MPRISModel.rootInterface.rawValue: Dictionary(uniqueKeysWithValues: model.rootProperties.map { ($0.name, $0.value) }),
-            MPRISModel.playerInterface.rawValue: Dictionary(uniqueKeysWithValues: model.playerProperties.map { ($0.name, $0.value) }),
+            MPRISModel.rootInterface.rawValue: Dictionary(uniqueKeysWithValues: blank.rootProperties.map { ($0.name, $0.value) }),
+            MPRISModel.playerInterface.rawValue: Dictionary(uniqueKeysWithValues: blank.playerProperties.map { ($0.name, $0.value) }),
         ]
         let state = LoopBound(initial, loop: loop)
         let player = MPRISPlayer(device: device, busName: busName, connection: connection, logger: logger, state: state)
         do {
             try await connection.export(
-                object(model: model, state: state, loop: loop, logger: logger, device: device, send: send), at: MPRISModel.path)
+                object(model: blank, state: state, loop: loop, logger: logger, device: device, send: send), at: MPRISModel.path)
+            await player.publish()
             switch try await connection.requestName(busName) {
             case .primaryOwner, .alreadyOwner:
                 break
@@ -103,7 +114,10 @@ final class MPRISPlayer: Sendable {
         await connection.close()
     }
 
-    /// Sets the properties whose values differ from what the bus has.
+    /// Sets the properties whose values differ from what the bus has: all of an interface's at
+    /// once (one `PropertiesChanged`). Should the bus refuse that, each is set on its own, and
+    /// one it refuses gets its fallback (`MPRISModel.fallback`), so a bad value never keeps the
+    /// others stale (`PlaybackStatus` saying Playing after a pause because a title was refused).
     private func publish(isolation: isolated (any Actor)? = #isolation) async {
         let model = state.value.model
         for (interface, properties) in [(MPRISModel.rootInterface, model.rootProperties), (MPRISModel.playerInterface, model.playerProperties)] {
@@ -114,8 +128,33 @@ final class MPRISPlayer: Sendable {
                 try await connection.setExportedProperties(path: MPRISModel.path, interface: interface, values: changed)
                 for (name, value) in changed { state.value.exported[interface.rawValue, default: [:]][name] = value }
             } catch {
-                logger.debug("\(busName): cannot set \(changed.map(\.name).joined(separator: ", ")): \(error)")
+                for property in changed { await publish(property, of: interface) }
             }
+        }
+    }
+
+    /// Sets one property, or its fallback if the bus refuses its value.
+    private func publish(_ property: (name: String, value: DBusValue), of interface: InterfaceName, isolation: isolated (any Actor)? = #isolation) async {
+        do {
+            try await connection.setExportedProperties(path: MPRISModel.path, interface: interface, values: [property])
+        } catch {
+            noteRefusal(property.name, error)
+            if let fallback = state.value.model.fallback(for: property.name, of: property.value) {
+                _ = try? await connection.setExportedProperties(path: MPRISModel.path, interface: interface, values: [(property.name, fallback)])
+            }
+        }
+        // Recorded either way: the same refused value is not tried again, a new one is.
+        state.value.exported[interface.rawValue, default: [:]][property.name] = property.value
+    }
+
+    /// A property the bus refused: a warning the first time for this player, then debug lines.
+    /// The error names the rule broken, never the value (the track is the user's content).
+    private func noteRefusal(_ property: String, _ error: any Error) {
+        if state.value.refusalLogged {
+            logger.debug("\(busName): the bus refused \(property) again: \(error)")
+        } else {
+            state.value.refusalLogged = true
+            logger.warning("\(busName): the bus refused \(property) (\(error)); it shows a fallback, the other properties are current")
         }
     }
 

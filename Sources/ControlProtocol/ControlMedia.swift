@@ -110,9 +110,14 @@ public struct ControlMedia: Sendable, Equatable {
         commands = try fields.strings("commands")
     }
 
-    /// A finite number, rounded to milliseconds so the text stays short; null otherwise.
+    /// The largest number written (in magnitude): AMS's `largestMediaNumber`, past which the
+    /// daemon holds a value as unknown. Repeated here, as this module sees no AMS.
+    static let largestNumber = 1e9
+
+    /// A finite number up to `largestNumber`, rounded to milliseconds so the text stays short;
+    /// null otherwise.
     static func number(_ value: Double?) -> JSONValue {
-        guard let value, value.isFinite else { return .null }
+        guard let value, value.isFinite, abs(value) <= largestNumber else { return .null }
         return .double((value * 1000).rounded() / 1000)
     }
 }

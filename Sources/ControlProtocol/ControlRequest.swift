@@ -79,6 +79,9 @@ public enum ControlErrorCode: String, Sendable, CaseIterable {
     case notAvailable = "not_available"
     /// `media_command`: the phone's player does not accept that command now (the message lists those it does).
     case unsupportedCommand = "unsupported_command"
+    /// `media_command`: the phone's player has as many commands as it takes for now (too many
+    /// waiting, or more than 10 a second); try again in a moment.
+    case busy
     case failed
 }
 

@@ -1,8 +1,10 @@
 /// Compact JSON text written as UTF-8 bytes into a reusable buffer.
 ///
 /// Strings are escaped by scanning their UTF-8 bytes: runs that need no escape are copied in one
-/// go. Non-ASCII text is written as UTF-8; control characters, U+007F, U+2028 and U+2029 are
-/// escaped (`\n`, `\t`, … where JSON has a short form, `\u00XX` otherwise). Non-finite numbers,
+/// go. Non-ASCII text is written as UTF-8; control characters (C0, U+007F and the C1 controls
+/// U+0080–U+009F), U+2028 and U+2029 are escaped (`\n`, `\t`, … where JSON has a short form,
+/// `\u00XX` otherwise): valid JSON does not need the C1 escapes, but a terminal that shows the
+/// text (VTE, xterm) acts on raw C1 controls as on ESC sequences. Non-finite numbers,
 /// which JSON cannot express, are written as null. Keep one writer, append values or lines,
 /// hand the bytes (`withBytes(_:)`) to one `write(2)`, then `removeAll()` to reuse the storage.
 public struct JSONWriter: ~Copyable, @unchecked Sendable {
@@ -204,6 +206,11 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
                 flush(text, runStart, index)
                 appendASCII("\u{FFFD}")  // U+FFFD, as UTF-8
                 index += invalidSequenceLength(text, at: index)
+                runStart = index
+            } else if length == 2, byte == 0xC2, text[index + 1] < 0xA0 {  // a C1 control, U+0080–U+009F
+                flush(text, runStart, index)
+                appendEscape(text[index + 1])
+                index += 2
                 runStart = index
             } else if length == 3, byte == 0xE2, text[index + 1] == 0x80, text[index + 2] & 0xFE == 0xA8 {
                 flush(text, runStart, index)

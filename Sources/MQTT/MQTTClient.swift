@@ -19,6 +19,9 @@ public enum MQTTClientEvent: Sendable {
     /// Reported on reconnecting, when the queue runs empty, and while connected at most once
     /// per `MQTTClient.dropReportInterval`.
     case dropped(Int)
+    /// Answers to commands were dropped: more waited than `MQTTConfiguration.answerLimit` (the
+    /// count since the last report; reported as `dropped` is).
+    case answersDropped(Int)
 }
 
 /// An MQTT client on libmosquitto, driven by an `EventLoop` (the daemon's): no thread of its
@@ -65,6 +68,8 @@ public final class MQTTClient: Sendable {
         public var connected = false
         public var delivered = 0
         public var dropped = 0
+        /// Answers to commands dropped (`MQTTMessage.isAnswer`), not counted in `dropped`.
+        public var droppedAnswers = 0
         public var connections = 0
         public var queued = 0
         public init() {}
@@ -171,6 +176,7 @@ private final class Engine {
     private var retryDelay: Duration
     private var lostReason: String?
     private var droppedSinceReport = 0
+    private var answersDroppedSinceReport = 0
     private var lastDropReport: ContinuousClock.Instant?
     private var finishing: (timer: LoopTimer, done: @Sendable (Bool) -> Void)?
     private var counters = Counters()
@@ -253,26 +259,46 @@ private final class Engine {
             pending.remove(at: index)
         }
         pending.append(Entry(message: message))
-        while pending.count - head > configuration.queueLimit {
-            // Drop the oldest message not in flight, an event rather than retained state if there is one.
-            let waiting = pending[head...].indices.filter { pending[$0].mid == nil }
-            guard let victim = waiting.first(where: { !pending[$0].message.retain }) ?? waiting.first else { break }
-            pending.remove(at: victim)
-            counters.dropped += 1
-            droppedSinceReport += 1
+        if message.isAnswer {
+            // Answers keep to their share: the oldest waiting one goes.
+            let answers = pending[head...].indices.filter { pending[$0].mid == nil && pending[$0].message.isAnswer }
+            if answers.count > configuration.answerLimit, let oldest = answers.first { drop(at: oldest) }
         }
-        if droppedSinceReport > 0, connected, lastDropReport.map({ ContinuousClock.now - $0 >= MQTTClient.dropReportInterval }) ?? true {
+        while pending.count - head > configuration.queueLimit {
+            // Drop the oldest message not in flight: an answer to a command first, then an
+            // event rather than retained state if there is one.
+            let waiting = pending[head...].indices.filter { pending[$0].mid == nil }
+            guard let victim = waiting.first(where: { pending[$0].message.isAnswer })
+                ?? waiting.first(where: { !pending[$0].message.retain }) ?? waiting.first
+            else { break }
+            drop(at: victim)
+        }
+        if droppedSinceReport + answersDroppedSinceReport > 0, connected,
+           lastDropReport.map({ ContinuousClock.now - $0 >= MQTTClient.dropReportInterval }) ?? true {
             reportDrops()
         }
         share()
         handOver()
     }
 
+    /// Drops the waiting message at `index`, counted as an answer or an event.
+    private func drop(at index: Int) {
+        if pending.remove(at: index).message.isAnswer {
+            counters.droppedAnswers += 1
+            answersDroppedSinceReport += 1
+        } else {
+            counters.dropped += 1
+            droppedSinceReport += 1
+        }
+    }
+
     /// Tells the owner how many messages were dropped since the last report, if any.
     private func reportDrops() {
-        guard droppedSinceReport > 0 else { return }
-        onEvent(.dropped(droppedSinceReport))
+        guard droppedSinceReport + answersDroppedSinceReport > 0 else { return }
+        if droppedSinceReport > 0 { onEvent(.dropped(droppedSinceReport)) }
+        if answersDroppedSinceReport > 0 { onEvent(.answersDropped(answersDroppedSinceReport)) }
         droppedSinceReport = 0
+        answersDroppedSinceReport = 0
         lastDropReport = .now
     }
 

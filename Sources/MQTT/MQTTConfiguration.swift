@@ -18,6 +18,10 @@ public struct MQTTConfiguration: Sendable {
     /// At most this many messages wait for the broker; past it the oldest not-retained message
     /// is dropped and counted.
     public var queueLimit = 1000
+    /// Of those, at most this many are answers to commands (`MQTTMessage.isAnswer`); past it
+    /// the oldest waiting answer is dropped, and a full queue drops answers before events:
+    /// answers are what a command's sender caused, events what the phone did.
+    public var answerLimit: Int { max(1, queueLimit / 10) }
     /// Reconnect delays: doubled from `minimumRetry` after each failed attempt up to `maximumRetry`.
     public var minimumRetry: Duration = .milliseconds(500)
     public var maximumRetry: Duration = .seconds(60)

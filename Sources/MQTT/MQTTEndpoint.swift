@@ -6,16 +6,20 @@ public struct MQTTMessage: Sendable, Hashable {
     public var qos: Int32
     /// Kept by the broker as the topic's last value for later subscribers.
     public var retain: Bool
+    /// The answer to a command someone sent: it waits within `MQTTConfiguration.answerLimit`,
+    /// so a flood of commands never evicts an event.
+    public var isAnswer: Bool
 
-    public init(topic: String, payload: [UInt8], qos: Int32 = 1, retain: Bool = false) {
+    public init(topic: String, payload: [UInt8], qos: Int32 = 1, retain: Bool = false, isAnswer: Bool = false) {
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
+        self.isAnswer = isAnswer
     }
 
-    public init(topic: String, text: String, qos: Int32 = 1, retain: Bool = false) {
-        self.init(topic: topic, payload: Array(text.utf8), qos: qos, retain: retain)
+    public init(topic: String, text: String, qos: Int32 = 1, retain: Bool = false, isAnswer: Bool = false) {
+        self.init(topic: topic, payload: Array(text.utf8), qos: qos, retain: retain, isAnswer: isAnswer)
     }
 }
 

@@ -101,6 +101,8 @@ enum RunCommand {
             settings.options.stateDirectory = String(first)  // systemd's StateDirectory=
         }
         for (key, value) in commandLine.pairs { try settings.set(key, value) }
+        // Keys that only work together, checked once both sources are in.
+        if let mqtt = settings.mqtt { try MQTTCredentials.check(mqtt) }
         settings.options.recording.softwareVersion = ancsdVersion
         return settings
     }
@@ -237,8 +239,16 @@ enum RunCommand {
             if let kept = current?.sinks.lazy.compactMap({ $0 as? MQTTSink }).first(where: { $0.settings == mqtt }) {
                 sinks.append(kept)
             } else {
+                // Said once for this output: a reload that keeps it says nothing again.
+                var password: String?
+                if let file = mqtt.passwordFile {
+                    let read = try MQTTCredentials.readPassword(file)
+                    password = read.password
+                    if let warning = read.warning { logger.warning(warning) }
+                }
+                if let warning = MQTTCredentials.plainTextWarning(mqtt.endpoint, hasPassword: password != nil) { logger.warning(warning) }
                 sinks.append(MQTTSink(
-                    settings: mqtt, password: try mqtt.passwordFile.map(readPassword), version: ancsdVersion, logger: logger,
+                    settings: mqtt, password: password, version: ancsdVersion, logger: logger,
                     clientID: "ancsd-\(hostName())-\(getpid())", executor: executor))
             }
         }
@@ -252,19 +262,6 @@ enum RunCommand {
             }
         }
         return OutputRouter(sinks: sinks)
-    }
-
-    /// The first line of an MQTT password file.
-    static func readPassword(_ path: String) throws -> String {
-        switch readTextFile(path) {
-        case .success(let text):
-            var line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-            if line.last == "\r" { line = line.dropLast() }
-            guard !line.isEmpty else { throw SettingError("the MQTT password file \(path) is empty") }
-            return String(line)
-        case .failure(let error):
-            throw SettingError("cannot read the MQTT password file \(path): \(error.description)")
-        }
     }
 
     /// This machine's host name, for the MQTT client id.

@@ -272,6 +272,34 @@ import Testing
         #expect(throws: MediaCommandError.tooManyPending(2)) { try h.send(.volumeUp) }
     }
 
+    /// A flood (a script, a broker) meets the rate limit; a person never does: a burst of 10,
+    /// then one every 100 ms. Refused commands take nothing from the bucket.
+    @Test func commandsFasterThanTheRateAreRefused() throws {
+        var h = Harness()
+        h.start()
+        h.commands([.togglePlayPause])
+        for _ in 0..<10 {
+            try h.send(.togglePlayPause)
+            h.result(.written)
+        }
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        #expect(MediaCommandError.tooFast(perSecond: 10).code == "too_fast")
+        h.advance(.milliseconds(99))
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        h.advance(.milliseconds(1))
+        try h.send(.togglePlayPause)
+        h.result(.written)
+        #expect(throws: MediaCommandError.tooFast(perSecond: 10)) { try h.send(.togglePlayPause) }
+        // A person's pace, 7 a second, for 10 seconds: never refused.
+        h.advance(.seconds(1))
+        for _ in 0..<70 {
+            h.advance(.milliseconds(143))
+            try h.send(.togglePlayPause)
+            h.result(.written)
+        }
+        #expect(h.requests.filter { $0 == .write(AMSUUID.remoteCommand, [RemoteCommand.togglePlayPause.rawValue]) }.count == 81)
+    }
+
     @Test func aFailedCommandIsReported() throws {
         var h = Harness()
         h.start()
@@ -411,6 +439,86 @@ import Testing
         #expect(state.shuffleMode == ShuffleMode(rawValue: 7))
         #expect(state.supportedCommands == [RemoteCommand(rawValue: 0x20), .play])
         #expect(h.states.count == 1)
+    }
+
+    /// ATT caps an attribute value at 512 bytes, and so does BlueZ; a peer that sends more (a
+    /// notification or a long read of 1 MB) gets its value cut there, on a character boundary,
+    /// and marked truncated: no output carries more.
+    @Test func aValueLongerThanAnyAttributeIsCut() {
+        var h = Harness()
+        h.start()
+        // 511 ASCII bytes, then "é" (2 bytes) across the limit, then more.
+        let long = String(repeating: "a", count: 511) + "é" + String(repeating: "b", count: 1_000_000)
+        h.update(.title, long)
+        #expect(h.requests.last != .write(AMSUUID.entityAttribute, [2, 2]), "no read of a value longer still")
+        h.advance(.milliseconds(150))
+        #expect(h.states.count == 1)
+        #expect(h.states.first?.title == String(repeating: "a", count: 511), "cut before the character that does not fit")
+        #expect(h.states.first?.truncated == [.title])
+        // A long read of a truncated value: the same cut.
+        h.update(.artist, "Some", truncated: true)
+        h.result(.written)
+        h.result(.read(Array(String(repeating: "€", count: 1000).utf8)))  // 3 bytes each
+        h.advance(.milliseconds(150))
+        #expect(h.states.last?.artist == String(repeating: "€", count: 170), "510 bytes: the 171st € would pass 512")
+        #expect(h.states.last?.truncated == [.artist, .title])
+        // A value of the limit exactly is whole.
+        h.update(.title, String(repeating: "c", count: MediaSession.maximumValueLength))
+        h.advance(.milliseconds(150))
+        #expect(h.states.last?.title?.utf8.count == 512 && h.states.last?.truncated == [.artist])
+    }
+
+    /// Rates, elapsed times and durations past 1e9 (or not finite) are unknown: no output
+    /// clamps one while another overflows.
+    @Test func aNumberPastTheLimitIsUnknown() {
+        var h = Harness()
+        h.start()
+        h.update(.playbackInfo, "1,1e308,1e308")
+        h.update(.duration, "1e308")
+        h.update(.title, "Long")
+        h.advance(.milliseconds(150))
+        let state = h.session.state
+        #expect(state.playbackState == .playing && state.playbackRate == nil && state.elapsedTime == nil && state.duration == nil)
+        #expect(state.position(at: h.now) == nil)
+        h.update(.playbackInfo, "1,1.0,1000000000")
+        h.update(.duration, "1000000001")
+        h.advance(.milliseconds(150))
+        #expect(h.session.state.elapsedTime == 1e9 && h.session.state.duration == nil, "the limit is a number, past it none")
+        // At rate 1e9 from 1e9 s, the position passes the limit a second later: unknown then.
+        h.update(.playbackInfo, "1,1000000000,0")
+        h.advance(.milliseconds(150))
+        #expect(h.session.state.position(at: h.now + .seconds(2)) == nil)
+    }
+
+    /// A phone that sends garbage at its link's full rate: every value any length and any
+    /// bytes. The session never traps, never holds a value past the cap or a number past the
+    /// limit, keeps one request in flight, and the next clean value is reported as usual.
+    @Test func aFloodOfGarbageValuesBreaksNothing() {
+        var random = SplitMix(seed: 36)
+        var h = Harness()
+        h.start()
+        for round in 0..<20_000 {
+            let length = round % 1000 == 0 ? 4096 : Int(random.next() % 40)
+            var bytes = [UInt8(random.next() % 3), UInt8(random.next() % 5), UInt8(random.next() % 2)]
+            bytes += (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            if random.next() % 4 == 0 { bytes += Array("1,1e300,\(random.next())e\(random.next() % 400)".utf8) }
+            h.notify(bytes)
+            if h.outstanding, random.next() % 3 == 0 { h.result(.read((0..<Int(random.next() % 700)).map { _ in UInt8(truncatingIfNeeded: random.next()) })) }
+            if round % 50 == 0 { h.advance(.milliseconds(100)) }
+        }
+        h.advance(.seconds(3))
+        for state in h.states + [h.session.state] {
+            for text in [state.playerName, state.artist, state.album, state.title].compactMap({ $0 }) {
+                #expect(text.utf8.count <= MediaSession.maximumValueLength)
+            }
+            for number in [state.playbackRate, state.elapsedTime, state.duration].compactMap({ $0 }) {
+                #expect(number.isFinite && abs(number) <= largestMediaNumber)
+            }
+        }
+        while h.outstanding { h.result(.written) }
+        h.update(.title, "Clean")
+        h.advance(.milliseconds(150))
+        #expect(h.states.last?.title == "Clean")
     }
 
     @Test func randomBytesNeverTrapAndKeepOneRequestInFlight() {

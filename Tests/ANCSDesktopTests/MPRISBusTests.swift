@@ -222,6 +222,49 @@ struct MPRISBusTests {
         }
     }
 
+    /// Text from the phone that D-Bus cannot carry as it is never stalls the player: a NUL
+    /// (ID3v2.4's separator of several values) in the first state, the track after invalid
+    /// UTF-8 (as the daemon passes it on: repaired), a 64 KiB title, a state with nothing in it.
+    /// Every property stays current, read back through the bus and with playerctl.
+    @Test("NULs, repaired UTF-8 and a 64 KiB title: the player appears and every property stays current")
+    func hostileStringsNeverStallThePlayer() async throws {
+        var first = Self.playing(title: "Bohemian\0Rhapsody\0")
+        first.artist = "Queen\0\0David Bowie"
+        first.album = "\0"
+        try await withSetup(players: [first]) { setup in
+            try await eventually("the player appears with a first state that holds NULs") { try setup.players() == [Self.player] }
+            #expect(try setup.playerctl("-p", Self.player, "metadata", "title") == (0, "Bohemian / Rhapsody"))
+            let metadata = try #require(try await setup.property("Metadata").stringKeyedDictionary)
+            #expect(metadata["xesam:artist"] == .stringArray(["Queen", "David Bowie"]), "each value an artist")
+            #expect(metadata["xesam:album"] == .string(""))
+            #expect(try setup.playerctl("-p", Self.player, "status") == (0, "Playing"))
+
+            // Paused, with another track whose title was not UTF-8 and a new set of commands:
+            // every property follows.
+            var paused = Self.playing(state: "paused", title: String(decoding: [0x41, 0xFF, 0xC3, 0x42, 0x00, 0x43], as: UTF8.self), volume: 0.25)
+            paused.commands = ["play", "next"]
+            try setup.daemon.send(.media(paused))
+            try await eventually("paused") { try setup.playerctl("-p", Self.player, "status") == (0, "Paused") }
+            #expect(try setup.playerctl("-p", Self.player, "metadata", "title") == (0, "A\u{FFFD}\u{FFFD}B / C"))
+            #expect(try await setup.property("CanGoNext") == .bool(true))
+            #expect(try await setup.property("CanPause") == .bool(false))
+            #expect(try await setup.property("Volume") == .double(0.25))
+
+            // A 64 KiB title, with a NUL in it, playing again.
+            let long = String(repeating: "x", count: 32 * 1024) + "\0" + String(repeating: "y", count: 32 * 1024)
+            try setup.daemon.send(.media(Self.playing(title: long, volume: 0.75)))
+            try await eventually("playing the long title") { try setup.playerctl("-p", Self.player, "status") == (0, "Playing") }
+            let title = try setup.playerctl("-p", Self.player, "metadata", "title").text
+            #expect(title.utf8.count == 64 * 1024 + 3 && title.hasPrefix("xxx") && title.contains(" / y"), "\(title.utf8.count) bytes")
+            #expect(try await setup.property("Volume") == .double(0.75))
+
+            // Nothing known at all.
+            try setup.daemon.send(.media(ControlMedia(device: Self.phone)))
+            try await eventually("stopped") { try setup.playerctl("-p", Self.player, "status") == (0, "Stopped") }
+            #expect(try await setup.property("Metadata").stringKeyedDictionary == ["mpris:trackid": .objectPath(MPRISModel.noTrack)])
+        }
+    }
+
     @Test("the player leaves the bus when the phone disconnects or ancsd goes, and comes back with the phone")
     func followsThePhoneAndTheDaemon() async throws {
         try await withSetup(players: []) { setup in

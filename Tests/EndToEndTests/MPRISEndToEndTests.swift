@@ -94,4 +94,65 @@ extension DaemonTests {
         // Track titles stay out of the log except at debug level.
         #expect(!desktop.standardError.split(separator: "\n").contains { !$0.contains("debug:") && ($0.contains("Clair") || $0.contains("Rêverie")) })
     }
+
+    /// A NUL in the phone's track (ID3v2.4 separates several values with one) reaches the
+    /// companion from the simulated phone through the daemon: the player appears with it, the
+    /// values separated, and follows the phone's next state.
+    @Test func mprisPlayerTakesANULFromTheSimulatedPhone() async throws {
+        try UnitRun.needs("playerctl")
+        let system = try PrivateBus()
+        let session = try PrivateBus()
+        let control = system.directory + "/control"
+        let scenario = system.directory + "/mpris-nul.jsonl"
+        try nulScenario.write(toFile: scenario, atomically: true, encoding: .utf8)
+        let daemon = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", system.address, "run", "--format", "json", "--control", control])
+        defer { _ = try? daemon.stop(timeout: .seconds(5)) }
+        try daemon.waitForStandardError(containing: "bluetoothd is not running")
+        let desktop = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["desktop", "--control", control, "--bus", session.address, "--state-dir", session.directory])
+        defer { _ = try? desktop.stop(timeout: .seconds(5)) }
+        try desktop.waitForStandardError(containing: "connected to ancsd at \(control)")
+        let phone = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", system.address, "--scenario", scenario])
+        defer { _ = try? phone.stop(timeout: .seconds(5)) }
+
+        let environment = ["DBUS_SESSION_BUS_ADDRESS": session.address, "PATH": "/usr/bin:/bin", "HOME": system.directory]
+        func waitFor(_ what: String, _ expected: String, _ arguments: String...) throws {
+            let deadline = ContinuousClock.now + .seconds(30)
+            var last = ""
+            while ContinuousClock.now < deadline {
+                last = try runTool("/usr/bin/playerctl", arguments, environment: environment).text
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+                if last == expected { return }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            throw TestFailure("\(what): playerctl \(arguments.joined(separator: " ")) said '\(last)', not '\(expected)'; desktop:\n\(desktop.standardError)")
+        }
+        try waitFor("the player on the bus", musicPlayer, "-l")
+        try waitFor("the track, its values separated", "Clair / de lune|Claude Debussy, Maurice Ravel|Suite bergamasque",
+                    "-p", musicPlayer, "metadata", "--format", "{{title}}|{{artist}}|{{album}}")
+        // The daemon's JSON carried the NUL as it came.
+        #expect(daemon.lines.contains { $0.text.contains(#""title":"Clair\u0000de lune""#) })
+        let bus = try await DBusConnection.connect(to: .address(session.address))
+        let metadata = try await bus.getProperty(
+            destination: try BusName("org.mpris.MediaPlayer2." + musicPlayer), path: "/org/mpris/MediaPlayer2",
+            interface: "org.mpris.MediaPlayer2.Player", name: "Metadata")
+        await bus.close()
+        #expect(metadata.stringKeyedDictionary?["xesam:artist"] == .stringArray(["Claude Debussy", "Maurice Ravel"]))
+        // The phone pauses: the status follows.
+        try waitFor("paused on the phone", "Paused", "-p", musicPlayer, "status")
+        #expect(!desktop.standardError.contains("cannot put"), "\(desktop.standardError)")
+        #expect(!desktop.standardError.contains("refused"), "the NUL never reached the bus: \(desktop.standardError)")
+    }
 }
+
+private let nulScenario = """
+    {"scenario":"mpris-nul","devices":[{"address":"\(musicPhone)","name":"Ada's iPhone"}],"ams":true,"media":{"player":"Music","title":"Clair\\u0000de lune","artist":"Claude Debussy\\u0000Maurice Ravel","album":"Suite bergamasque","duration":300,"state":"playing","volume":0.5,"commands":["play","pause","toggle"]}}
+    {"do":"wait_subscribed","timeout":30}
+    {"after":3,"do":"media_pause"}
+    {"do":"sleep","seconds":300}
+    {"do":"end"}
+    """
+

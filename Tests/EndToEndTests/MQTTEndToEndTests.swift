@@ -122,6 +122,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         broker.stop()
         let passwordFile = broker.directory + "/ancsd-password"
         try "correct horse\n".write(toFile: passwordFile, atomically: true, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o644) == 0)  // every user may read it: warned about
         let run = try DaemonRun(text: Self.scenario, ancsdArguments: [
             "--mqtt", "mqtts://phone-bridge@127.0.0.1:\(broker.port)", "--mqtt-ca", broker.caFile,
             "--mqtt-password-file", passwordFile, "--mqtt-discovery-prefix", "none",
@@ -143,6 +144,9 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status online"])
         #expect(!messages(all).contains { $0.topic.hasPrefix("homeassistant/") }, "discovery off")
         #expect(!run.ancsd.standardError.contains("correct horse"))
+        let fix = "warning: the MQTT password file \(passwordFile) can be read by every user (mode 644): chmod 600 \(passwordFile)"
+        #expect(run.ancsd.standardError.components(separatedBy: fix).count == 2, "warned once, with the fix: \(run.ancsd.standardError)")
+        #expect(!run.ancsd.standardError.contains("unencrypted"), "mqtts://: no word of plain text")
 
         // Killed: the broker publishes the will.
         run.ancsd.signal(SIGKILL)
@@ -188,6 +192,65 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(try run.ancsd.stop() == 0)
     }
 
+    static let floodScenario = """
+        {"scenario":"mqtt-flood","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"ams":true,"media":{"player":"Music","title":"Clair de lune","artist":"Claude Debussy","album":"Suite bergamasque","duration":300,"state":"playing","volume":0.5,"commands":["play","pause","toggle","next","previous"]}}
+        {"do":"wait_subscribed","timeout":30}
+        {"do":"wait_state","media_commands_received":1,"timeout":60}
+        {"after":0.2,"do":"media_track","title":"Pavane","artist":"Gabriel Fauré","album":"Masques et bergamasques","duration":390}
+        {"do":"sleep","seconds":60}
+        {"do":"end"}
+        """
+
+    /// 10,000 `play` lines from `mosquitto_pub -l`: the phone gets at most the rate limit's
+    /// share, every answer says sent or busy, the track change that comes during the flood
+    /// reaches the event topic, and the log gets a handful of lines (each command is at debug).
+    @Test("a flood of 10,000 media commands: the phone gets at most 10 a second, no event is lost, the log stays short")
+    func commandFlood() throws {
+        let broker = try MosquittoBroker()
+        let all = try broker.subscriber(["#"])
+        defer { all.signal(SIGKILL) }
+        let run = try DaemonRun(text: Self.floodScenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions"])
+        let eventTopic = "ancsd/\(device)/event"
+        func media(_ title: String) -> Bool {
+            payloads(all, eventTopic).contains { (try? JSONValue(parsing: $0))?["title"]?.stringValue == title }
+        }
+        try waitFor("the first media event: \(messages(all).suffix(5))") { media("Clair de lune") }
+        let logBefore = run.ancsd.standardError.split(separator: "\n").filter { !$0.hasPrefix("ancsd: debug:") }.count
+        let commands = NSTemporaryDirectory() + "ancsd-flood-\(UUID().uuidString.prefix(8))"
+        try String(repeating: "play\n", count: 10_000).write(toFile: commands, atomically: false, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: commands) }
+        let began = ContinuousClock.now
+        let sent = try runTool("/bin/sh", ["-c", "mosquitto_pub -h 127.0.0.1 -p \(broker.port) -q 1 -t ancsd/\(device)/media/command -l < \(commands)"])
+        #expect(sent.status == 0, "\(sent.text)")
+        // The track change comes during the flood (the phone changes it 0.2 s after the first
+        // command reached it; the rate limit alone makes the flood's commands last longer).
+        try waitFor("the new track on \(eventTopic):\nphone: \(run.phone.standardError.suffix(1500))\nancsd: \(run.ancsd.standardError.suffix(1500))") {
+            media("Pavane")
+        }
+        let answers = "ancsd/\(device)/media/command/result"
+        try waitFor("the answers settled", timeout: .seconds(60)) {
+            let count = payloads(all, answers).count
+            Thread.sleep(forTimeInterval: 1)
+            return count == payloads(all, answers).count && count > 0
+        }
+        let seconds = Double((ContinuousClock.now - began).components.seconds) + 1
+        let performed = run.phone.standardError.components(separatedBy: "AMS Remote Command play (0) performed").count - 1
+        #expect(performed >= 1 && Double(performed) <= 10 + 10 * seconds, "the phone got \(performed) commands in \(seconds) s")
+        let afterTheChange = run.phone.standardError.components(separatedBy: "now playing \"Pavane\"").last ?? ""
+        #expect(afterTheChange.contains("AMS Remote Command play (0) performed"), "the track changed while the flood still reached the phone")
+        // Every event ancsd printed reached the event topic, in order.
+        let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
+        #expect(payloads(all, eventTopic) == printed, "\(payloads(all, eventTopic).count) on MQTT, \(printed.count) printed")
+        let codes = payloads(all, answers).map { (try? JSONValue(parsing: $0)) ?? .null }.map {
+            $0["ok"] == true ? "sent" : ($0["error"]?["code"]?.stringValue ?? "?")
+        }
+        #expect(Set(codes).isSubset(of: ["sent", "busy"]) && codes.contains("busy"), "\(Set(codes))")
+        let logAfter = run.ancsd.standardError.split(separator: "\n").filter { !$0.hasPrefix("ancsd: debug:") }
+        #expect(logAfter.count - logBefore <= 10, "the log grew by \(logAfter.count - logBefore) lines:\n\(logAfter.suffix(20).joined(separator: "\n"))")
+        print("MQTT flood: \(performed) commands reached the phone in \(Int(seconds)) s, \(codes.count) answers "
+              + "(\(codes.filter { $0 == "busy" }.count) busy), \(logAfter.count - logBefore) log lines above debug")
+    }
+
     @Test("bad MQTT settings stop ancsd at the start with a clear error")
     func badSettings() throws {
         let password = try AncsdProcess.run(["run", "--mqtt", "mqtt://me:secret@host"])
@@ -196,5 +259,47 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(missing.status != 0 && missing.stderr.contains("cannot read the MQTT password file /nonexistent/pw"))
         let prefix = try AncsdProcess.run(["run", "--mqtt", "mqtt://h", "--mqtt-prefix", "a/#"])
         #expect(prefix.status == 2 && prefix.stderr.contains("mqtt-prefix"))
+
+        // A password file without a user in the URL: on the command line, and as the
+        // configuration file's key. (No bus: should it start, it stops at once.)
+        let directory = NSTemporaryDirectory() + "ancsd-mqtt-settings-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let passwordFile = directory + "/password"
+        try "correct horse\n".write(toFile: passwordFile, atomically: false, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o600) == 0)
+        let noBus = ["--bus", "unix:path=\(directory)/no-bus"]
+        let noUser = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://127.0.0.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null"])
+        #expect(noUser.status == 2 && noUser.stderr.contains("--mqtt-password-file \(passwordFile) needs a user in the --mqtt URL"),
+                "\(noUser.status) \(noUser.stderr)")
+        let configuration = directory + "/ancsd.conf"
+        try "mqtt = mqtt://127.0.0.1\nmqtt-password-file = \(passwordFile)\n".write(toFile: configuration, atomically: false, encoding: .utf8)
+        let noUserInFile = try AncsdProcess.run(noBus + ["run", "--config", configuration])
+        #expect(noUserInFile.status == 2 && noUserInFile.stderr.contains("needs a user"), "\(noUserInFile.status) \(noUserInFile.stderr)")
+    }
+
+    /// A password over plain mqtt:// to another machine is warned about once; to the loopback,
+    /// or with a file only ancsd may read, nothing is said.
+    @Test("a password in the clear to another host, and a password file others may read, are warned about once")
+    func credentialWarnings() throws {
+        let directory = NSTemporaryDirectory() + "ancsd-mqtt-warnings-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let passwordFile = directory + "/password"
+        try "correct horse\n".write(toFile: passwordFile, atomically: false, encoding: .utf8)
+        #expect(chmod(passwordFile, 0o640) == 0)
+        // No bus: ancsd starts its outputs, says what it has to say, and stops (status 1).
+        let noBus = ["--bus", "unix:path=\(directory)/no-bus"]
+        let remote = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://ancsd@192.0.2.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null", "--format", "json"])
+        #expect(remote.status == 1, "\(remote.stderr)")
+        #expect(remote.stderr.components(separatedBy: "the MQTT password goes to 192.0.2.1 unencrypted (mqtt://)").count == 2, "\(remote.stderr)")
+        #expect(remote.stderr.components(separatedBy: "can be read by its group (mode 640): chmod 600 \(passwordFile)").count == 2)
+        #expect(!remote.stderr.contains("correct horse"))
+        #expect(chmod(passwordFile, 0o600) == 0)
+        let local = try AncsdProcess.run(
+            noBus + ["run", "--mqtt", "mqtt://ancsd@127.0.0.1", "--mqtt-password-file", passwordFile, "--config", "/dev/null", "--format", "json"])
+        #expect(local.status == 1 && !local.stderr.contains("warning: the MQTT password"), "\(local.stderr)")
     }
 }

@@ -7,7 +7,7 @@ import TestSupport
 /// (`QT_QPA_PLATFORM=xcb`; Qt's offscreen platform gives a screen Plasma takes for a fake one,
 /// and the notification applet never loads), on a private session bus that can activate only
 /// KDE's own services (the activity manager, kglobalaccel, kded: plasmashell aborts without
-/// them), with a private HOME and XDG directories holding ancsd's desktop entry.
+/// them; Plasma 6's kglobalacceld made activatable), with a private HOME and XDG directories holding ancsd's desktop entry.
 ///
 /// Plasma has no D-Bus method that lists what it shows; it tells a registered watcher
 /// (`org.kde.NotificationManager.RegisterWatcher`) each notification it accepts and each it
@@ -83,6 +83,7 @@ final class PlasmaDesktop: Sendable {
         where service.hasPrefix("org.kde.") && service != "org.kde.plasma.Notifications.service" {
             try files.copyItem(atPath: "/usr/share/dbus-1/services/" + service, toPath: directory + "/services/" + service)
         }
+        try Self.makeShortcutsActivatable(in: directory + "/services")
         xvfb = try ChildProcess(
             URL(fileURLWithPath: "/usr/bin/Xvfb"), ["-displayfd", "1", "-screen", "0", "\(screenWidth)x800x24", "-nolisten", "tcp"])
         display = ":" + (try xvfb.waitForLine(timeout: .seconds(30)) { Int($0) != nil })
@@ -107,6 +108,19 @@ final class PlasmaDesktop: Sendable {
             }
             Thread.sleep(forTimeInterval: 0.1)
         }
+    }
+
+    /// Plasma 6's shortcut daemon (`kglobalacceld`, package kglobalacceld) has no D-Bus service
+    /// file: a Plasma session starts it as a systemd user unit (`plasma-kglobalaccel.service`).
+    /// Here the private bus starts it on the first call to `org.kde.kglobalaccel`, as 5.27's
+    /// `kglobalaccel5` is started by the file its package ships.
+    private static func makeShortcutsActivatable(in services: String) throws {
+        let file = services + "/org.kde.kglobalaccel.service"
+        guard !FileManager.default.fileExists(atPath: file) else { return }
+        let libexec = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
+        guard let daemon = libexec.map({ "/usr/lib/\($0)/libexec/kglobalacceld" }).first(where: FileManager.default.isExecutableFile)
+        else { return }
+        try "[D-BUS Service]\nName=org.kde.kglobalaccel\nExec=\(daemon)\n".write(toFile: file, atomically: true, encoding: .utf8)
     }
 
     private var ownsNotifications: Bool { busNameHasOwner("org.freedesktop.Notifications", on: bus.address) }
@@ -226,9 +240,19 @@ final class PlasmaDesktop: Sendable {
         try invokeShortcut(component: "plasmashell", "activate widget \(id)")
     }
 
-    /// Fires one of plasmashell's global shortcuts: `mediacontrol`'s `playpausemedia` and
-    /// `nextmedia` are the media keys, handled by Plasma's own player multiplexer.
+    /// Fires one of Plasma's global shortcuts: `mediacontrol`'s `playpausemedia` and `nextmedia`
+    /// are the media keys, handled by Plasma's own player multiplexer (Plasma 5.27: the media
+    /// controller applet's; Plasma 6: kded6's `mprisservice` module, which a session's kded
+    /// autoloads and which is loaded here, with kded6 started by the bus, before the first).
     func invokeShortcut(component: String, _ name: String) throws {
+        if component == "mediacontrol", FileManager.default.isExecutableFile(atPath: "/usr/bin/kded6") {
+            let loaded = try runTool(
+                "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.kde.kded6", "/kded", "org.kde.kded6", "loadModule", "s",
+                                    "mprisservice"])
+            guard loaded.status == 0, loaded.text.contains("true") else {
+                throw TestFailure("kded6 did not load mprisservice (Plasma 6's media keys): \(loaded.text)")
+            }
+        }
         let reply = try runTool(
             "/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.kde.kglobalaccel", "/component/\(component)",
                                 "org.kde.kglobalaccel.Component", "invokeShortcut", "s", name])

@@ -77,6 +77,17 @@ import Testing
         #expect(value.serialized == #""q\"b\\n\n\r\t\u0000\u001f\u007f\u2028\u2029é…👍""#)
     }
 
+    /// C1 controls (U+0080–U+009F) are valid JSON raw, but a terminal showing the text acts on
+    /// them (CSI U+009B, OSC U+009D…): escaped, like ESC; U+00A0 on is text.
+    @Test func escapesC1Controls() throws {
+        let value = JSONValue.string("a\u{80}b\u{85}\u{9B}31m\u{9D}0;x\u{9C}\u{9F}\u{A0}é")
+        #expect(value.serialized == #""a\u0080b\u0085\u009b31m\u009d0;x\u009c\u009f"# + "\u{A0}é\"")
+        var writer = JSONWriter()
+        writer.writeString(utf8: [0x41, 0xC2, 0x9B, 0x42, 0xC2, 0x80])  // given as bytes
+        #expect(String(decoding: writer.bytes, as: UTF8.self) == #""A\u009bB\u0080""#)
+        #expect(try JSONValue(parsing: value.serialized) == value, "read back the same")
+    }
+
     @Test func doubles() {
         #expect(JSONValue.double(0.03).serialized == "0.03")
         #expect(JSONValue.double(2).serialized == "2.0")

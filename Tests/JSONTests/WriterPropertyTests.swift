@@ -27,7 +27,7 @@ import Testing
     }
 
     @Test func everyEscape() {
-        for scalar in (0..<0x80).compactMap(Unicode.Scalar.init) + ["\u{2028}", "\u{2029}", "\u{2027}", "\u{202A}"] {
+        for scalar in (0..<0xA2).compactMap(Unicode.Scalar.init) + ["\u{2028}", "\u{2029}", "\u{2027}", "\u{202A}"] {
             let value = JSONValue.string("a\(scalar)b")
             #expect(value.serialized == referenceSerialized(value), "U+\(String(scalar.value, radix: 16))")
         }
@@ -119,7 +119,7 @@ private func referenceString(_ text: String, to out: inout String) {
         case "\t": out += "\\t"
         case "\u{08}": out += "\\b"
         case "\u{0C}": out += "\\f"
-        case "\u{00}"..."\u{1F}", "\u{7F}", "\u{2028}", "\u{2029}":
+        case "\u{00}"..."\u{1F}", "\u{7F}"..."\u{9F}", "\u{2028}", "\u{2029}":
             let code = Int(scalar.value)
             out += "\\u"
             for shift in [12, 8, 4, 0] { out.append(hex[(code >> shift) & 0xF]) }
@@ -135,7 +135,7 @@ private func referenceString(_ text: String, to out: inout String) {
 /// Scalars that matter to the writer: every control character, the escapes, DEL, the line and
 /// paragraph separators and their neighbours, two- and three-byte text, astral characters.
 private let interesting: [Unicode.Scalar] = (0..<0x20).compactMap(Unicode.Scalar.init) + [
-    "\"", "\\", "/", "\u{7F}", "\u{80}", "\u{FF}", "é", "β", "…", "„", "“", "\u{2027}", "\u{2028}", "\u{2029}",
+    "\"", "\\", "/", "\u{7F}", "\u{80}", "\u{85}", "\u{9B}", "\u{9F}", "\u{A0}", "\u{FF}", "é", "β", "…", "„", "“", "\u{2027}", "\u{2028}", "\u{2029}",
     "\u{202A}", "\u{200E}", "\u{FEFF}", "\u{FFFD}", "\u{FFFF}", "👍", "🎉", "\u{10FFFF}", "\u{1F1E9}",
 ]
 

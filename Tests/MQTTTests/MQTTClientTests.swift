@@ -218,6 +218,31 @@ struct MQTTClientTests {
         #expect(finish(client))
     }
 
+    @Test("answers to a flood of commands keep to their share: no event is dropped for them")
+    func answersKeepToTheirShare() throws {
+        let broker = try MosquittoBroker()
+        broker.stop()
+        let (client, log) = try makeClient("mqtt://127.0.0.1:\(broker.port)") {
+            $0.queueLimit = 20  // answers: at most 2
+            $0.minimumRetry = .seconds(3)
+            $0.maximumRetry = .seconds(3)
+        }
+        client.start()
+        for n in 1...5 { client.publish(MQTTMessage(topic: "q/event", text: "\(n)")) }
+        for n in 1...500 { client.publish(MQTTMessage(topic: "q/answer", text: "\(n)", isAnswer: true)) }
+        for n in 6...10 { client.publish(MQTTMessage(topic: "q/event", text: "\(n)")) }
+        try waitUntil("a failed attempt") { !log.reasons.isEmpty }
+        try broker.start()
+        let subscriber = try broker.subscriber(["q/#"])
+        defer { subscriber.signal(SIGKILL) }
+        try waitUntil("delivery", timeout: .seconds(20)) { payloads(subscriber, topic: "q/event").count >= 10 }
+        try waitUntil("queue empty") { client.snapshot.queued == 0 }
+        #expect(payloads(subscriber, topic: "q/event") == (1...10).map(String.init), "every event, in order")
+        #expect(payloads(subscriber, topic: "q/answer") == ["499", "500"], "the newest answers")
+        #expect(client.snapshot.dropped == 0 && client.snapshot.droppedAnswers == 498)
+        #expect(finish(client))
+    }
+
     @Test("a host name whose every address refuses: each attempt fails and is retried (no silent hang)", arguments: [false, true])
     func refusedByName(tls: Bool) throws {
         let port = try freeTCPPort()

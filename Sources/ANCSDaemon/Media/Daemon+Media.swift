@@ -21,17 +21,26 @@ extension Daemon {
         guard let remote = RemoteCommand(name: command.rawValue) else {
             return .failure(ControlError(.badRequest, "unknown media command \(command.rawValue)"))
         }
-        let actions: [GattSessionAction<MediaEvent>]
-        switch media.handler.send(remote, now: link.now) {
-        case .success(let sent): actions = sent
-        case .failure(let refusal): return .failure(refusal)
+        // The same command waiting already: this request joins it (no second write).
+        let actions: [GattSessionAction<MediaEvent>]?
+        if media.handler.isWaiting(remote) {
+            actions = nil
+        } else {
+            switch media.handler.send(remote, now: link.now) {
+            case .success(let sent): actions = sent
+            case .failure(let refusal): return .failure(refusal)
+            }
         }
         return await withCheckedContinuation { waiter in
             // Found again from the link: Swift 6.0 takes a captured local for one sent off the actor.
             guard let media = link.media else {
                 return waiter.resume(returning: .failure(ControlError(.notAvailable, "\(link.device.address) offers no media player now")))
             }
-            media.handler.start(remote, actions, waiter: waiter, service: media.service, link: link, daemon: self)
+            if let actions {
+                media.handler.start(remote, actions, waiter: waiter, service: media.service, link: link, daemon: self)
+            } else if !media.handler.join(remote, waiter: waiter) {
+                waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: the phone's player went away")))
+            }
         }
     }
 

@@ -96,10 +96,12 @@ enum MediaOutput {
     }
 }
 
-/// A position or duration as a player shows it: `1:23`, `1:02:03`.
+/// A position or duration as a player shows it: `1:23`, `1:02:03`, as many hours as it takes
+/// (the AMS session lets no number past `largestMediaNumber` through); `-:--` for no number.
 public enum MediaClock {
     public static func text(_ seconds: Double) -> String {
-        let total = Int(max(0, min(seconds, 359_999)).rounded(.down))
+        guard let seconds = mediaNumber(seconds) else { return "-:--" }
+        let total = Int(max(0, seconds).rounded(.down))
         let (h, m, s) = (total / 3600, total / 60 % 60, total % 60)
         let two = { (n: Int) in n < 10 ? "0\(n)" : "\(n)" }
         return h > 0 ? "\(h):\(two(m)):\(two(s))" : "\(m):\(two(s))"

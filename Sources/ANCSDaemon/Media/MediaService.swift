@@ -11,8 +11,9 @@ final class MediaService: ServiceHandler, ServiceEvents {
     var session: MediaSession
     /// Control requests waiting for their command's write, in the order they were made, until
     /// the session sends it (`sending`); then by request number until its result.
-    private var queued: [(command: RemoteCommand, waiter: Waiter)] = []
-    private var sent: [UInt64: Waiter] = [:]
+    /// A request made while the same command still waited joins it (`join`): all get its reply.
+    private var queued: [(command: RemoteCommand, waiters: [Waiter])] = []
+    private var sent: [UInt64: [Waiter]] = [:]
     typealias Waiter = CheckedContinuation<Result<ControlAnswer, ControlError>, Never>
 
     init(configuration: MediaSession.Configuration = MediaSession.Configuration()) {
@@ -41,19 +42,19 @@ final class MediaService: ServiceHandler, ServiceEvents {
         guard case .write(let uuid, let bytes) = request, uuid == AMSUUID.remoteCommand, bytes.count == 1,
               let index = queued.firstIndex(where: { $0.command.rawValue == bytes[0] })
         else { return }
-        sent[number] = queued.remove(at: index).waiter
+        sent[number] = queued.remove(at: index).waiters
     }
 
     /// Only the latest request's result reaches the session (it keeps one in flight); a
     /// command's also answers the control request that sent it.
     func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        if let waiter = sent.removeValue(forKey: number) {
-            switch result {
-            case .written, .read: waiter.resume(returning: .success(.sent))
-            case .attError(let code):
-                waiter.resume(returning: .failure(ControlError(.failed, "the phone refused the command (ATT error \(AMSErrorCode(rawValue: code)))")))
-            case .failed(let message): waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: \(message)")))
+        if let waiters = sent.removeValue(forKey: number) {
+            let reply: Result<ControlAnswer, ControlError> = switch result {
+            case .written, .read: .success(.sent)
+            case .attError(let code): .failure(ControlError(.failed, "the phone refused the command (ATT error \(AMSErrorCode(rawValue: code)))"))
+            case .failed(let message): .failure(ControlError(.failed, "the command was not sent: \(message)"))
             }
+            for waiter in waiters { waiter.resume(returning: reply) }
         }
         guard number == service.requestsIssued else { return }
         run(session.handleResult(result, now: link.now), service: service, link: link, daemon: daemon)
@@ -79,8 +80,26 @@ final class MediaService: ServiceHandler, ServiceEvents {
         do {
             return .success(try session.send(command, now: now))
         } catch {
-            return .failure(ControlError(.unsupportedCommand, error.description))
+            let code: ControlErrorCode = switch error {
+            case .unsupported: .unsupportedCommand
+            case .noRemoteCommand: .notAvailable
+            case .tooManyPending, .tooFast: .busy
+            }
+            return .failure(ControlError(code, error.description))
         }
+    }
+
+    /// Whether `command` waits to be written already: a request for it now joins that one.
+    func isWaiting(_ command: RemoteCommand) -> Bool {
+        queued.contains { $0.command == command }
+    }
+
+    /// `waiter` gets the reply of the waiting `command` (a run of the same command while one
+    /// waits is one command); false when none waits.
+    func join(_ command: RemoteCommand, waiter: Waiter) -> Bool {
+        guard let index = queued.firstIndex(where: { $0.command == command }) else { return false }
+        queued[index].waiters.append(waiter)
+        return true
     }
 
     /// Carries out the actions of `send(_:now:)`; `waiter` gets the command's reply.
@@ -88,7 +107,7 @@ final class MediaService: ServiceHandler, ServiceEvents {
         _ command: RemoteCommand, _ actions: [GattSessionAction<MediaEvent>], waiter: Waiter, service: ServiceLink, link: PhoneLink,
         daemon: isolated Daemon
     ) {
-        queued.append((command, waiter))
+        queued.append((command, [waiter]))
         run(actions, service: service, link: link, daemon: daemon)
     }
 
@@ -99,9 +118,11 @@ final class MediaService: ServiceHandler, ServiceEvents {
     }
 
     private func failWaiters(_ why: String) {
-        for (_, waiter) in queued { waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: \(why)"))) }
+        for (_, waiters) in queued {
+            for waiter in waiters { waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: \(why)"))) }
+        }
         queued = []
-        for waiter in sent.values { waiter.resume(returning: .failure(ControlError(.failed, "no answer to the command: \(why)"))) }
+        for waiter in sent.values.joined() { waiter.resume(returning: .failure(ControlError(.failed, "no answer to the command: \(why)"))) }
         sent = [:]
     }
 

@@ -188,7 +188,7 @@ public final class MQTTSink: OutputSink {
         let counters = client.snapshot
         return [
             "connected": .bool(counters.connected), "connections": .int(counters.connections), "delivered": .int(counters.delivered),
-            "queued": .int(counters.queued), "dropped": .int(counters.dropped),
+            "queued": .int(counters.queued), "dropped": .int(counters.dropped), "dropped_answers": .int(counters.droppedAnswers),
         ]
     }
 
@@ -290,6 +290,9 @@ public final class MQTTSink: OutputSink {
             logger.warning("MQTT: \(settings.endpoint): \(reason); retrying in \(retry)")
         case .dropped(let count):
             logger.warning("MQTT: dropped the \(count) oldest events: \(settings.queueLimit) messages were waiting for the broker (unreachable, or slower than the events came)")
+        case .answersDropped(let count):
+            logger.warning("MQTT: dropped the \(count) oldest answers to commands: commands on \(settings.prefix)/+/media/command and "
+                + "\(settings.prefix)/+/action came faster than the broker took their answers (no event was dropped for them)")
         case .message(let topic, let payload, let retained):
             if let discovery, topic == discovery.birthTopic {
                 guard String(decoding: payload, as: UTF8.self) == "online" else { return }
@@ -334,7 +337,8 @@ public final class MQTTSink: OutputSink {
             return answer(resultTopic, Self.failure("bad_request", "\"action\" must be \"positive\" or \"negative\""), uid: uidValue, action: actionValue)
         }
         guard let context = state.withLock({ $0.context }) else { return }
-        logger.info("MQTT: \(name) action on \(address) notification \(uid)")
+        // At debug: whoever may publish on the broker could otherwise flood the log.
+        logger.debug("MQTT: \(name) action on \(address) notification \(uid)")
         Task(executorPreference: context.executor) {
             let reply = await context.actions.performAction(actionID, uid: uid, device: address)
             self.answer(resultTopic, reply, uid: uidValue, action: actionValue)
@@ -363,7 +367,7 @@ public final class MQTTSink: OutputSink {
                 resultTopic, Self.failure("bad_request", "a media command is one of \(names), alone or as {\"command\": NAME}"), command: requested)
         }
         guard let context = state.withLock({ $0.context }) else { return }
-        logger.info("MQTT: \(command.rawValue) media command for \(address)")
+        logger.debug("MQTT: \(command.rawValue) media command for \(address)")
         Task(executorPreference: context.executor) {
             let reply = await context.actions.performMediaCommand(command, device: address)
             self.answerMedia(resultTopic, reply, command: .string(command.rawValue))
@@ -374,7 +378,7 @@ public final class MQTTSink: OutputSink {
     private func answerMedia(_ topic: String, _ reply: JSONObject, command: JSONValue) {
         var object: JSONObject = ["command": command]
         for (key, value) in reply { object.append(key, value) }
-        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized))
+        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized, isAnswer: true))
     }
 
     /// `text` without white space at either end.
@@ -386,7 +390,7 @@ public final class MQTTSink: OutputSink {
     private func answer(_ topic: String, _ reply: JSONObject, uid: JSONValue = .null, action: JSONValue = .null) {
         var object: JSONObject = ["uid": uid, "action": action]
         for (key, value) in reply { object.append(key, value) }
-        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized))
+        client.publish(MQTTMessage(topic: topic, text: JSONValue.object(object).serialized, isAnswer: true))
     }
 
     private static func failure(_ code: String, _ message: String) -> JSONObject {

@@ -72,7 +72,7 @@ public protocol PhoneActions: Sendable {
     /// socket's `media_command` does, and answers with its reply: `{"ok": true, "result":
     /// "sent"}` once the phone acknowledged the command, or `{"ok": false, "error": {"code": …,
     /// "message": …}}` with the codes `no_such_device`, `not_available`, `unsupported_command`,
-    /// `failed`, `bad_request`.
+    /// `busy`, `failed`, `bad_request`.
     func performMediaCommand(_ command: ControlMediaCommand, device: String) async -> JSONObject
 }
 

@@ -118,7 +118,8 @@ extension Setting {
             "exec", "CMD", .outputs, .nonEmpty("needs a command"), at: \.execCommand,
             help: """
                 run CMD through /bin/sh -c for each event: the event's JSON object (as --format json prints it) on its standard \
-                input, ANCSD_TYPE, ANCSD_DEVICE, ANCSD_UID, ANCSD_APP_ID and ANCSD_CATEGORY in its environment; one at a time \
+                input, ANCSD_TYPE and ANCSD_DEVICE in its environment, with ANCSD_UID, ANCSD_APP_ID and ANCSD_CATEGORY for \
+                notifications, ANCSD_SHARING (on, off) for sharing, ANCSD_MEDIA_STATE (playing, paused, …) for media; one at a time \
                 per phone, in order, at most 64 waiting per phone (the oldest dropped); its standard error and a failing exit \
                 status are logged (docs/output.md)
                 """),
@@ -135,7 +136,10 @@ extension Setting {
                 """),
         .optional(
             "mqtt-password-file", "PATH", .outputs, .absolutePath("needs an absolute file path"), at: \.mqttPasswordFile,
-            help: "the broker password for the URL's user: the file's first line"),
+            help: """
+                the broker password for the URL's user (the URL must name one): the file's first line; a file other users may \
+                read is warned about, and so is a password sent over mqtt:// to another machine
+                """),
         .optional(
             "mqtt-ca", "PATH", .outputs, .absolutePath("needs an absolute file path"), at: \.mqttCA,
             help: "the CA certificate that signs the broker's (mqtts://; default: the system's trusted CAs)"),
