@@ -404,7 +404,8 @@ def main():
     ctx = {}
     failed = None
     try:
-        for body in [boot, bluetooth_up, pair_from_peripheral, pair_remote, pair_and_enable, hid_host, notifications, link_loss, clients,
+        # pair_remote is not run yet (SystemTest/ancs_system_test.py says why).
+        for body in [boot, bluetooth_up, pair_from_peripheral, pair_and_enable, hid_host, notifications, link_loss, clients,
                      reload, idle_and_sandbox, watchdog, restart_bluetooth, silent_drop, input_reports, stop]:
             body(ctx)
     except Failure as failure:
