@@ -45,7 +45,13 @@ extension DesktopCompanion {
                 device: device, busName: name, model: model, bus: options.bus, loop: executor, logger: logger
             ) { [weak self] command in
                 guard let self else { return ControlError(.failed, "ancsd desktop is stopping") }
-                return await self.sendMediaCommand(command, device: device)
+                let refusal = await self.sendMediaCommand(command, device: device)
+                if let refusal {
+                    // Any program on the session bus can call the player's methods as often as it likes.
+                    self.desktopLog.log(.info, "MPRIS on \(device): ancsd refused \(command.rawValue): \(refusal)",
+                                        kind: "MPRIS on \(device): ancsd refused \(command.rawValue) (\(refusal.code.rawValue))")
+                }
+                return refusal
             }
         } catch {
             if !mprisFailing { logger.warning("cannot put \(device)'s player on the bus as \(name): \(error)") }

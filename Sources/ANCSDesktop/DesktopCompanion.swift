@@ -149,6 +149,9 @@ public actor DesktopCompanion {
     var mediaWaiters: [Int: MediaWaiter] = [:]
     /// Whether the last attempt to put a player on the bus failed (warned once).
     var mprisFailing = false
+    /// What desktop programs make the companion say (clicks on popups it cannot act on, media
+    /// commands ancsd refused): each kind said once, then counted per minute.
+    let desktopLog: RateLimitedLogs
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -156,6 +159,7 @@ public actor DesktopCompanion {
         self.options = options
         self.logger = logger
         self.executor = executor
+        desktopLog = RateLimitedLogs(logger: logger, loop: executor)
         record = ShownRecord(path: options.shownRecord)
         if let failure = record.failure { logger.warning("\(failure); what was shown is remembered only while running") }
     }
@@ -625,7 +629,8 @@ public actor DesktopCompanion {
             guard link != nil, let key = popup.members.last, let device = BluetoothAddressText(key.device) else {
                 // Shown under an earlier session and not found again yet: its UID may name
                 // another notification now.
-                logger.warning("the phone or ancsd is not back yet: the \(action) action on popup \(id) is lost")
+                desktopLog.log(.warning, "the phone or ancsd is not back yet: the \(action) action on popup \(id) is lost",
+                               kind: "the phone or ancsd is not back yet: an action on a popup is lost")
                 return
             }
             logger.debug("\(action) action invoked on \(key.device) #\(key.uid)")

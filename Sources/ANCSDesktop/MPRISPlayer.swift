@@ -219,7 +219,7 @@ final class MPRISPlayer: Sendable {
         }
         logger.debug("MPRIS \(method.rawValue) on \(device): sending \(command.rawValue)")
         if let refusal = await send(command) {
-            logger.info("MPRIS \(method.rawValue) on \(device): ancsd refused \(command.rawValue): \(refusal)")
+            logger.debug("MPRIS \(method.rawValue) on \(device): ancsd refused \(command.rawValue): \(refusal)")  // the companion says it
             throw DBusError.remote(name: errorName(refusal.code), message: refusal.message)
         }
     }
@@ -259,7 +259,7 @@ final class MPRISPlayer: Sendable {
                 let up = state.value.volumeSteps > 0
                 state.value.volumeSteps += up ? -1 : 1
                 if let refusal = await send(up ? .volumeUp : .volumeDown) {
-                    logger.info("MPRIS Volume on \(device): ancsd refused a step: \(refusal)")
+                    logger.debug("MPRIS Volume on \(device): ancsd refused a step: \(refusal)")  // the companion says it
                     state.value.volumeSteps = 0
                 }
             }

@@ -18,6 +18,18 @@ public struct PairingOptions: Sendable {
     public var yes = false
     /// The bus where bluetoothd runs.
     public var bus: BusAddress = .system
+    /// How long after a phone connected the window waits for it to begin pairing by itself
+    /// before it sends a security request (`Device1.Pair()`): see `securityRequestDelayDefault`.
+    public var securityRequestDelay = PairingOptions.securityRequestDelayDefault
+
+    /// 5 s. Apple's Accessory Design Guidelines ask an accessory not to request pairing until an
+    /// ATT request was rejected for insufficient authentication: the phone should begin. An
+    /// iPhone's HID host reads the accessory's encrypted characteristics within about a second
+    /// of connecting, and that read starts pairing; 5 s leave a slow phone room to do so, and a
+    /// phone that reads nothing (no HID service, `--accessory none`) is asked soon enough that the
+    /// user, who just tapped the accessory, still waits for the passkey. Modelled, not measured:
+    /// docs/field-evidence.md, §2.
+    public static let securityRequestDelayDefault = Duration.seconds(5)
 
     public init() {}
 }

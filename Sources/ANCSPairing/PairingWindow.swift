@@ -27,8 +27,10 @@ public actor PairingWindow {
     private var phoneConnected = false
     /// True while the HID accessory is registered with bluetoothd on `adapter`.
     private var applicationRegistered = false
-    /// The device objects `Pair()` was asked of, once each.
+    /// The device objects whose security request is scheduled or was sent, once each.
     private var pairRequested: Set<ObjectPath> = []
+    /// Devices the agent saw pairing with (`pairingStarted`): the phone started it itself.
+    private var pairingBegun: Set<ObjectPath> = []
     /// Devices whose passkey was confirmed here, and those already bonded when the window opened.
     private var confirmed: Set<ObjectPath> = []
     private var bondedBefore: Set<ObjectPath> = []
@@ -290,30 +292,52 @@ public actor PairingWindow {
     }
 
     /// Asks every device connected to the window's adapter and not paired to pair, once per
-    /// device object: `Device1.Pair()`, which on a link where we are the peripheral makes
-    /// bluetoothd send an SMP Security Request, as accessories do on connection (the phone
-    /// then starts pairing, and the agent's passkey question follows). Its answer only
-    /// matters to the log: the phone may already be pairing because it read an encrypted
-    /// attribute (`InProgress`), it may have bonded meanwhile (`AlreadyExists`), the user may
-    /// have refused; the window goes on either way, and ends as before on the bond.
+    /// device object, `options.securityRequestDelay` after it was seen connected, unless the
+    /// phone began pairing by itself meanwhile (`pairingStarted`): Apple's Accessory Design
+    /// Guidelines ask an accessory not to request pairing before an ATT request of the phone
+    /// was refused for insufficient authentication, and an iPhone starts pairing by itself
+    /// when it reads the HID service's encrypted attributes (docs/field-evidence.md, §2).
     private func askToPair(on adapter: ObjectPath) {
-        guard let connection else { return }
         for device in tree.devices where device.adapter == adapter && device.connected && !device.paired {
             guard pairRequested.insert(device.path).inserted else { continue }
-            let label = label(device), path = device.path
-            let timeout = Duration.seconds(options.timeout + 30)
-            logger.info("\(label) connected unpaired: asking it to pair (security request)")
+            let path = device.path, delay = options.securityRequestDelay
             tasks.append(Task {
-                do {
-                    try await DeviceCalls(connection: connection).pair(path, timeout: timeout)
-                    self.logger.info("\(label): Pair() succeeded")
-                } catch let error as DBusError {
-                    self.pairFailed(label, error)
-                } catch {
-                    self.logger.debug("\(label): Pair(): \(error)")
-                }
+                try? await Task.sleep(for: delay)
+                self.requestSecurity(path)
             })
         }
+    }
+
+    /// The agent saw a pairing with `device` begin (a passkey to confirm or show): the phone
+    /// started it, so no security request is needed.
+    private func pairingStarted(_ device: ObjectPath) {
+        pairingBegun.insert(device)
+    }
+
+    /// `Device1.Pair()` on a device still connected, unpaired and not pairing by itself: on a
+    /// link where we are the peripheral bluetoothd sends an SMP Security Request, as
+    /// accessories do (the phone then starts pairing, and the agent's passkey question
+    /// follows). Its answer only matters to the log: the phone may be pairing already
+    /// (`InProgress`), it may have bonded meanwhile (`AlreadyExists`), the user may have
+    /// refused; the window goes on either way, and ends as before on the bond.
+    private func requestSecurity(_ path: ObjectPath) {
+        guard outcome == nil, let connection, let device = tree.device(at: path), device.connected, !device.paired else { return }
+        let label = label(device)
+        guard !pairingBegun.contains(path) else {
+            return logger.info("\(label) began pairing by itself: no security request needed")
+        }
+        let timeout = Duration.seconds(options.timeout + 30)
+        logger.info("\(label) connected unpaired: asking it to pair (security request; it did not begin pairing by itself)")
+        tasks.append(Task {
+            do {
+                try await DeviceCalls(connection: connection).pair(path, timeout: timeout)
+                self.logger.info("\(label): Pair() succeeded")
+            } catch let error as DBusError {
+                self.pairFailed(label, error)
+            } catch {
+                self.logger.debug("\(label): Pair(): \(error)")
+            }
+        })
     }
 
     private func pairFailed(_ label: String, _ error: DBusError) {
@@ -352,6 +376,7 @@ public actor PairingWindow {
 
     /// The pairing agent's answers.
     private func answer(_ request: AgentRequest) async throws -> AgentAnswer {
+        if request.beginsPairing, let device = request.device { pairingStarted(device) }
         switch request {
         case .release:
             agentRegistered = false

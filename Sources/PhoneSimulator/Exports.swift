@@ -250,7 +250,10 @@ extension PhoneSimulator {
                     guard let self else { throw BlueZError.failed("Not available") }
                     return try await self.pairCalled(device, call)
                 },
-                method("CancelPairing", conn) { _, _ in
+                method("CancelPairing", conn) { call, _ in
+                    // bluetoothd cancels only a bonding its own side asked for with Pair(); the
+                    // pairings modelled here are begun by the peer (src/device.c, cancel_pairing).
+                    self.log("\(d.name): CancelPairing from \(call.sender): DoesNotExist (no pairing begun by this side)")
                     throw DBusError.remote(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
                 },
                 method("ConnectProfile", input: "s", conn) { _, _ in throw BlueZError.notSupported },

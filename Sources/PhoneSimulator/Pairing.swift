@@ -166,6 +166,7 @@ extension PhoneSimulator {
         // A count that only grows, polled every 10 ms: at least the number asked for (a burst
         // of commands may pass the exact number between two looks).
         if let wanted = e.mediaCommandsReceived, (d.media?.received.count ?? -1) < wanted { ok = false }
+        check(e.securityRequests, d.securityRequests)
         let text = adapter.isEmpty ? "bluetoothd is down" : """
             Pairable=\(adapter["Pairable"]?.description ?? "?") Discoverable=\(adapter["Discoverable"]?.description ?? "?") \
             PairableTimeout=\(adapter["PairableTimeout"]?.description ?? "?") DiscoverableTimeout=\(adapter["DiscoverableTimeout"]?.description ?? "?"); \
@@ -174,7 +175,8 @@ extension PhoneSimulator {
             applications \(applications); \
             \(d.settings.name): \(d.present ? d.address : "not present") connected=\(d.connected) paired=\(d.paired) \
             bonded=\(d.bonded) trusted=\(d.trusted) report_map=\(d.hid.reportMap.map { "\($0.count) bytes" } ?? "unread") \
-            keyboard=\(d.hid.keyboard) accessory_flagged=\(d.hid.flagged) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports)\
+            keyboard=\(d.hid.keyboard) accessory_flagged=\(d.hid.flagged) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports) \
+            security_requests=\(d.securityRequests)\
             \(d.media.map { " media_state=\($0.player.playing ? "playing" : "paused") media_commands_received=\($0.received.count)" } ?? "")
             """
         return (ok, text)

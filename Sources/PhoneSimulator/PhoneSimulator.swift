@@ -399,6 +399,7 @@ public final class PhoneSimulator: Sendable {
         let changes = state.withLock { s -> [PropertyChange] in
             guard !s.devices[device].connected else { return [] }
             s.devices[device].connected = true
+            s.devices[device].connectedAt = .now
             s.devices[device].newSession(renumber: settings.renumberOnConnect)
             let path = s.devices[device].paths.device
             var changes = [PropertyChange(path, BlueZ.device1, "Connected", .bool(true)),

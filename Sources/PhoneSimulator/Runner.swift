@@ -148,6 +148,10 @@ extension PhoneSimulator {
             await releaseAdvertisements()
         case .rogue(let error):
             try await rogue(error: error)
+        case .strangerConnect(let timeout):
+            try await strangerConnect(device, timeout: timeout)
+        case .strangerPair(let passkey, let expect, let timeout):
+            try await strangerPair(device, passkey: passkey, expect: expect, timeout: timeout)
         case .sleep(let seconds):
             try await Task.sleep(for: .seconds(seconds))
         case .media(let step):

@@ -79,6 +79,9 @@ public struct ScenarioSettings: Hashable, Sendable {
     /// Source while it is connected (bluetoothctl's "notify on"): AcquireNotify answers
     /// InProgress, and every value is signalled once per session, as bluetoothd 5.66 does.
     public var otherNotifyClients = 0
+    /// False: the controller stops advertising while any device holds a link (some do), so a
+    /// phone comes back only while nothing else is connected.
+    public var advertiseWhileConnected = true
     public var adapterAddress: String
     public var adapterName: String
     public var devices: [DeviceSettings]
@@ -221,6 +224,13 @@ public enum ScenarioAction: Hashable, Sendable {
     /// Another bus client (not bluetoothd) calls every method of every registered agent and
     /// advertisement; each must fail (with `error`, if given).
     case rogue(error: String?)
+    /// A device that is not a phone connects to the accessory's connectable advertisement and
+    /// holds the link, unbonded (`Strangers.swift`).
+    case strangerConnect(timeout: Double)
+    /// A device that claims a keyboard and no display connects and asks for passkey-entry
+    /// pairing; bluetoothd calls DisplayPasskey and does not wait for the agent. `expect`:
+    /// how it ends within `timeout` (`Strangers.swift`).
+    case strangerPair(passkey: UInt32, expect: StrangerOutcome?, timeout: Double)
     case sleep(seconds: Double)
     /// The phone's media player changes, or the phone withdraws or offers AMS (`media_*` steps).
     case media(MediaStep)
@@ -240,6 +250,16 @@ public enum MediaStep: Hashable, Sendable {
     case commands([MediaCommand])
     /// `media_service`: the phone withdraws AMS (false) or offers it again (true).
     case service(present: Bool)
+}
+
+/// How a stranger's pairing attempt (`stranger_pair`) ended.
+public enum StrangerOutcome: String, Hashable, Sendable, CaseIterable {
+    /// The accessory dropped the link: the pairing ended with it.
+    case cut
+    /// Still connected and pairing after the step's timeout: the stranger may go on guessing.
+    case open
+    /// The adapter is not pairable: bluetoothd refused the pairing before any agent call.
+    case refused
 }
 
 /// How a pairing attempt ended.
@@ -292,6 +312,8 @@ public struct StateExpectation: Hashable, Sendable {
     public var mediaState: String?
     /// The step's phone: how many Remote Command writes it received.
     public var mediaCommandsReceived: Int?
+    /// The step's phone: how many Device1.Pair() calls (security requests) it received.
+    public var securityRequests: Int?
 
     public init() {}
 }
@@ -476,6 +498,7 @@ struct ObjectReader {
         if let a = try bool("acquire_notify") { s.acquireNotify = a }
         if let r = try bool("renumber_on_connect") { s.renumberOnConnect = r }
         if let n = try integer("other_notify_clients", min: 0, max: 8) { s.otherNotifyClients = n }
+        if let a = try bool("advertise_while_connected") { s.advertiseWhileConnected = a }
         if let a = try string("adapter_address") { s.adapterAddress = try address(a, key: "adapter_address") }
         if let n = try string("adapter_name") { s.adapterName = n }
         if let v = try bool("adapter_pairable") { s.adapterPairable = v }
@@ -660,9 +683,21 @@ struct ObjectReader {
                 e.mediaState = state
             }
             e.mediaCommandsReceived = try integer("media_commands_received", min: 0, max: Int(Int32.max))
+            e.securityRequests = try integer("security_requests", min: 0, max: Int(Int32.max))
             step.action = .waitState(e, timeout: try number("timeout", max: 86_400) ?? 30)
         case "release_advertisement": step.action = .releaseAdvertisements
         case "rogue": step.action = .rogue(error: try string("error"))
+        case "stranger_connect": step.action = .strangerConnect(timeout: try number("timeout", max: 86_400) ?? 10)
+        case "stranger_pair":
+            let passkey = try integer("passkey", min: 0, max: 999_999) ?? 123_456
+            var outcome: StrangerOutcome?
+            if let e = try string("expect") {
+                guard let o = StrangerOutcome(rawValue: e) else {
+                    throw fail("\"expect\" must be one of " + StrangerOutcome.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+                }
+                outcome = o
+            }
+            step.action = .strangerPair(passkey: UInt32(passkey), expect: outcome, timeout: try number("timeout", max: 86_400) ?? 5)
         case "sleep":
             guard let seconds = try number("seconds") else { throw fail("\"seconds\" is required") }
             step.action = .sleep(seconds: seconds)

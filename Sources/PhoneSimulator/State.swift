@@ -143,6 +143,12 @@ struct DeviceState {
     var pairingResult: (attempt: UInt64, outcome: PairingOutcome)?
     /// Counts pairings, so a Pair() caller knows which result is its own.
     var pairingAttempt: UInt64 = 0
+    /// Device1.Pair() calls received (security requests), whatever they were answered.
+    var securityRequests = 0
+    /// When the link last came up (for the security request's delay in the log).
+    var connectedAt: ContinuousClock.Instant?
+    /// A stranger's passkey-entry pairing (`stranger_pair`) is under way.
+    var strangerPairing = false
     /// What the phone saw of the accessory's HID service after bonding.
     var hid = HIDObservation()
     var model: PhoneModel

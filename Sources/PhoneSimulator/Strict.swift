@@ -50,13 +50,20 @@ extension PhoneSimulator {
         advert.properties["Type"]?.unwrapped.stringValue == "peripheral"
     }
 
-    /// Waits up to `timeout` for a registered advertisement that `accepts`.
-    private func waitForAdvertisement(
-        timeout: Double, _ accepts: @escaping @Sendable (AdvertisementRegistration) -> Bool
+    /// Waits up to `timeout` for a registered advertisement that `accepts`, and that is on the
+    /// air for `device`: with `advertise_while_connected` false, the controller stops
+    /// advertising while another device holds a link.
+    func waitForAdvertisement(
+        timeout: Double, for device: Int? = nil, _ accepts: @escaping @Sendable (AdvertisementRegistration) -> Bool
     ) async throws -> AdvertisementRegistration? {
         let deadline = ContinuousClock.now + .milliseconds(Int(timeout * 1000))
+        let always = settings.advertiseWhileConnected
         while true {
-            if let advert = state.withLock({ $0.advertisements.first(where: accepts) }) { return advert }
+            let advert = state.withLock { s -> AdvertisementRegistration? in
+                if !always, s.devices.indices.contains(where: { $0 != device && s.devices[$0].connected }) { return nil }
+                return s.advertisements.first(where: accepts)
+            }
+            if let advert { return advert }
             guard ContinuousClock.now < deadline else { return nil }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -327,6 +334,12 @@ extension PhoneSimulator {
     /// pairing it starts ends (errors as bluetoothd names them).
     func pairCalled(_ device: Int, _ call: MethodCall) async throws -> [DBusValue] {
         let name = settings.devices[device].name
+        let since = state.withLock { s -> Duration? in
+            s.devices[device].securityRequests += 1
+            return s.devices[device].connectedAt.map { ContinuousClock.now - $0 }
+        }
+        let milliseconds = since.map { $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000 }
+        log("\(name): Device1.Pair() from \(call.sender): a security request\(milliseconds.map { ", \($0) ms after the link came up" } ?? "")")
         let (attempt, stepRunning) = try state.withLock { s throws -> (UInt64, Bool) in
             let d = s.devices[device]
             if d.paired { throw DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
@@ -337,7 +350,6 @@ extension PhoneSimulator {
             // answers it by itself.
             return (d.pairingAttempt, d.awaitingTrigger)
         }
-        log("\(name): Device1.Pair() from \(call.sender): a security request")
         if !stepRunning {
             _ = try await runPairing(device, passkey: 123_456)
         }
@@ -481,7 +493,7 @@ extension PhoneSimulator {
         if connected, !expectAway { return }
         var advert: AdvertisementRegistration?
         if bonded {
-            advert = try await waitForAdvertisement(timeout: timeout) { Self.hasHID($0) && Self.isConnectable($0) }
+            advert = try await waitForAdvertisement(timeout: timeout, for: device) { Self.hasHID($0) && Self.isConnectable($0) }
         } else if !expectAway {
             throw SimulatorError.timeout("\(name): an iPhone reconnects by itself only to a bonded accessory; it is not bonded")
         } else {

@@ -177,10 +177,12 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
 /// `ancsd pair`'s window against the test's bluetoothd: the accessory it registers and the
 /// Pair() it asks of a connected, unpaired phone.
 @Suite(.serialized) struct PairAccessoryTests {
+    /// `ancsd pair` with a 3 s window and a 0.5 s wait for the phone to begin pairing by itself.
     func pair(_ bluez: FakeBlueZ, _ arguments: [String]) throws -> ChildProcess {
         try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"),
-            ["--bus", bluez.bus.address, "pair", "--yes", "--timeout", "3"] + arguments)
+            ["--bus", bluez.bus.address, "pair", "--yes", "--timeout", "3"] + arguments,
+            environment: shortSecurityRequestDelay(0.5))
     }
 
     static let hidService = "00001812-0000-1000-8000-00805f9b34fb"

@@ -143,10 +143,15 @@ private let ada = "AA:BB:CC:DD:EE:01"
             """
         let run = try DaemonRun(text: burst, ancsdArguments: ["--control", socketPath])
         try run.ancsd.waitForStandardError(containing: "control socket at")
-        let sleeper = try SocketClient(path: socketPath)
-        _ = try sleeper.request(["cmd": "subscribe"])  // and then never reads again
+        // Five subscribers that never read again: each is disconnected, and the log says so once.
+        let sleepers = try (0..<5).map { _ in try SocketClient(path: socketPath) }
+        for sleeper in sleepers { _ = try sleeper.request(["cmd": "subscribe"]) }
         try run.ancsd.waitForLine(timeout: .seconds(120)) { $0.contains(#""uid":6099"#) }
         try run.ancsd.waitForStandardError(containing: "stopped reading; disconnected it")
+        let statusLine = try SocketClient(path: socketPath).request(["cmd": "status"])
+        #expect(statusLine["ok"] == true)
+        let said = run.ancsd.standardError.split(separator: "\n").filter { $0.contains("stopped reading") }
+        #expect(said.count == 1, "\(said)")
         // Everyone else is still served, many at once.
         let clients = try (0..<20).map { _ in try SocketClient(path: socketPath) }
         for client in clients { try client.sendRaw(#"{"cmd":"status"}"# + "\n") }

@@ -84,6 +84,23 @@ extension DaemonTests {
         #expect(try await bus.getProperty(
             destination: name, path: "/org/mpris/MediaPlayer2", interface: "org.mpris.MediaPlayer2", name: "Identity") == .string("iPhone (Ada's iPhone)"))
 
+        // A desktop program's flood of PlayPause: at most 10 a second reach the phone, the rest
+        // are refused busy (a D-Bus error to the caller), and the companion says so once.
+        var refused = 0
+        for _ in 0..<60 {
+            do {
+                _ = try await bus.call(
+                    destination: name, path: "/org/mpris/MediaPlayer2", interface: "org.mpris.MediaPlayer2.Player", member: "PlayPause",
+                    expecting: .empty, timeout: .seconds(10))
+            } catch {
+                refused += 1
+                #expect("\(error)".contains("Busy"), "\(error)")
+            }
+        }
+        #expect(refused >= 40, "\(refused) of 60 refused")
+        let saidRefused = desktop.standardError.split(separator: "\n").filter { !$0.contains("debug:") && $0.contains("ancsd refused toggle") }
+        #expect(saidRefused.count == 1, "\(saidRefused)")
+
         // The phone goes: so does its player.
         _ = try phone.stop()
         while try await bus.nameOwner(name) != nil {

@@ -251,6 +251,24 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
               + "(\(codes.filter { $0 == "busy" }.count) busy), \(logAfter.count - logBefore) log lines above debug")
     }
 
+    /// Whoever may publish on the broker can leave retained commands on many topics: each is
+    /// ignored, and the log says so once.
+    @Test("100 retained commands on 100 topics: ignored, said once")
+    func retainedCommandFlood() throws {
+        let broker = try MosquittoBroker()
+        for i in 0..<100 {
+            let sent = try runTool("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(broker.port), "-r", "-q", "1",
+                                                             "-t", "ancsd/aabbccdd\(String(format: "%04x", i))/media/command", "-m", "play"])
+            #expect(sent.status == 0, "\(sent.text)")
+        }
+        let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions"])
+        try run.ancsd.waitForStandardError(containing: "MQTT: connected to")
+        try run.ancsd.waitForStandardError(containing: "MQTT: ignored a retained message")
+        Thread.sleep(forTimeInterval: 2)
+        let said = run.ancsd.standardError.split(separator: "\n").filter { $0.contains("ignored a retained message") }
+        #expect(said.count == 1, "\(said.count) lines: \(said.prefix(3))")
+    }
+
     @Test("bad MQTT settings stop ancsd at the start with a clear error")
     func badSettings() throws {
         let password = try AncsdProcess.run(["run", "--mqtt", "mqtt://me:secret@host"])

@@ -42,6 +42,12 @@ final class PairRun {
     }
 }
 
+/// The environment of `ancsd pair` with a shorter wait (`seconds`) before the security request
+/// than the 5 s it takes otherwise (`ANCSD_SECURITY_REQUEST_DELAY`, read for the tests only).
+func shortSecurityRequestDelay(_ seconds: Double) -> [String: String] {
+    ProcessInfo.processInfo.environment.merging(["ANCSD_SECURITY_REQUEST_DELAY": "\(seconds)"]) { $1 }
+}
+
 /// A pseudo-terminal, so ancsd sees an interactive standard input the test can type on.
 final class PseudoTerminal {
     let master: Int32

@@ -29,7 +29,10 @@ private let ada = "AA:BB:CC:DD:EE:01"
         let phone: ChildProcess
         let ancsd: ChildProcess
 
-        init(_ scenario: String, ancsd arguments: [String], before: ((PrivateBus) async throws -> Void)? = nil) async throws {
+        init(
+            _ scenario: String, ancsd arguments: [String], environment: [String: String]? = nil,
+            before: ((PrivateBus) async throws -> Void)? = nil
+        ) async throws {
             bus = try PrivateBus()
             let file = URL(fileURLWithPath: bus.directory).appendingPathComponent("scenario.jsonl")
             try scenario.write(to: file, atomically: true, encoding: .utf8)
@@ -37,7 +40,8 @@ private let ada = "AA:BB:CC:DD:EE:01"
                 builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", file.path])
             try phone.waitForStandardError(containing: "owns org.bluez")
             try await before?(bus)
-            ancsd = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address] + arguments)
+            ancsd = try ChildProcess(
+                builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address] + arguments, environment: environment)
         }
 
         deinit {
@@ -89,19 +93,54 @@ private let ada = "AA:BB:CC:DD:EE:01"
     }
 
     /// `--accessory none`: no application, so only ancsd's Device1.Pair() can start the pairing.
-    /// Something else on the machine advertises HID (the test), so the phone lists it.
-    @Test func bondsThroughPairAlone() async throws {
+    /// Something else on the machine advertises HID (the test), so the phone lists it. The phone
+    /// reads nothing, so the security request comes, once, after the delay (1 s here, 5 s by
+    /// default), measured from the link's coming up on the phone's side.
+    @Test func bondsThroughPairAloneAfterTheDelay() async throws {
         let advertiser = Advertiser()
         let run = try await Run(Self.pairScenario("paired", otherAdvertisements: 1, after: """
-            {"do":"wait_state","bonded":true,"address":"\(ada)","applications":0,"timeout":10}
+            {"do":"wait_state","bonded":true,"address":"\(ada)","applications":0,"security_requests":1,"timeout":10}
             {"do":"wait_state","trusted":true,"agents":0,"advertisements":1,"pairable":false,"timeout":30}
-            """), ancsd: ["pair", "--yes", "--timeout", "30", "--accessory", "none"]) { bus in
+            """), ancsd: ["pair", "--yes", "--timeout", "30", "--accessory", "none"], environment: shortSecurityRequestDelay(1)) { bus in
             try await advertiser.register(on: bus)
         }
         #expect(try run.phone.wait(timeout: .seconds(60)) == 0, "\(run.phone.standardError)\n\(run.ancsd.standardError)")
         #expect(try run.ancsd.wait(timeout: .seconds(30)) == 0, "\(run.ancsd.standardError)")
-        #expect(run.phone.standardError.contains("pairing starts: a security request (Device1.Pair())"), "\(run.phone.standardError)")
+        let phone = run.phone.standardError
+        #expect(phone.contains("pairing starts: a security request (Device1.Pair())"), "\(phone)")
+        let line = phone.split(separator: "\n").first { $0.contains("Device1.Pair() from") } ?? ""
+        let milliseconds = line.split(separator: ", ").last?.split(separator: " ").first.flatMap { Int($0) }
+        let waited = try #require(milliseconds, "\(line)")
+        #expect(waited >= 1000 && waited < 2500, "the security request came \(waited) ms after the link came up")
         await advertiser.close()
+    }
+
+    /// The strict phone reads the HID service's encrypted attribute as it connects, and so begins
+    /// pairing itself: the passkey question waits for the user well past the delay (0.3 s here),
+    /// and ancsd sends no security request, the agent having seen the pairing begin.
+    @Test func aPhoneThatBeginsPairingIsNeverSentASecurityRequest() async throws {
+        let terminal = try PseudoTerminal()
+        let scenario = Self.pairScenario("paired", after: """
+            {"do":"wait_state","bonded":true,"address":"\(ada)","security_requests":0,"timeout":10}
+            {"do":"wait_state","trusted":true,"agents":0,"advertisements":0,"pairable":false,"security_requests":0,"timeout":30}
+            """)
+        let bus = try PrivateBus()
+        defer { bus.stop() }
+        let file = URL(fileURLWithPath: bus.directory).appendingPathComponent("scenario.jsonl")
+        try scenario.write(to: file, atomically: true, encoding: .utf8)
+        let phone = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancs-phone-sim"), ["--bus", bus.address, "--scenario", file.path])
+        try phone.waitForStandardError(containing: "owns org.bluez")
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "pair", "--timeout", "30"],
+            environment: shortSecurityRequestDelay(0.3), standardInput: terminal.child)
+        try ancsd.waitForLine(timeout: .seconds(30)) { $0.contains("Pairing request from Ada's iPhone") }
+        try await Task.sleep(for: .seconds(1))  // the user looks at the passkey; the delay passes
+        terminal.type("y\n")
+        #expect(try phone.wait(timeout: .seconds(60)) == 0, "\(phone.standardError)\n\(ancsd.standardError)")
+        #expect(try ancsd.wait(timeout: .seconds(30)) == 0, "\(ancsd.standardError)")
+        #expect(!phone.standardError.contains("Device1.Pair() from"), "\(phone.standardError)")
+        #expect(ancsd.standardError.contains("began pairing by itself: no security request needed"), "\(ancsd.standardError)")
+        #expect(phone.standardError.contains("pairing starts: reading /org/ancsd/accessory/hid/"), "\(phone.standardError)")
     }
 
     /// The phone comes back after a link loss because `ancsd run` advertises HID; it subscribes

@@ -60,6 +60,9 @@ public final class ControlServer: Sendable {
     private let allowedGroup: gid_t
     private let handler: any ControlHandler
     fileprivate let logger: Logger
+    /// What clients make the server say (refused peers, clients that stopped reading): each
+    /// kind said once, then counted per minute.
+    fileprivate let clientLog: RateLimitedLogs
     private let state: LoopBound<State>
 
     /// What changes as clients come and go.
@@ -70,8 +73,6 @@ public final class ControlServer: Sendable {
         var stopped = false
         /// Accepting is paused: descriptors ran out (said once per shortage).
         var shortage = false
-        /// Peers refused, by uid: each is logged once.
-        var refusedUIDs: Set<uid_t> = []
     }
 
     /// Creates the socket at `path` with `mode` and, if given, `group` (else the group the file
@@ -88,6 +89,7 @@ public final class ControlServer: Sendable {
         self.loop = loop
         self.handler = handler
         self.logger = logger
+        clientLog = RateLimitedLogs(logger: logger, loop: loop)
         state = LoopBound(State(), loop: loop)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -201,7 +203,7 @@ public final class ControlServer: Sendable {
         loop.perform { [weak self] in
             guard let self, let client = self.state.value.clients[id] else { return }
             if !client.enqueueEvent(line) {
-                self.logger.warning("control client \(id) stopped reading; disconnected it")
+                self.clientLog.log(.warning, "control client \(id) stopped reading; disconnected it", kind: "a control client stopped reading; disconnected it")
                 self.drop(id)
             }
         }
@@ -262,9 +264,8 @@ public final class ControlServer: Sendable {
             let line = Array((JSONValue.object(ControlError(.forbidden, refusal.message).reply(id: nil)).serialized + "\n").utf8)
             _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             close(fd)
-            if state.value.refusedUIDs.insert(refusal.uid).inserted, state.value.refusedUIDs.count <= 64 {
-                logger.warning("control socket: refused a client of uid \(refusal.uid): \(refusal.message)")
-            }
+            clientLog.log(.warning, "control socket: refused a client of uid \(refusal.uid): \(refusal.message)",
+                          kind: "control socket: refused a client of uid \(refusal.uid)")
             return
         }
         state.value.nextID += 1
@@ -415,7 +416,7 @@ public final class ControlServer: Sendable {
                 heldEvents = []
                 heldBytes = 0
                 for line in events where !enqueue(line) {
-                    server?.logger.warning("control client \(id) stopped reading; disconnected it")
+                    server?.clientLog.log(.warning, "control client \(id) stopped reading; disconnected it", kind: "a control client stopped reading; disconnected it")
                     server?.drop(id)
                     return
                 }

@@ -137,11 +137,13 @@ final class MediaService: ServiceHandler, ServiceEvents {
         case .state(let state):
             let media = MediaOutput.control(state, device: link.device.address, now: link.now)
             // What plays is content: its title only at debug.
-            daemon.logger.info("\(link.device.address): media \(media.state ?? "state unknown")\(media.player.map { " (\($0))" } ?? "")")
+            let line = "\(link.device.address): media \(media.state ?? "state unknown")\(media.player.map { " (\($0))" } ?? "")"
+            daemon.phoneLog.log(.info, line, kind: line)
             daemon.logger.debug("\(link.device.address): media: \(media.artist ?? "-") / \(media.album ?? "-") / \(media.title ?? "-")")
             daemon.output.emit(.service(MediaOutput.output(media)))
         case .commandFailed(let command, let failure):
-            daemon.logger.warning("\(link.device.address): the \(command) media command failed: \(failure)")
+            daemon.phoneLog.log(.warning, "\(link.device.address): the \(command) media command failed: \(failure)",
+                                kind: "\(link.device.address): the \(command) media command failed")
         }
     }
 }

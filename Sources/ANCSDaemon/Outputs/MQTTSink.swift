@@ -72,6 +72,9 @@ public final class MQTTSink: OutputSink {
         var stopped = false
     }
     private let state = Mutex(State())
+    /// What a broker's messages make the sink say (retained commands, malformed topics): each
+    /// kind said once, then counted per minute.
+    private let brokerLog: RateLimitedLogs
 
     /// `password`: the content of the password file, read by the caller; `executor`: the loop
     /// the client runs on.
@@ -88,6 +91,7 @@ public final class MQTTSink: OutputSink {
         configuration.queueLimit = settings.queueLimit
         configuration.will = MQTTMessage(topic: topics.status, text: "offline", retain: true)
         configuration.farewell = MQTTMessage(topic: topics.status, text: "offline", retain: true)
+        brokerLog = RateLimitedLogs(logger: logger, loop: executor)
         let relay = EventRelay()
         client = MQTTClient(configuration: configuration, loop: executor) { relay.sink?.clientEvent($0) }
         relay.sink = self
@@ -300,7 +304,8 @@ public final class MQTTSink: OutputSink {
                 for address in phones { announce(address: address, name: nil, force: true) }
             } else if settings.actions {
                 guard !retained else {
-                    logger.warning("MQTT: ignored a retained message on \(topic): an action is taken only when it is sent")
+                    brokerLog.log(.warning, "MQTT: ignored a retained message on \(topic): an action is taken only when it is sent",
+                                  kind: "MQTT: ignored a retained message on a command topic")
                     return
                 }
                 let prefixLevels = settings.prefix.split(separator: "/", omittingEmptySubsequences: false).count

@@ -156,7 +156,8 @@ final class ANCSService: ServiceHandler, ServiceEvents {
         daemon.eventsEmitted += 1
         notificationCount += 1
         // What happened, never what it says: the journal is readable by more people than the phone's owner.
-        daemon.logger.info("\(address): notification \(n.uid) \(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))")
+        let what = "\(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))"
+        daemon.phoneLog.log(.info, "\(address): notification \(n.uid) \(what)", kind: "\(address): notification # \(what)")
         daemon.logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")
         daemon.output.emit(.notification(shown, device: address, seenBefore: seenBefore))
         daemon.scheduleStatus()

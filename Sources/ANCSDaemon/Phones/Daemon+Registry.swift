@@ -36,6 +36,7 @@ extension Daemon {
     /// Starts sessions for the phones that should have one, stops those that should not.
     func reconcile() {
         updatePresence()
+        watchStrangers()
         scheduleStatus()
         for (path, link) in links {
             guard let device = tree.device(at: path), device.connected, eligible(device) != nil,

@@ -193,7 +193,7 @@ extension Daemon {
             case .emit(let event):
                 events.handle(event, link: link, daemon: self)
             case .log(let level, let message):
-                logger.log(LogLevel(level), "\(link.device.address): \(message)")
+                phoneLog.log(LogLevel(level), "\(link.device.address): \(message)", kind: "\(link.device.address): \(RateLimitedLogs.kind(of: message))")
                 if level >= .warning { link.lastError = message }
             case .resubscribe(let reason):
                 renewSubscriptions(of: service, on: link, reason: reason)

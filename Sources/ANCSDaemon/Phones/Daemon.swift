@@ -60,10 +60,19 @@ public actor Daemon: LoopActor {
     /// so the advertisement they reconnect to is not withdrawn under them.
     var ancsSeen: Set<ObjectPath> = []
     var pairedPhoneKnown: Bool { !phoneAdapters.isEmpty }
+    /// Devices connected without a bond, each with the number of its running grace
+    /// (`Daemon+Strangers.swift`), and the last number given.
+    var strangerGraces: [ObjectPath: UInt64] = [:]
+    var nextStrangerGrace: UInt64 = 0
+    /// "disconnected a device that is not bonded …": any device in range can make it happen.
+    let strangerLog: RateLimitedLog
     var onReady: (@Sendable () -> Void)?
     let executor: DaemonExecutor
     /// What each phone has shown, for `seen_before` and `--replays`.
     let seen: SeenStore
+    /// The lines a phone's bytes make its session say (malformed values, refused requests):
+    /// each kind said once, then counted per minute, so a phone cannot flood the journal.
+    let phoneLog: RateLimitedLogs
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     /// The loop that is this actor's executor (`executor`).
@@ -92,6 +101,8 @@ public actor Daemon: LoopActor {
         self.notifier = notifier
         self.onReady = onReady
         seen = SeenStore(directory: options.stateDirectory, logger: logger)
+        phoneLog = RateLimitedLogs(logger: logger, loop: executor)
+        strangerLog = RateLimitedLog("disconnected a device that is not bonded", level: .info, logger: logger, loop: executor)
     }
 
     /// A line for `systemctl status`: "2 phones connected, 14 notifications".
@@ -245,6 +256,7 @@ public actor Daemon: LoopActor {
                     connection: connection, loop: executor, adapter: options.adapter, accessory: options.accessory, logger: logger)
                 self.presence = presence
                 tellPresence()
+                watchStrangers()
                 group.addTask { await presence.run() }
             }
             await group.next()  // the bus went away, or we were cancelled
@@ -304,6 +316,7 @@ public actor Daemon: LoopActor {
                 tree.change(signal.path, interface: change.interface, changed: change.changed, invalidated: change.invalidated)
             }
             if change.interface == BlueZ.deviceInterface { reconcile() }
+            if change.interface == BlueZ.adapterInterface { watchStrangers() }  // someone began or ended pairing
         case ("org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             tree.add(added.object, added.interfaces)

@@ -11,7 +11,9 @@ import EventLoop
 /// (`Accessory`, in the shape `--accessory` names, unless `none`) on the adapter it advertises on, with the HID UUID
 /// in the advertisement — iOS reconnects by itself to a bonded HID accessory that advertises
 /// connectable — and a pairing agent that refuses every request: `ancsd run` never pairs;
-/// `ancsd pair` opens a window for that.
+/// `ancsd pair` opens a window for that. A passkey-entry request, which bluetoothd carries on
+/// whatever the agent answers, is ended by disconnecting the device (`endPairing`); refusals
+/// are logged once, then counted (`RateLimitedLog`).
 ///
 /// All are registered only while a paired iPhone is known (a bonded device on which BlueZ has
 /// seen ANCS, `setPhoneAdapters`): on a machine with no phone yet, ancsd changes nothing (the desktop's
@@ -50,6 +52,8 @@ actor Presence {
     private var phoneAdapters: Set<ObjectPath> = []
     private var wanted: Bool { !phoneAdapters.isEmpty }
     private var saidNotWanted = false
+    /// "refused a pairing request …": any device in range can ask as often as it likes.
+    private let refusedLog: RateLimitedLog
 
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
@@ -59,6 +63,7 @@ actor Presence {
         self.adapterName = adapter
         self.accessory = accessory
         self.logger = logger
+        refusedLog = RateLimitedLog("refused a pairing request", logger: logger, loop: loop)
     }
 
     /// Registers, keeps registered until cancelled, then unregisters.
@@ -283,10 +288,37 @@ actor Presence {
             return .accepted
         case .cancel:
             return .accepted
+        case .displayPasskey(let device, _, _), .displayPinCode(let device, _):
+            // Passkey entry on the other side: bluetoothd shows the key through the agent and goes
+            // on without waiting for the answer, so a Rejected alone does not stop the pairing
+            // (the peer may go on guessing). It is ended here.
+            refusedLog("refused a pairing request from \(deviceLabel(device)) (passkey entry): ancsd run never pairs; the link is dropped")
+            endPairing(device)
+            throw AgentError.rejected
         default:
             let device = request.device.map(deviceLabel) ?? "a device"
-            logger.warning("refused a pairing request from \(device): ancsd run never pairs; to add a phone, run 'ancsd pair'")
+            refusedLog("refused a pairing request from \(device): ancsd run never pairs; to add a phone, run 'ancsd pair'")
             throw AgentError.rejected
+        }
+    }
+
+    /// Ends a pairing the agent cannot stop by answering: `CancelPairing`, then `Disconnect`.
+    /// bluetoothd cancels only a pairing its own side started (`Pair()`); one the peer started
+    /// gets `DoesNotExist` (BlueZ src/device.c, `cancel_pairing`), and only the disconnection
+    /// ends it. Runs apart from the agent's answer, which bluetoothd does not wait for.
+    private func endPairing(_ device: ObjectPath) {
+        let calls = DeviceCalls(connection: connection), logger = logger
+        Task(executorPreference: loop) {
+            do {
+                try await calls.cancelPairing(device)
+            } catch {
+                logger.debug("\(deviceLabel(device)): CancelPairing: \(error) (expected for a pairing the peer started)")
+            }
+            do {
+                try await calls.disconnect(device)
+            } catch {
+                logger.debug("\(deviceLabel(device)): Disconnect: \(error)")
+            }
         }
     }
 
