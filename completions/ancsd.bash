@@ -21,7 +21,7 @@ _ancsd() {
         --mqtt-prefix) return ;;
         --record|--state-dir) _filedir -d; return ;;
         --replays) COMPREPLY=($(compgen -W "all unseen none" -- "$cur")); return ;;
-        --accessory) COMPREPLY=($(compgen -W "hid none" -- "$cur")); return ;;
+        --accessory) COMPREPLY=($(compgen -W "keyboard remote none" -- "$cur")); return ;;
         --ignore-category) COMPREPLY=($(compgen -W "other incoming_call missed_call voicemail social schedule email news health_and_fitness business_and_finance location entertainment reserved" -- "$cur")); return ;;
         --only-app|--ignore-app) return ;;
         --adapter|--index) COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur")); return ;;

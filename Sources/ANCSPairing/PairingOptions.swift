@@ -10,7 +10,10 @@ public struct PairingOptions: Sendable {
     /// The adapter to use (`hci0`); nil: the first one that can advertise.
     public var adapter: String?
     /// What the phone is shown besides the ANCS solicitation.
-    public var accessory = AccessoryKind.hid
+    public var accessory = AccessoryKind.keyboard
+    /// When no phone has connected this long into the window, say so and name the other
+    /// shape to try (45 s: time to open Settings > Bluetooth and look; tests shorten it).
+    public var noPhoneHintAfter: Duration = .seconds(45)
     /// Accept every passkey without asking.
     public var yes = false
     /// The bus where bluetoothd runs.

@@ -23,6 +23,8 @@ public actor PairingWindow {
     private var agentRegistered = false
     private var advertised = false
     private var accessoryExported = false
+    /// True once a device that was not bonded before has connected in this window.
+    private var phoneConnected = false
     /// True while the HID accessory is registered with bluetoothd on `adapter`.
     private var applicationRegistered = false
     /// The device objects whose security request is scheduled or was sent, once each.
@@ -124,12 +126,12 @@ public actor PairingWindow {
 
             // The accessory goes first, on the same adapter: a phone that connects to the
             // advertisement must find the HID service there.
-            if options.accessory == .hid {
-                try await Accessory.export(on: connection, owner: owner)
+            if let shape = options.accessory.shape {
+                try await Accessory.export(shape, on: connection, owner: owner)
                 accessoryExported = true
                 try await GattManager(connection: connection, adapter: adapter).register(Accessory.root)
                 applicationRegistered = true
-                logger.info("registered the HID accessory \(Accessory.root) on \(adapterName)")
+                logger.info("registered the HID accessory \(Accessory.root) on \(adapterName): \(shape.kind.rawValue) (\(shape.listing)), never sends a key")
                 guard outcome == nil else { return }
             }
 
@@ -142,15 +144,65 @@ public actor PairingWindow {
                 try? await Task.sleep(for: .seconds(seconds))
                 self.finish(.timedOut)
             })
+            let hintAfter = options.noPhoneHintAfter
+            if hintAfter < .seconds(seconds) {
+                tasks.append(Task {
+                    guard (try? await Task.sleep(for: hintAfter)) != nil else { return }
+                    self.noPhoneYet(after: hintAfter, name: name)
+                })
+            }
             say("""
                 Pairing window open for \(seconds) s on \(adapterName), advertising as "\(name)".
-                On the iPhone: Settings > Bluetooth, tap "\(name)" and confirm the passkey.
+                \(Self.whatToLookFor(options.accessory, name: name))
 
                 """)
             check()
         } catch {
             finish(.failed(describe(error)))
         }
+    }
+
+    /// What the user looks for on the phone with `kind`, and what it costs.
+    static func whatToLookFor(_ kind: AccessoryKind, name: String) -> String {
+        switch kind {
+        case .keyboard:
+            """
+            On the iPhone: Settings > Bluetooth, tap "\(name)" (listed as a keyboard) and confirm the passkey.
+            While it is connected iOS hides its on-screen keyboard (this one never types): to bring it
+            back, tap the keyboard icon at the bottom right when typing, or disconnect "\(name)" in
+            Settings > Bluetooth (i); or pair with --accessory remote instead.
+            """
+        case .remote:
+            """
+            On the iPhone: Settings > Bluetooth, tap "\(name)" (listed as a remote; the on-screen
+            keyboard stays) and confirm the passkey.
+            """
+        case .disabled:
+            """
+            On the iPhone: Settings > Bluetooth, tap "\(name)" if it is listed, and confirm the passkey
+            (without a HID accessory iOS may not list it at all).
+            """
+        }
+    }
+
+    /// No phone has connected `after` into the window: says so, and how to retry with the
+    /// other shape.
+    private func noPhoneYet(after: Duration, name: String) {
+        guard outcome == nil, !phoneConnected else { return }
+        let other = options.accessory.other ?? .keyboard
+        say("""
+
+            No phone has connected in \(Self.seconds(after)) s. If the iPhone does not list "\(name)" in
+            Settings > Bluetooth, stop here (Ctrl-C) and try the other shape: ancsd pair --accessory \(other.rawValue)
+
+            """)
+    }
+
+    /// "45", or "0.5": a duration in seconds as the user reads it.
+    static func seconds(_ duration: Duration) -> String {
+        let (whole, attoseconds) = duration.components
+        guard attoseconds != 0 else { return "\(whole)" }
+        return "\(Double(whole) + Double(attoseconds) / 1e18)"
     }
 
     private func chooseAdapter() -> ObjectPath? {
@@ -220,6 +272,9 @@ public actor PairingWindow {
     /// Bonded) and exposing ANCS. It is then trusted, which ends the window.
     private func check() {
         guard outcome == nil, advertised, let adapter else { return }
+        if tree.devices.contains(where: { $0.adapter == adapter && $0.connected && !bondedBefore.contains($0.path) }) {
+            phoneConnected = true
+        }
         askToPair(on: adapter)
         for device in tree.devices where device.adapter == adapter && device.isBonded {
             guard confirmed.contains(device.path) || !bondedBefore.contains(device.path) else { continue }
@@ -427,9 +482,9 @@ public actor PairingWindow {
         }
         await connection.unexport(Self.advertisementPath)
         await connection.unexport(Self.agentPath)
-        if accessoryExported {
+        if accessoryExported, let shape = options.accessory.shape {
             accessoryExported = false
-            await Accessory.unexport(on: connection)
+            await Accessory.unexport(shape, on: connection)
         }
         await owner?.stop()
         await connection.close()

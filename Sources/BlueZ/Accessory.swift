@@ -3,25 +3,64 @@ public import DBus
 /// What `ancsd pair` and `ancsd run` show the phone besides the ANCS solicitation
 /// (`--accessory`, `accessory =`).
 public enum AccessoryKind: String, Sendable, Hashable, CaseIterable {
-    /// A HID-over-GATT media remote (`Accessory`): iOS lists it in Settings > Bluetooth, bonds
-    /// when it reads the encrypted attributes, and reconnects to it by itself.
-    case hid
-    /// Nothing but the ANCS solicitation, as before: for desktops whose own Bluetooth stack
-    /// already makes the phone list and reconnect; iOS may never list it.
+    /// A HID-over-GATT keyboard that never sends a key (`Accessory.Shape.keyboard`): the only
+    /// shape a report shows iOS 26 listing and bonding (docs/field-evidence.md). The default.
+    /// iOS hides its on-screen keyboard while it is connected.
+    case keyboard
+    /// A HID-over-GATT media remote (`Accessory.Shape.remote`), Consumer Control only: the
+    /// on-screen keyboard stays, but that iOS lists it is inferred, not seen.
+    case remote
+    /// Nothing but the ANCS solicitation: for desktops whose own Bluetooth stack already makes
+    /// the phone list and reconnect; iOS may never list it.
     case disabled = "none"
+
+    /// The words `--accessory` and `accessory =` take, in this order.
+    public static let names = allCases.map(\.rawValue)
+
+    /// From the text of `--accessory` or `accessory =`, in any case of letters; `hid`, the
+    /// name of the remote before there were two shapes, still means `remote`.
+    public init?(parsing text: String) {
+        let lower = text.lowercased()
+        if lower == "hid" {
+            self = .remote
+        } else if let kind = AccessoryKind(rawValue: lower) {
+            self = kind
+        } else {
+            return nil
+        }
+    }
+
+    /// The HID application served and advertised; nil for `none`.
+    public var shape: Accessory.Shape? {
+        switch self {
+        case .keyboard: .keyboard
+        case .remote: .remote
+        case .disabled: nil
+        }
+    }
+
+    /// The shape to try when a phone does not list this one; nil for `none`.
+    public var other: AccessoryKind? {
+        switch self {
+        case .keyboard: .remote
+        case .remote: .keyboard
+        case .disabled: nil
+        }
+    }
 }
 
 /// The GATT application ancsd registers so that iOS treats it as an accessory: a minimal
-/// HID-over-GATT service (HOGP) whose report map is a Consumer Control device — a media remote
-/// with no keys — and whose every read needs an encrypted link.
+/// HID-over-GATT service (HOGP) in one of two shapes (`Shape`), whose every read needs an
+/// encrypted link, and which never sends an input report.
 ///
 /// Why a HID service: iOS lists an LE accessory in Settings > Bluetooth by what it advertises
 /// and serves (HID; the ANCS solicitation alone is an iOS 7-era report), starts pairing when an
 /// attribute it reads demands encryption, and reconnects by itself to a bonded HID accessory
-/// that advertises connectable (docs/field-evidence.md). Why Consumer Control: iOS hides its
-/// on-screen keyboard while a HID *keyboard* is connected; a Consumer Control device does not
-/// make it do that. ancsd never sends an input report: the report characteristic's value never
-/// changes and no notification is ever emitted on it.
+/// that advertises connectable (docs/field-evidence.md). Why two shapes: the keyboard is the
+/// one a report shows iOS 26 listing and bonding, but iOS hides its on-screen keyboard while a
+/// HID keyboard is connected; the Consumer Control remote keeps the on-screen keyboard, and
+/// that iOS lists it is inferred from the same mechanism, not seen. ancsd never sends an input
+/// report: the report characteristic's value never changes and no notification is emitted.
 ///
 /// What is left out, and why:
 /// - Device Information (0x180A): bluetoothd already serves one in its own GATT database, with
@@ -29,10 +68,11 @@ public enum AccessoryKind: String, Sendable, Hashable, CaseIterable {
 ///   0x0246: src/gatt-database.c `populate_devinfo_service`); a second instance would only give
 ///   the phone two conflicting answers.
 /// - Battery (0x180F): HOGP asks a HID device for one, but ancsd has no battery to report; a
-///   made-up level would show in the iPhone's Batteries widget as a remote that is always full
+///   made-up level would show in the iPhone's Batteries widget as a device that is always full
 ///   (or always empty), which is worse than no entry. The field report that lists, bonds and
 ///   reconnects (ancs-bridge, iOS 26.6) served a HID service without one.
-/// - Protocol Mode (0x2A4E): optional for a device that supports only the report protocol.
+/// - Protocol Mode (0x2A4E) on the remote: optional for a device that supports only the report
+///   protocol. The keyboard serves it, as the proven shape does.
 ///
 /// Object tree (the contract the test phones check; all UUIDs lower-case 128-bit):
 /// ```
@@ -41,6 +81,7 @@ public enum AccessoryKind: String, Sendable, Hashable, CaseIterable {
 ///   …/hid/info            0x2A4A HID Information   ["encrypt-read"]
 ///   …/hid/report_map      0x2A4B Report Map        ["encrypt-read"]
 ///   …/hid/control_point   0x2A4C HID Control Point ["write-without-response", "encrypt-write"]
+///   …/hid/protocol_mode   0x2A4E Protocol Mode     ["encrypt-read", "write-without-response", "encrypt-write"]  keyboard only
 ///   …/hid/report          0x2A4D Report (input)    ["encrypt-read", "notify"]
 ///   …/hid/report/reference  GattDescriptor1 0x2908 Report Reference ["encrypt-read"] = [1, 0x01]
 /// ```
@@ -54,36 +95,118 @@ public enum Accessory {
     /// The HID service, 0x1812.
     public static let hidServiceUUID = "00001812-0000-1000-8000-00805f9b34fb"
 
-    /// The one input report's id.
+    /// The one input report's id, in both shapes.
     public static let reportID: UInt8 = 1
-
-    /// The report map: one Consumer Control application collection with a 16-bit usage array
-    /// (Consumer page usages 0–0x3FF: play/pause, volume, …) in input report 1. No Generic
-    /// Desktop usage at all, so no host takes it for a keyboard, keypad, mouse or joystick.
-    public static let reportMap: [UInt8] = [
-        0x05, 0x0C,        // Usage Page (Consumer)
-        0x09, 0x01,        // Usage (Consumer Control)
-        0xA1, 0x01,        // Collection (Application)
-        0x85, reportID,    //   Report ID (1)
-        0x15, 0x00,        //   Logical Minimum (0)
-        0x26, 0xFF, 0x03,  //   Logical Maximum (0x3FF)
-        0x19, 0x00,        //   Usage Minimum (0)
-        0x2A, 0xFF, 0x03,  //   Usage Maximum (0x3FF)
-        0x75, 0x10,        //   Report Size (16)
-        0x95, 0x01,        //   Report Count (1)
-        0x81, 0x00,        //   Input (Data, Array, Absolute)
-        0xC0,              // End Collection
-    ]
 
     /// HID Information: bcdHID 1.11, country code 0 (not localised), flags 0x02
     /// NormallyConnectable (it advertises while bonded and not connected; no remote wake).
     public static let hidInformation: [UInt8] = [0x11, 0x01, 0x00, 0x02]
 
-    /// The input report's value, as a read shows it: no usage pressed. It never changes.
-    public static let idleReport: [UInt8] = [0x00, 0x00]
-
     /// Report Reference: report id, report type 0x01 (input).
     public static let reportReference: [UInt8] = [reportID, 0x01]
+
+    /// Protocol Mode's value: 0x01, Report Protocol (the only one served).
+    public static let reportProtocol: [UInt8] = [0x01]
+
+    /// The input report characteristic and its Report Reference descriptor.
+    public static let report: ObjectPath = "/org/ancsd/accessory/hid/report"
+    public static let reportReferencePath: ObjectPath = "/org/ancsd/accessory/hid/report/reference"
+
+    /// What a HID accessory is: its report map, the appearance it advertises and the
+    /// characteristics it serves.
+    public struct Shape: Sendable, Hashable, CustomStringConvertible {
+        /// `keyboard` or `remote`.
+        public var kind: AccessoryKind
+        /// The Report Map, read by the phone's HID host once bonded.
+        public var reportMap: [UInt8]
+        /// The GAP appearance advertised, matching the report map.
+        public var appearance: UInt16
+        /// The input report's value as a read shows it: nothing pressed. It never changes.
+        public var idleReport: [UInt8]
+        /// The characteristics, in the order they are served.
+        public var characteristics: [Characteristic]
+        /// What the user looks for in the iPhone's Settings > Bluetooth.
+        public var listing: String
+        /// Whether a report shows iOS listing and bonding this shape (else it is inferred).
+        public var proven: Bool
+
+        /// The keyboard of ancs-bridge (src/bluetooth/hid.rs; iPhone 15 Pro, iOS 26.6, BlueZ
+        /// 5.87), the one shape reported listed and bonded by iOS 26: a boot-style keyboard map
+        /// (47 bytes; Report ID 1: 8 modifier bits, a reserved byte, 6 key slots; no Consumer
+        /// page), Protocol Mode, appearance 0x03C1 Keyboard. It never sends a key.
+        public static let keyboard = Shape(
+            kind: .keyboard,
+            reportMap: [
+                0x05, 0x01,        // Usage Page (Generic Desktop)
+                0x09, 0x06,        // Usage (Keyboard)
+                0xA1, 0x01,        // Collection (Application)
+                0x85, reportID,    //   Report ID (1)
+                0x05, 0x07,        //   Usage Page (Keyboard/Keypad)
+                0x19, 0xE0,        //   Usage Minimum (Left Control)
+                0x29, 0xE7,        //   Usage Maximum (Right GUI)
+                0x15, 0x00,        //   Logical Minimum (0)
+                0x25, 0x01,        //   Logical Maximum (1)
+                0x75, 0x01,        //   Report Size (1)
+                0x95, 0x08,        //   Report Count (8)
+                0x81, 0x02,        //   Input (Data, Variable, Absolute): the modifier bits
+                0x75, 0x08,        //   Report Size (8)
+                0x95, 0x01,        //   Report Count (1)
+                0x81, 0x01,        //   Input (Constant): the reserved byte
+                0x05, 0x07,        //   Usage Page (Keyboard/Keypad)
+                0x19, 0x00,        //   Usage Minimum (0)
+                0x29, 0x65,        //   Usage Maximum (0x65)
+                0x15, 0x00,        //   Logical Minimum (0)
+                0x25, 0x65,        //   Logical Maximum (0x65)
+                0x75, 0x08,        //   Report Size (8)
+                0x95, 0x06,        //   Report Count (6)
+                0x81, 0x00,        //   Input (Data, Array, Absolute): six key slots
+                0xC0,              // End Collection
+            ],
+            appearance: 0x03C1,
+            idleReport: [UInt8](repeating: 0, count: 8),
+            characteristics: [.information, .reportMap, .controlPoint, .protocolMode, .report],
+            listing: "a keyboard",
+            proven: true)
+
+        /// A media remote: one Consumer Control application collection with a 16-bit usage
+        /// array (Consumer page usages 0–0x3FF: play/pause, volume, …) in input report 1, 25
+        /// bytes, no Generic Desktop usage at all (no host takes it for a keyboard, keypad,
+        /// mouse or joystick); appearance 0x0180 Generic Remote Control.
+        public static let remote = Shape(
+            kind: .remote,
+            reportMap: [
+                0x05, 0x0C,        // Usage Page (Consumer)
+                0x09, 0x01,        // Usage (Consumer Control)
+                0xA1, 0x01,        // Collection (Application)
+                0x85, reportID,    //   Report ID (1)
+                0x15, 0x00,        //   Logical Minimum (0)
+                0x26, 0xFF, 0x03,  //   Logical Maximum (0x3FF)
+                0x19, 0x00,        //   Usage Minimum (0)
+                0x2A, 0xFF, 0x03,  //   Usage Maximum (0x3FF)
+                0x75, 0x10,        //   Report Size (16)
+                0x95, 0x01,        //   Report Count (1)
+                0x81, 0x00,        //   Input (Data, Array, Absolute)
+                0xC0,              // End Collection
+            ],
+            appearance: 0x0180,
+            idleReport: [0x00, 0x00],
+            characteristics: [.information, .reportMap, .controlPoint, .report],
+            listing: "a remote",
+            proven: false)
+
+        public var description: String { kind.rawValue }
+
+        /// The value a read of `characteristic` answers; nil for one that cannot be read.
+        public func value(of characteristic: Characteristic) -> [UInt8]? {
+            switch characteristic.uuid16 {
+            case 0x2A4A: hidInformation
+            case 0x2A4B: reportMap
+            case 0x2A4E: reportProtocol
+            case 0x2A4D: idleReport
+            default: nil
+            }
+        }
+    }
 
     static let serviceInterface: InterfaceName = "org.bluez.GattService1"
     static let characteristicInterface: InterfaceName = "org.bluez.GattCharacteristic1"
@@ -95,24 +218,18 @@ public enum Accessory {
         /// 16-bit assigned number.
         public var uuid16: UInt16
         public var flags: [String]
-        /// What ReadValue answers; nil for a characteristic that cannot be read.
-        public var value: [UInt8]?
 
         public var uuid: String { fullUUID(uuid16) }
+
+        public static let information = Characteristic(path: "/org/ancsd/accessory/hid/info", uuid16: 0x2A4A, flags: ["encrypt-read"])
+        public static let reportMap = Characteristic(path: "/org/ancsd/accessory/hid/report_map", uuid16: 0x2A4B, flags: ["encrypt-read"])
+        public static let controlPoint = Characteristic(
+            path: "/org/ancsd/accessory/hid/control_point", uuid16: 0x2A4C, flags: ["write-without-response", "encrypt-write"])
+        public static let protocolMode = Characteristic(
+            path: "/org/ancsd/accessory/hid/protocol_mode", uuid16: 0x2A4E,
+            flags: ["encrypt-read", "write-without-response", "encrypt-write"])
+        public static let report = Characteristic(path: Accessory.report, uuid16: 0x2A4D, flags: ["encrypt-read", "notify"])
     }
-
-    public static let characteristics: [Characteristic] = [
-        Characteristic(path: "/org/ancsd/accessory/hid/info", uuid16: 0x2A4A, flags: ["encrypt-read"], value: hidInformation),
-        Characteristic(path: "/org/ancsd/accessory/hid/report_map", uuid16: 0x2A4B, flags: ["encrypt-read"], value: reportMap),
-        Characteristic(
-            path: "/org/ancsd/accessory/hid/control_point", uuid16: 0x2A4C,
-            flags: ["write-without-response", "encrypt-write"], value: nil),
-        Characteristic(path: report, uuid16: 0x2A4D, flags: ["encrypt-read", "notify"], value: idleReport),
-    ]
-
-    /// The input report characteristic and its Report Reference descriptor.
-    public static let report: ObjectPath = "/org/ancsd/accessory/hid/report"
-    public static let reportReferencePath: ObjectPath = "/org/ancsd/accessory/hid/report/reference"
 
     /// `0000xxxx-0000-1000-8000-00805f9b34fb` for a 16-bit assigned number.
     public static func fullUUID(_ short: UInt16) -> String {
@@ -120,9 +237,9 @@ public enum Accessory {
         return "0000" + String(repeating: "0", count: 4 - hex.count) + hex + "-0000-1000-8000-00805f9b34fb"
     }
 
-    /// Exports the application on `connection` (an object manager at `root` and the objects
-    /// below it); register it per adapter with `GattManager.register(Accessory.root)`.
-    public static func export(on connection: DBusConnection, owner: BlueZOwner) async throws {
+    /// Exports `shape` on `connection` (an object manager at `root` and the objects below
+    /// it); register it per adapter with `GattManager.register(Accessory.root)`.
+    public static func export(_ shape: Shape, on connection: DBusConnection, owner: BlueZOwner) async throws {
         await connection.exportObjectManager(at: root)
         try await connection.export(
             ExportedObject(ExportedInterface(serviceInterface, properties: [
@@ -130,8 +247,8 @@ public enum Accessory {
                 ExportedProperty("Primary", value: .bool(true)),
             ])),
             at: service)
-        for characteristic in characteristics {
-            try await connection.export(object(characteristic, owner: owner), at: characteristic.path)
+        for characteristic in shape.characteristics {
+            try await connection.export(object(characteristic, value: shape.value(of: characteristic), owner: owner), at: characteristic.path)
         }
         try await connection.export(
             ExportedObject(ExportedInterface(
@@ -145,17 +262,17 @@ public enum Accessory {
             at: reportReferencePath)
     }
 
-    /// Removes what `export` exported.
-    public static func unexport(on connection: DBusConnection) async {
+    /// Removes what `export(shape, …)` exported.
+    public static func unexport(_ shape: Shape, on connection: DBusConnection) async {
         await connection.unexport(reportReferencePath)
-        for characteristic in characteristics.reversed() { await connection.unexport(characteristic.path) }
+        for characteristic in shape.characteristics.reversed() { await connection.unexport(characteristic.path) }
         await connection.unexport(service)
         await connection.unexportObjectManager(at: root)
     }
 
-    private static func object(_ characteristic: Characteristic, owner: BlueZOwner) -> ExportedObject {
+    private static func object(_ characteristic: Characteristic, value: [UInt8]?, owner: BlueZOwner) -> ExportedObject {
         var methods: [ExportedMethod] = []
-        if let value = characteristic.value {
+        if let value {
             methods.append(readValue(value, owner: owner))
         } else {
             methods.append(ExportedMethod("ReadValue", input: "a{sv}", output: "ay", inputNames: ["options"]) { call in
@@ -164,8 +281,9 @@ public enum Accessory {
             })
         }
         if characteristic.flags.contains("write-without-response") {
-            // HID Control Point: Suspend (0) or Exit Suspend (1). A media remote that never
-            // reports has nothing to suspend; the write is accepted and otherwise ignored.
+            // HID Control Point: Suspend (0) or Exit Suspend (1); Protocol Mode: Boot (0) or
+            // Report (1). A device that never reports has nothing to suspend or switch: the
+            // write is accepted and otherwise ignored (Protocol Mode still reads Report).
             methods.append(ExportedMethod("WriteValue", input: "aya{sv}", inputNames: ["value", "options"]) { call in
                 try await owner.requireBlueZ(call)
                 return []

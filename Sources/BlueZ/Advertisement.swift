@@ -2,14 +2,14 @@ import BluetoothUUIDs
 public import DBus
 
 /// An `org.bluez.LEAdvertisement1` to export (BlueZ doc/advertising-api.txt): a peripheral that
-/// solicits ANCS and, with the HID accessory (`AccessoryKind.hid`), lists the HID service, so
-/// iOS offers to pair with it and reconnects to it once bonded.
+/// solicits ANCS and, with a HID accessory (`AccessoryKind.keyboard` or `.remote`), lists the
+/// HID service, so iOS offers to pair with it and reconnects to it once bonded.
 ///
-/// The properties: `Type` "peripheral", `ServiceUUIDs` [HID 0x1812] (with the accessory only),
-/// `SolicitUUIDs` [ANCS], `LocalName`, `Appearance` and `Discoverable`. The appearance is 0x0180
-/// Generic Remote Control with the accessory: its report map declares a Consumer Control device,
-/// a media remote, and the appearance says the same thing (0x03C0 Generic HID would be vaguer,
-/// and 0x03C1 Keyboard would be false); without it, 0x0080 Generic Computer, as before.
+/// The properties: `Type` "peripheral", `ServiceUUIDs` [HID 0x1812] (with an accessory only),
+/// `SolicitUUIDs` [ANCS], `LocalName`, `Appearance` and `Discoverable`. The appearance is the
+/// accessory's (`Accessory.Shape.appearance`): 0x03C1 Keyboard for the keyboard, 0x0180
+/// Generic Remote Control for the remote, so that it says what the report map is; without an
+/// accessory, 0x0080 Generic Computer, as before.
 ///
 /// How bluetoothd 5.66 lays it out (`legacyLayout`; src/shared/ad.c `bt_ad_generate`,
 /// src/advertising.c): the legacy ADV_IND carries, in this order, the 16-bit service UUIDs,
@@ -22,10 +22,12 @@ public import DBus
 /// ```
 /// ADV_IND   03 03 12 18                                    16-bit service UUIDs: HID 0x1812
 ///           11 15 d0 00 2d 12 1e 4b 0f a4 99 4e ce b5 31 f4 05 79   128-bit solicitation: ANCS
-///           03 19 80 01                                    appearance 0x0180 Generic Remote Control
+///           03 19 c1 03                                    appearance 0x03C1 Keyboard (the remote: 03 19 80 01,
+///                                                          0x0180 Generic Remote Control)
 ///           02 01 06                                       flags: LE General Discoverable, no BR/EDR
 /// SCAN_RSP  07 09 69 50 68 6f 6e 65                        complete local name "iPhone"
 /// ```
+/// With `--accessory none` the first four bytes go and the appearance is 03 19 80 00.
 /// `ancsd run` (connectable, not discoverable): the same without the flags, 26 bytes. With
 /// `Discoverable` the flags are LE General Discoverable, plus "BR/EDR not supported" whenever
 /// the adapter itself is not discoverable or has no BR/EDR, so a pairing window that leaves
@@ -39,8 +41,6 @@ public struct Advertisement: Sendable {
     public static let interface: InterfaceName = "org.bluez.LEAdvertisement1"
     /// GAP appearance 0x0080, Generic Computer.
     public static let computerAppearance: UInt16 = 0x0080
-    /// GAP appearance 0x0180, Generic Remote Control: what the HID accessory's report map is.
-    public static let remoteControlAppearance: UInt16 = 0x0180
     /// The name used when nothing better is known.
     public static let fallbackName = "ancsd"
 
@@ -51,11 +51,11 @@ public struct Advertisement: Sendable {
     /// What the phone is shown besides the solicitation.
     public var accessory: AccessoryKind
 
-    public init(localName: String, discoverable: Bool, accessory: AccessoryKind = .hid) {
+    public init(localName: String, discoverable: Bool, accessory: AccessoryKind = .keyboard) {
         self.localName = Self.fitted(localName)
         self.discoverable = discoverable
         self.accessory = accessory
-        appearance = accessory == .hid ? Self.remoteControlAppearance : Self.computerAppearance
+        appearance = accessory.shape?.appearance ?? Self.computerAppearance
     }
 
     /// The most bytes of a name that fit in a legacy PDU beside nothing else (31 − 2 for the
@@ -99,9 +99,9 @@ public struct Advertisement: Sendable {
         return name.hasPrefix("BlueZ ") && !version.isEmpty && version.allSatisfy { $0.isNumber || $0 == "." }
     }
 
-    /// The service UUIDs advertised: the HID service with the accessory, none without.
+    /// The service UUIDs advertised: the HID service with an accessory, none without.
     public var serviceUUIDs: [String] {
-        accessory == .hid ? [Accessory.hidServiceUUID] : []
+        accessory.shape == nil ? [] : [Accessory.hidServiceUUID]
     }
 
     /// The properties bluetoothd reads with GetAll.

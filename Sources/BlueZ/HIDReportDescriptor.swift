@@ -132,9 +132,11 @@ public struct HIDReportDescriptor: Sendable {
         usages.contains { UInt16($0.lowerBound >> 16) <= page && page <= UInt16($0.upperBound >> 16) }
     }
 
-    /// True if a host would take the device for a keyboard: a Keyboard or Keypad usage, or any
-    /// usage on the Keyboard/Keypad page (0x07), where key codes live.
+    /// True if the descriptor names the Keyboard usage (Generic Desktop 0x06): the device iOS
+    /// takes for a keyboard, hiding its on-screen keyboard while it is connected. A Keypad usage
+    /// (0x07) or key codes on the Keyboard/Keypad page alone do not count: the on-screen
+    /// keyboard stayed with a Keypad application (T-vK/ESP32-BLE-Keyboard#137).
     public var declaresKeyboard: Bool {
-        names(.keyboard) || names(.keypad) || names(page: 0x07)
+        names(.keyboard)
     }
 }

@@ -9,6 +9,8 @@ public struct ControlStatus: Sendable, Equatable {
     public var bluetoothdRunning: Bool
     /// The adapters' names (`hci0`).
     public var adapters: [String]
+    /// The HID accessory shape asked for and where it is registered.
+    public var accessory: ControlAccessoryStatus
     public var devices: [ControlPhoneStatus]
     /// Events emitted and phone sessions begun since the daemon started.
     public var events: Int
@@ -17,13 +19,14 @@ public struct ControlStatus: Sendable, Equatable {
     public var outputs: [ControlOutputStatus]
 
     public init(
-        version: String, uptimeSeconds: Int, bluetoothdRunning: Bool, adapters: [String], devices: [ControlPhoneStatus],
-        events: Int, sessions: Int, outputs: [ControlOutputStatus]
+        version: String, uptimeSeconds: Int, bluetoothdRunning: Bool, adapters: [String], accessory: ControlAccessoryStatus,
+        devices: [ControlPhoneStatus], events: Int, sessions: Int, outputs: [ControlOutputStatus]
     ) {
         self.version = version
         self.uptimeSeconds = uptimeSeconds
         self.bluetoothdRunning = bluetoothdRunning
         self.adapters = adapters
+        self.accessory = accessory
         self.devices = devices
         self.events = events
         self.sessions = sessions
@@ -36,6 +39,7 @@ public struct ControlStatus: Sendable, Equatable {
         object.append("uptime_s", .int(uptimeSeconds))
         object.append("bluetoothd", bluetoothdRunning ? "running" : "absent")
         object.append("adapters", .array(adapters.map { .string($0) }))
+        object.append("accessory", .object(accessory.json))
         object.append("devices", .array(devices.map { .object($0.json) }))
         object.append("counters", ["events": .int(events), "sessions": .int(sessions)])
         object.append("outputs", .array(outputs.map { .object($0.json) }))
@@ -55,11 +59,34 @@ public struct ControlStatus: Sendable, Equatable {
             adapters.append(name)
         }
         self.adapters = adapters
+        accessory = try ControlAccessoryStatus(try fields.fields("accessory", "the accessory of \(fields.place)"))
         devices = try fields.objects("devices", "a phone of \(fields.place)", ControlPhoneStatus.init)
         let counters = try fields.fields("counters", "the counters of \(fields.place)")
         events = try counters.int("events")
         sessions = try counters.int("sessions")
         outputs = try fields.objects("outputs", "an output of \(fields.place)", ControlOutputStatus.init)
+    }
+}
+
+/// The HID accessory in the `status` reply: the shape `--accessory` asks for (`keyboard`,
+/// `remote` or `none`) and the adapter its GATT application is registered on now (`hci0`), nil
+/// while it is not (no paired phone yet, `--no-advertise`, `none`, bluetoothd away).
+public struct ControlAccessoryStatus: Sendable, Equatable {
+    public var shape: String
+    public var registeredOn: String?
+
+    public init(shape: String, registeredOn: String?) {
+        self.shape = shape
+        self.registeredOn = registeredOn
+    }
+
+    public var json: JSONObject {
+        ["shape": .string(shape), "registered_on": JSONValue(registeredOn)]
+    }
+
+    init(_ fields: ControlFields) throws(ControlDecodingError) {
+        shape = try fields.string("shape")
+        registeredOn = try fields.optionalString("registered_on")
     }
 }
 

@@ -1,6 +1,8 @@
 import ANCS
+import BlueZ
 import BluetoothUUIDs
 import DBus
+import PhoneSimulator
 
 /// How the phone on real BlueZ treats the accessory (docs/system-test.md, "The phone").
 public enum PhonePolicy: String, Sendable {
@@ -79,6 +81,24 @@ struct AdvertisementListing: Equatable, Sendable {
             return BluetoothUUID(String(repeating: "0", count: 8 - hex.count) + hex + "-0000-1000-8000-00805f9b34fb")
         }
         return BluetoothUUID(String(hex))
+    }
+}
+
+/// What the phone makes of the Report Map its HID host read, against the shape the scenario
+/// asked ancsd for (`"accessory"`): a Keyboard usage (Generic Desktop 0x06; a Keypad, 0x07, is
+/// none: iOS keeps its on-screen keyboard for one) is flagged only when the remote was asked for.
+struct ReportMapCheck: Equatable, Sendable {
+    var keyboard: Bool
+    var flagged: Bool
+    /// The usages of the application collections, `0x1:0x6` for a keyboard.
+    var applications: [String]
+
+    /// Nil for a descriptor that cannot be read.
+    init?(_ map: [UInt8], asked: AskedAccessory) {
+        guard let descriptor = try? HIDReportDescriptor(map) else { return nil }
+        keyboard = descriptor.declaresKeyboard
+        flagged = keyboard && asked == .remote
+        applications = descriptor.applicationCollections.map(\.description)
     }
 }
 

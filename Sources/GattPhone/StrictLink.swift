@@ -174,9 +174,11 @@ extension GattPhone {
             let fd = device.release()  // the reader below owns it
             state.withLock { _ = $0.hidrawWatched.insert(node) }
             var fields: JSONObject = ["node": .string(node), "bytes": .int(map.count), "hex": .string(hex(map))]
-            if let descriptor = try? HIDReportDescriptor(map) {
-                fields.append("keyboard", .bool(descriptor.declaresKeyboard))
-                fields.append("applications", .array(descriptor.applicationCollections.map { .string($0.description) }))
+            if let check = ReportMapCheck(map, asked: configuration.settings.accessory) {
+                fields.append("keyboard", .bool(check.keyboard))
+                fields.append("asked", .string(configuration.settings.accessory.rawValue))
+                fields.append("accessory_flagged", .bool(check.flagged))
+                fields.append("applications", .array(check.applications.map { .string($0) }))
             } else {
                 fields.append("unreadable", .bool(true))
             }

@@ -160,6 +160,7 @@ extension PhoneSimulator {
         check(e.applications, applications)
         check(e.inputReports, d.hid.inputReports)
         check(e.keyboard, d.hid.reportMap == nil ? nil : d.hid.keyboard)
+        check(e.accessoryFlagged, d.hid.reportMap == nil ? nil : d.hid.flagged)
         check(e.reportSubscribed, d.hid.report != nil)
         check(e.mediaState, d.media.map { $0.player.playing ? "playing" : "paused" })
         // A count that only grows, polled every 10 ms: at least the number asked for (a burst
@@ -174,7 +175,7 @@ extension PhoneSimulator {
             applications \(applications); \
             \(d.settings.name): \(d.present ? d.address : "not present") connected=\(d.connected) paired=\(d.paired) \
             bonded=\(d.bonded) trusted=\(d.trusted) report_map=\(d.hid.reportMap.map { "\($0.count) bytes" } ?? "unread") \
-            keyboard=\(d.hid.keyboard) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports) \
+            keyboard=\(d.hid.keyboard) accessory_flagged=\(d.hid.flagged) report_subscribed=\(d.hid.report != nil) input_reports=\(d.hid.inputReports) \
             security_requests=\(d.securityRequests)\
             \(d.media.map { " media_state=\($0.player.playing ? "playing" : "paused") media_commands_received=\($0.received.count)" } ?? "")
             """

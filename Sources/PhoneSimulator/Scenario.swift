@@ -50,11 +50,21 @@ public enum IOSPolicy: String, Hashable, Sendable {
     case lenient
 }
 
+/// The accessory shape the test asked ancsd for (`"accessory"`: `keyboard`, the default as it
+/// is ancsd's, or `remote`): a strict phone flags a Keyboard usage in the Report Map it reads
+/// only when `remote` was asked for.
+public enum AskedAccessory: String, Hashable, Sendable {
+    case keyboard
+    case remote
+}
+
 /// The first line of a scenario.
 public struct ScenarioSettings: Hashable, Sendable {
     public var name: String
     /// The phones' iOS policy (`"ios"`: `strict`, the default, or `lenient`).
     public var ios: IOSPolicy = .strict
+    /// The accessory shape ancsd was asked for (`"accessory"`).
+    public var accessory: AskedAccessory = .keyboard
     /// Seconds an unbonded phone's temporary device object stays after it disconnects
     /// (bluetoothd's TemporaryTimeout, 30 s in main.conf; 1 s here so scenarios stay short).
     public var temporaryTimeout: Double = 1
@@ -290,8 +300,12 @@ public struct StateExpectation: Hashable, Sendable {
     public var applications: Int?
     /// The step's phone: input reports (PropertiesChanged of the Report's Value) counted since bonding.
     public var inputReports: Int?
-    /// The step's phone: the Report Map it read has a Generic Desktop Keyboard or Keypad usage.
+    /// The step's phone: the Report Map it read has a Generic Desktop Keyboard usage (a Keypad
+    /// usage does not count: iOS keeps its on-screen keyboard for one).
     public var keyboard: Bool?
+    /// The step's phone: the Report Map it read has a Keyboard usage although the scenario's
+    /// `accessory` is `remote`.
+    public var accessoryFlagged: Bool?
     /// The step's phone: it subscribed to the accessory's input Report (StartNotify).
     public var reportSubscribed: Bool?
     /// The step's phone: its media player is "playing" or "paused".
@@ -474,6 +488,10 @@ struct ObjectReader {
         if let policy = try string("ios") {
             guard let p = IOSPolicy(rawValue: policy) else { throw fail("\"ios\" must be \"strict\" or \"lenient\"") }
             s.ios = p
+        }
+        if let shape = try string("accessory") {
+            guard let asked = AskedAccessory(rawValue: shape) else { throw fail("\"accessory\" must be \"keyboard\" or \"remote\"") }
+            s.accessory = asked
         }
         if let t = try number("temporary_timeout", max: 600) { s.temporaryTimeout = t }
         if let mtu = try integer("mtu", min: 23, max: 517) { s.mtu = mtu }
@@ -658,6 +676,7 @@ struct ObjectReader {
             e.applications = try integer("applications", min: 0, max: 1000)
             e.inputReports = try integer("input_reports", min: 0, max: Int(Int32.max))
             e.keyboard = try bool("keyboard")
+            e.accessoryFlagged = try bool("accessory_flagged")
             e.reportSubscribed = try bool("report_subscribed")
             if let state = try string("media_state") {
                 guard state == "playing" || state == "paused" else { throw fail("\"media_state\" must be \"playing\" or \"paused\"") }

@@ -331,8 +331,10 @@ struct DeviceState {
 struct HIDObservation {
     /// The Report Map it read (nil: not read, or no Report Map).
     var reportMap: [UInt8]?
-    /// The Report Map has a Generic Desktop Keyboard (0x06) or Keypad (0x07) usage.
+    /// The Report Map has a Generic Desktop Keyboard (0x06) usage.
     var keyboard = false
+    /// It has one although the scenario asked for the remote.
+    var flagged = false
     /// The Report characteristic the phone subscribed to (StartNotify on the application).
     var report: (sender: String, path: ObjectPath)?
     /// Input reports received: PropertiesChanged of the Report's Value.

@@ -7,8 +7,9 @@ import DBus
 /// HID advertisement with the ANCS solicitation, pairs only when the accessory demands it (an
 /// encrypted attribute to read, or a security request: Device1.Pair()), shows up under a fresh
 /// resolvable private address before bonding and under its identity address after, reads the
-/// accessory's Report Map, subscribes to its input Report and counts input reports, and
-/// reconnects by itself only to a connectable HID advertisement.
+/// accessory's Report Map (flagging a Keyboard usage when the scenario asked for the remote),
+/// subscribes to its input Report and counts input reports, and reconnects by itself only to a
+/// connectable HID advertisement.
 extension PhoneSimulator {
     static let hidService = "00001812-0000-1000-8000-00805f9b34fb"
     static let reportMapUUID = "00002a4b-0000-1000-8000-00805f9b34fb"
@@ -375,7 +376,8 @@ extension PhoneSimulator {
 
     // MARK: After bonding: the accessory's HID service
 
-    /// The bonded phone reads the Report Map (noting a Keyboard usage), subscribes to the
+    /// The bonded phone reads the Report Map (noting a Keyboard usage, flagged when the scenario
+    /// asked for the remote), subscribes to the
     /// input Report (StartNotify on the application) and counts the input reports.
     func readAccessory(_ device: Int) async throws {
         let name = settings.devices[device].name
@@ -400,11 +402,16 @@ extension PhoneSimulator {
                     if chunk.count < mtu - 1 { break }
                 }
                 let keyboard = Self.reportMapHasKeyboard(bytes)
+                let flagged = keyboard && settings.accessory == .remote
                 state.withLock { s in
                     s.devices[device].hid.reportMap = bytes
                     s.devices[device].hid.keyboard = keyboard
+                    s.devices[device].hid.flagged = flagged
                 }
-                log("\(name): read the Report Map \(map.path): \(bytes.count) bytes, keyboard usage: \(keyboard ? "yes" : "no")")
+                log("""
+                    \(name): read the Report Map \(map.path): \(bytes.count) bytes, keyboard usage: \(keyboard ? "yes" : "no") \
+                    (\(settings.accessory.rawValue) asked for)\(flagged ? ": FLAGGED, a keyboard where a remote was asked for" : "")
+                    """)
             } catch {
                 log("\(name): cannot read the Report Map \(map.path): \(error)")
             }
@@ -445,9 +452,10 @@ extension PhoneSimulator {
         }
     }
 
-    /// True when a HID Report Map has a Generic Desktop (usage page 0x01) Keyboard (0x06) or
-    /// Keypad (0x07) usage: walks the short items, tracking the usage page (a 4-byte usage
-    /// carries its own page in its high half).
+    /// True when a HID Report Map has a Generic Desktop (usage page 0x01) Keyboard (0x06) usage,
+    /// the one that makes iOS hide its on-screen keyboard (a Keypad, 0x07, does not): walks the
+    /// short items, tracking the usage page (a 4-byte usage carries its own page in its high
+    /// half).
     public static func reportMapHasKeyboard(_ map: [UInt8]) -> Bool {
         var page: UInt32 = 0
         var i = 0
@@ -468,7 +476,7 @@ extension PhoneSimulator {
             if type == 1, tag == 0 { page = data }  // Global: Usage Page
             if type == 2, tag == 0 || tag == 1 || tag == 2 {  // Local: Usage, Usage Minimum, Usage Maximum
                 let (usagePage, usage) = size == 4 ? (data >> 16, data & 0xFFFF) : (page, data)
-                if usagePage == 0x01, usage == 0x06 || usage == 0x07 { return true }
+                if usagePage == 0x01, usage == 0x06 { return true }
             }
             i += 1 + size
         }

@@ -18,7 +18,8 @@ let usage = """
     pairs when it meets the accessory's encrypted attributes, or the accessory asks for
     security; the default agent confirms), registers the ANCS service as a GATT application
     only once bonded, leaves reconnecting to its bluetoothd, and reports the Report Map and
-    input reports its HID host got. Standard input is a scenario (docs/simulator.md), read as
+    input reports its HID host got; a Keyboard usage in the map is flagged
+    ("accessory_flagged") only when the settings' "accessory" is "remote" (default "keyboard"). Standard input is a scenario (docs/simulator.md), read as
     it arrives: the settings line, then steps (silent_drop and silent_drop_all among them).
     With "ams": true in the settings it serves the Apple Media Service beside ANCS, its
     player driven by the media_track, media_play, media_pause, media_volume and

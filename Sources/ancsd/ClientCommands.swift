@@ -113,6 +113,7 @@ enum ClientCommands {
             guard case .status(let status) = answer else { return 1 }
             print("ancsd \(status.version), up \(status.uptimeSeconds) s")
             print("bluetoothd: \(status.bluetoothdRunning ? "running" : "absent"); adapters: \(status.adapters.isEmpty ? "none" : status.adapters.joined(separator: ", "))")
+            print("accessory: \(DoctorCommand.describe(status.accessory))")
             if status.devices.isEmpty { print("no phone connected") }
             for device in status.devices {
                 let sharing = device.sharingAllowed.map {

@@ -150,6 +150,7 @@ enum DoctorCommand {
                           fix: "start it (systemctl start ancsd) or name its socket with --control; to use it without root, join the group ancsd: \(error)")]
         }
         var checks = [Check(ok: true, what: "ancsd answers on \(control)")]
+        checks.append(accessoryCheck(status.accessory))
         let denied = status.devices.filter { $0.sharingAllowed == false }.map(\.device)
         checks.append(Check(
             ok: denied.isEmpty,
@@ -168,6 +169,25 @@ enum DoctorCommand {
                 warning: true))
         }
         return checks + outputChecks(status.outputs.map { .object($0.json) })
+    }
+
+    /// The accessory shape and where it is registered, as `status` and `doctor` say it:
+    /// "keyboard (seen listed by iOS 26), registered on hci0".
+    static func describe(_ accessory: ControlAccessoryStatus) -> String {
+        guard let kind = AccessoryKind(parsing: accessory.shape), let shape = kind.shape else {
+            return "\(accessory.shape) (no HID accessory: only the ANCS solicitation)"
+        }
+        let evidence = shape.proven ? "the shape seen listed by iOS 26" : "inferred, not seen listed by an iPhone"
+        return "\(kind.rawValue) (\(evidence)), " + (accessory.registeredOn.map { "registered on \($0)" } ?? "not registered")
+    }
+
+    /// Which shape is registered; not registered (no paired phone yet, --no-advertise) is a warning.
+    static func accessoryCheck(_ accessory: ControlAccessoryStatus) -> Check {
+        let registered = accessory.registeredOn != nil || AccessoryKind(parsing: accessory.shape) == .disabled
+        return Check(
+            ok: registered, what: "the HID accessory: \(describe(accessory))",
+            fix: "it is registered while a paired iPhone is known and unless --no-advertise (pair with: ancsd pair --accessory \(accessory.shape)); the log says why not (journalctl -u ancsd)",
+            warning: true)
     }
 
     /// MQTT not connected fails; events an output dropped and commands that failed are warnings.

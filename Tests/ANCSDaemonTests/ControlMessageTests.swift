@@ -18,6 +18,7 @@ struct ControlMessageTests {
 
     static let status = ControlStatus(
         version: "0.1.0", uptimeSeconds: 812, bluetoothdRunning: true, adapters: ["hci0", "hci1"],
+        accessory: ControlAccessoryStatus(shape: "keyboard", registeredOn: "hci0"),
         devices: [
             ControlPhoneStatus(
                 device: "AA:BB:CC:DD:EE:01", name: "Ada's iPhone", connected: true, subscribed: true, delivery: "AcquireNotify",
@@ -66,6 +67,29 @@ struct ControlMessageTests {
         }
     }
 
+    /// `accessory`: the shape asked for, and `registered_on` null while it is registered nowhere;
+    /// a reply without it, or with a shape that is not a string, reads as an error.
+    @Test("status names the accessory shape and where it is registered")
+    func statusAccessory() throws {
+        var status = Self.status
+        status.accessory = ControlAccessoryStatus(shape: "remote", registeredOn: nil)
+        let json = ControlReply(id: nil, .success(.status(status))).json
+        #expect(json["accessory"].map { JSONValue.object($0.objectValue ?? [:]).serialized } == #"{"shape":"remote","registered_on":null}"#)
+        let line = Array(JSONValue.object(json).serialized.utf8)
+        #expect(ControlIncoming(line: line) { _ in .status } == .reply(ControlReply(id: nil, .success(.status(status)))))
+        var missing = json
+        missing["accessory"] = nil
+        var wrong = json
+        wrong["accessory"] = ["shape": .int(1), "registered_on": .null]
+        for broken in [missing, wrong] {
+            let text = JSONValue.object(broken).serialized
+            guard case .unreadable = ControlIncoming(line: Array(text.utf8), command: { _ in .status }) else {
+                Issue.record("read: \(text)")
+                continue
+            }
+        }
+    }
+
     @Test("the members of each reply, in the order docs/control.md gives")
     func replyMembers() {
         #expect(JSONValue.object(ControlReply(id: 1, .success(.subscribed)).json).serialized == #"{"ok":true,"subscribed":true,"id":1}"#)
@@ -73,7 +97,8 @@ struct ControlMessageTests {
         #expect(JSONValue.object(ControlReply(id: 2, .failure(ControlError(.noSuchDevice, "no connected phone X"))).json).serialized
             == #"{"ok":false,"error":{"code":"no_such_device","message":"no connected phone X"},"id":2}"#)
         let status = ControlReply(id: nil, .success(.status(Self.status))).json
-        #expect(status.keys == ["ok", "version", "uptime_s", "bluetoothd", "adapters", "devices", "counters", "outputs"])
+        #expect(status.keys == ["ok", "version", "uptime_s", "bluetoothd", "adapters", "accessory", "devices", "counters", "outputs"])
+        #expect(status["accessory"].map { JSONValue.object($0.objectValue ?? [:]).serialized } == #"{"shape":"keyboard","registered_on":"hci0"}"#)
         #expect(status["devices"]?.arrayValue?.first?.objectValue?.keys == [
             "device", "name", "connected", "subscribed", "delivery", "session_age_s", "notifications", "events", "sharing_allowed",
             "resubscriptions", "shared_notify_session", "filtered", "held_back", "filter_matches", "last_error",

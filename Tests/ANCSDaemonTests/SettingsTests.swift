@@ -41,14 +41,19 @@ import TestSupport
         do { try settings.apply(configuration: line, path: "c") } catch { #expect(error.description.contains(message), "\(error)") }
     }
 
-    /// `accessory =`: the HID accessory unless told otherwise.
+    /// `accessory =`: the keyboard (the shape seen listed by iOS 26) unless told otherwise;
+    /// `hid`, the remote's name before there were two shapes, still means the remote.
     @Test func accessory() throws {
-        #expect(RunSettings().options.accessory == .hid, "the default")
+        #expect(RunSettings().options.accessory == .keyboard, "the default")
         var settings = RunSettings()
         try settings.apply(configuration: "accessory = none\n", path: "ancsd.conf")
         #expect(settings.options.accessory == .disabled)
+        try settings.set("accessory", "remote")
+        #expect(settings.options.accessory == .remote)
+        try settings.set("accessory", "Keyboard")
+        #expect(settings.options.accessory == .keyboard)
         try settings.set("accessory", "HID")
-        #expect(settings.options.accessory == .hid)
+        #expect(settings.options.accessory == .remote, "hid is the remote's alias")
         #expect(RunSettings.keys.contains("accessory"), "--accessory is a run option too")
     }
 
@@ -86,7 +91,7 @@ import TestSupport
         ("adapter = eth0", "ancsd.conf:2: adapter needs an adapter name"),
         ("acquire-notify = maybe", "ancsd.conf:2: acquire-notify must be yes or no"),
         ("log-level = loud", "ancsd.conf:2: log-level must be"),
-        ("accessory = keyboard", "ancsd.conf:2: accessory must be hid or none, not 'keyboard'"),
+        ("accessory = mouse", "ancsd.conf:2: accessory must be keyboard, remote or none, not 'mouse'"),
         // Issue 27: accepted silently before.
         ("exec-timeout = 0x10", "ancsd.conf:2: exec-timeout needs a number of seconds"),
         ("exec-timeout = 1e3", "ancsd.conf:2: exec-timeout needs a number of seconds"),

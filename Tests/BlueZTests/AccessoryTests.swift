@@ -5,20 +5,63 @@ import Testing
 import Synchronization
 import TestSupport
 
-/// The report map iOS reads once bonded: a media remote, never a keyboard.
+/// The report maps iOS reads once bonded: ancs-bridge's keyboard, byte for byte, and a media
+/// remote that is no keyboard.
 @Suite struct ReportMapTests {
-    @Test func isOneConsumerControlApplication() throws {
-        let map = try HIDReportDescriptor(Accessory.reportMap)
+    static func hex(_ bytes: [UInt8]) -> String {
+        bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+    }
+
+    @Test func keyboardIsAncsBridgesMap() throws {
+        let shape = Accessory.Shape.keyboard
+        #expect(Self.hex(shape.reportMap) == "05010906a1018501050719e029e71500250175019508810275089501810105071900296515002565750895068100c0")
+        #expect(shape.reportMap.count == 47)
+        let map = try HIDReportDescriptor(shape.reportMap)
+        #expect(map.applicationCollections == [.keyboard])
+        #expect(map.declaresKeyboard)
+        #expect(!map.names(page: 0x0C), "no Consumer page")
+        // Report ID 1: 8 modifier bits, a reserved byte, 6 key slots = 8 bytes, as the idle report.
+        let inputs = map.items.filter { $0.kind == .main && $0.tag == 0x8 }
+        #expect(inputs.map(\.value) == [0x02, 0x01, 0x00])
+        #expect(shape.idleReport == [UInt8](repeating: 0, count: 8))
+        #expect(shape.appearance == 0x03C1)
+        #expect(shape.proven)
+    }
+
+    @Test func remoteIsOneConsumerControlApplication() throws {
+        let shape = Accessory.Shape.remote
+        #expect(Self.hex(shape.reportMap) == "050c0901a1018501150026ff0319002aff03751095018100c0")
+        let map = try HIDReportDescriptor(shape.reportMap)
         #expect(map.applicationCollections == [.consumerControl])
         #expect(!map.declaresKeyboard)
         #expect(!map.names(.keyboard) && !map.names(.keypad))
         #expect(!map.names(page: 0x01), "no Generic Desktop usage at all")
-        // Every collection is closed and the one input report has the id the Report Reference names.
+        #expect(shape.idleReport == [0x00, 0x00])
+        #expect(shape.appearance == 0x0180)
+        #expect(!shape.proven)
+    }
+
+    /// Both: every collection closed, and the one input report has the id the Report Reference names.
+    @Test(arguments: [Accessory.Shape.keyboard, .remote])
+    func oneReportWithTheReferencedID(shape: Accessory.Shape) throws {
+        let map = try HIDReportDescriptor(shape.reportMap)
         let collections = map.items.filter { $0.kind == .main && $0.tag == 0xA }.count
         let ends = map.items.filter { $0.kind == .main && $0.tag == 0xC }.count
         #expect(collections == 1 && ends == 1)
-        #expect(map.items.filter { $0.kind == .global && $0.tag == 0x8 }.map(\.value) == [UInt32(Accessory.reportID)])
+        let reportIDs: [UInt32] = map.items.filter { $0.kind == .global && $0.tag == 0x8 }.map(\.value)
+        #expect(reportIDs == [UInt32(Accessory.reportID)])
         #expect(Accessory.reportReference == [Accessory.reportID, 0x01])
+    }
+
+    @Test func kindsParseAndNameTheOtherShape() {
+        #expect(AccessoryKind(parsing: "KEYBOARD") == .keyboard)
+        #expect(AccessoryKind(parsing: "remote") == .remote)
+        #expect(AccessoryKind(parsing: "hid") == .remote, "hid stays the remote's alias")
+        #expect(AccessoryKind(parsing: "None") == .disabled)
+        #expect(AccessoryKind(parsing: "mouse") == nil)
+        #expect(AccessoryKind.names == ["keyboard", "remote", "none"])
+        #expect(AccessoryKind.keyboard.other == .remote && AccessoryKind.remote.other == .keyboard)
+        #expect(AccessoryKind.disabled.shape == nil && AccessoryKind.disabled.other == nil)
     }
 
     /// The walker sees a keyboard where there is one (the HID spec's boot keyboard, Appendix B.1
@@ -41,6 +84,18 @@ import TestSupport
         #expect(try HIDReportDescriptor(extended).names(.keyboard))
     }
 
+    /// A Keypad application with key codes (ESP32-BLE-Keyboard#137's fix) is no keyboard to iOS.
+    @Test func keypadIsNoKeyboard() throws {
+        let keypad: [UInt8] = [
+            0x05, 0x01, 0x09, 0x07, 0xA1, 0x01,  // Generic Desktop, Keypad, Collection (Application)
+            0x05, 0x07, 0x19, 0x00, 0x29, 0x65, 0x75, 0x08, 0x95, 0x06, 0x81, 0x00,
+            0xC0,
+        ]
+        let parsed = try HIDReportDescriptor(keypad)
+        #expect(parsed.names(.keypad))
+        #expect(!parsed.declaresKeyboard)
+    }
+
     @Test func truncatedDescriptorIsAnError() {
         #expect(throws: HIDReportDescriptor.ParseError.truncated(offset: 2)) {
             try HIDReportDescriptor([0x05, 0x0C, 0x26, 0xFF])
@@ -57,8 +112,9 @@ import TestSupport
 
     @Test func pairWindowBytes() {
         let advert = Advertisement(localName: "iPhone", discoverable: true)
+        #expect(advert.accessory == .keyboard, "the default")
         let (data, scan) = advert.legacyLayout()
-        let expected: [UInt8] = Self.hid + Self.solicitation + [0x03, 0x19, 0x80, 0x01] + [0x02, 0x01, 0x06]  // apart: Swift 6.0 type-checks it in time
+        let expected: [UInt8] = Self.hid + Self.solicitation + [0x03, 0x19, 0xC1, 0x03] + [0x02, 0x01, 0x06]  // apart: Swift 6.0 type-checks it in time
         #expect(data == expected)
         #expect(data.count == 29)
         #expect(scan == [0x07, 0x09, 0x69, 0x50, 0x68, 0x6F, 0x6E, 0x65])
@@ -67,10 +123,18 @@ import TestSupport
         #expect(advert.legacyLayout(adapterDiscoverable: true, adapterHasBREDR: false).advertising.suffix(3) == [0x02, 0x01, 0x06])
     }
 
+    @Test func remotePairWindowBytes() {
+        let advert = Advertisement(localName: "iPhone", discoverable: true, accessory: .remote)
+        let data = advert.legacyLayout().advertising
+        let expected: [UInt8] = Self.hid + Self.solicitation + [0x03, 0x19, 0x80, 0x01] + [0x02, 0x01, 0x06]
+        #expect(data == expected)
+        #expect(data.count == 29)
+    }
+
     @Test func runBytesHaveNoFlags() {
         let advert = Advertisement(localName: "iPhone", discoverable: false)
         let data = advert.legacyLayout().advertising
-        let expected: [UInt8] = Self.hid + Self.solicitation + [0x03, 0x19, 0x80, 0x01]
+        let expected: [UInt8] = Self.hid + Self.solicitation + [0x03, 0x19, 0xC1, 0x03]
         #expect(data == expected)
         #expect(!Self.types(data).contains(0x01))
     }
@@ -95,7 +159,7 @@ import TestSupport
                     #expect(scan.count == 31, "a 29-byte name fills the scan response")
                     let types = Self.types(data)
                     #expect(types.contains(0x01) == discoverable)
-                    #expect(types.contains(0x03) == (accessory == .hid))
+                    #expect(types.contains(0x03) == (accessory != .disabled))
                     #expect(types.contains(0x15) && types.contains(0x19))
                     #expect(!types.contains(0x08) && !types.contains(0x09))
                     #expect(Self.types(scan) == [0x09])
@@ -108,7 +172,8 @@ import TestSupport
         let p = Advertisement(localName: "desk", discoverable: false).properties
         #expect(p["ServiceUUIDs"] == .stringArray(["00001812-0000-1000-8000-00805f9b34fb"]))
         #expect(p["SolicitUUIDs"] == .stringArray([ANCSUUID.service.description.lowercased()]))
-        #expect(p["Appearance"] == .uint16(0x0180))
+        #expect(p["Appearance"] == .uint16(0x03C1))
+        #expect(Advertisement(localName: "desk", discoverable: false, accessory: .remote).properties["Appearance"] == .uint16(0x0180))
         #expect(p["Discoverable"] == .bool(false))
         #expect(p["Type"] == .string("peripheral"))
     }
@@ -144,7 +209,7 @@ import TestSupport
         var ancsdName: BusName { BusName(validating: ancsd.uniqueName)! }
     }
 
-    func withSetup(_ body: (Setup) async throws -> Void) async throws {
+    func withSetup(_ shape: Accessory.Shape = .keyboard, _ body: (Setup) async throws -> Void) async throws {
         let bus = try PrivateBus()
         defer { bus.stop() }
         let bluez = try await DBusConnection.connect(to: .address(bus.address))
@@ -152,7 +217,7 @@ import TestSupport
         let stranger = try await DBusConnection.connect(to: .address(bus.address))
         _ = try await bluez.requestName(BlueZ.service)
         let owner = try await BlueZOwner.track(on: ancsd)
-        try await Accessory.export(on: ancsd, owner: owner)
+        try await Accessory.export(shape, on: ancsd, owner: owner)
         let setup = Setup(bus: bus, bluez: bluez, ancsd: ancsd, stranger: stranger, owner: owner)
         do {
             try await body(setup)
@@ -163,19 +228,24 @@ import TestSupport
         for connection in [bluez, ancsd, stranger] { await connection.close() }
     }
 
-    @Test func managedObjectsAreTheContractsTree() async throws {
-        try await withSetup { s in
+    @Test(arguments: [Accessory.Shape.keyboard, .remote])
+    func managedObjectsAreTheContractsTree(shape: Accessory.Shape) async throws {
+        try await withSetup(shape) { s in
             let objects = try await s.bluez.getManagedObjects(destination: s.ancsdName, path: Accessory.root)
             func uuid16(_ n: String) -> DBusValue { .string("0000\(n)-0000-1000-8000-00805f9b34fb") }
             let service = try #require(objects["/org/ancsd/accessory/hid"]?["org.bluez.GattService1"])
             #expect(service["UUID"]?.unwrapped == .string("00001812-0000-1000-8000-00805f9b34fb"))
             #expect(service["Primary"]?.unwrapped == .bool(true))
-            let expected: [(ObjectPath, String, [String])] = [
+            var expected: [(ObjectPath, String, [String])] = [
                 ("/org/ancsd/accessory/hid/info", "2a4a", ["encrypt-read"]),
                 ("/org/ancsd/accessory/hid/report_map", "2a4b", ["encrypt-read"]),
                 ("/org/ancsd/accessory/hid/control_point", "2a4c", ["write-without-response", "encrypt-write"]),
-                ("/org/ancsd/accessory/hid/report", "2a4d", ["encrypt-read", "notify"]),
             ]
+            if shape.kind == .keyboard {  // as ancs-bridge serves it: read (encrypted) and write
+                expected.append(
+                    ("/org/ancsd/accessory/hid/protocol_mode", "2a4e", ["encrypt-read", "write-without-response", "encrypt-write"]))
+            }
+            expected.append(("/org/ancsd/accessory/hid/report", "2a4d", ["encrypt-read", "notify"]))
             for (path, uuid, flags) in expected {
                 let c = try #require(objects[path]?["org.bluez.GattCharacteristic1"], "\(path)")
                 #expect(c["UUID"]?.unwrapped == uuid16(uuid), "\(path)")
@@ -187,24 +257,31 @@ import TestSupport
             #expect(reference["UUID"]?.unwrapped == uuid16("2908"))
             #expect(reference["Characteristic"]?.unwrapped == .objectPath("/org/ancsd/accessory/hid/report"))
             #expect(reference["Flags"]?.unwrapped == .stringArray(["encrypt-read"]))
-            // Nothing else: no Device Information, no Battery, no Protocol Mode.
+            // Nothing else: no Device Information, no Battery (the remote: no Protocol Mode).
             let gatt = objects.filter { $0.value.keys.contains { $0.hasPrefix("org.bluez.Gatt") } }
-            #expect(gatt.count == 6)
+            #expect(gatt.count == expected.count + 2)
         }
     }
 
-    @Test func bluetoothdReadsTheValuesWithOffsets() async throws {
-        try await withSetup { s in
+    @Test(arguments: [Accessory.Shape.keyboard, .remote])
+    func bluetoothdReadsTheValuesWithOffsets(shape: Accessory.Shape) async throws {
+        try await withSetup(shape) { s in
             func read(_ path: ObjectPath, _ interface: InterfaceName = "org.bluez.GattCharacteristic1", offset: UInt16? = nil) async throws -> [UInt8]? {
                 let options: [String: DBusValue] = offset.map { ["offset": .uint16($0)] } ?? [:]
                 return try await s.bluez.call(
                     destination: s.ancsdName, path: path, interface: interface, member: "ReadValue",
                     arguments: [.variantDictionary(options)], expecting: "ay")[0].bytes
             }
-            #expect(try await read("/org/ancsd/accessory/hid/report_map") == Accessory.reportMap)
-            #expect(try await read("/org/ancsd/accessory/hid/report_map", offset: 4) == Array(Accessory.reportMap.dropFirst(4)))
+            #expect(try await read("/org/ancsd/accessory/hid/report_map") == shape.reportMap)
+            #expect(try await read("/org/ancsd/accessory/hid/report_map", offset: 4) == Array(shape.reportMap.dropFirst(4)))
             #expect(try await read("/org/ancsd/accessory/hid/info") == [0x11, 0x01, 0x00, 0x02])
-            #expect(try await read("/org/ancsd/accessory/hid/report") == [0x00, 0x00])
+            #expect(try await read("/org/ancsd/accessory/hid/report") == shape.idleReport)
+            if shape.kind == .keyboard {
+                #expect(try await read("/org/ancsd/accessory/hid/protocol_mode") == [0x01], "Report Protocol")
+                _ = try await s.bluez.call(
+                    destination: s.ancsdName, path: "/org/ancsd/accessory/hid/protocol_mode", interface: "org.bluez.GattCharacteristic1",
+                    member: "WriteValue", arguments: [.byteArray([0x01]), .variantDictionary([:])], expecting: .empty)
+            }
             #expect(try await read("/org/ancsd/accessory/hid/report/reference", "org.bluez.GattDescriptor1") == [1, 0x01])
             do {
                 _ = try await read("/org/ancsd/accessory/hid/info", offset: 5)

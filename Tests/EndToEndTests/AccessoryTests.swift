@@ -185,6 +185,18 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
             environment: shortSecurityRequestDelay(0.5))
     }
 
+    static let hidService = "00001812-0000-1000-8000-00805f9b34fb"
+
+    /// The characteristics' UUIDs (16-bit, lower-case hex) under the HID service, by path.
+    static func characteristics(_ objects: [ObjectPath: [String: [String: DBusValue]]]) -> [String: String] {
+        var found: [String: String] = [:]
+        for (path, interfaces) in objects {
+            guard let uuid = interfaces["org.bluez.GattCharacteristic1"]?["UUID"]?.unwrapped.stringValue else { continue }
+            found[path.rawValue] = String(uuid.dropFirst(4).prefix(4))
+        }
+        return found
+    }
+
     @Test func registersTheHIDAccessoryAndAsksThePhoneToPairOnce() async throws {
         let bluez = try await FakeBlueZ(paired: false, address: FakeBlueZ.privateAddress)
         let ancsd = try pair(bluez, [])
@@ -203,19 +215,49 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
         #expect(app < advert)
         #expect(calls.contains("UnregisterApplication /org/ancsd/accessory"))
         #expect(calls.contains("UnregisterAdvertisement /org/ancsd/pair/advertisement0"))
+        // The keyboard by default: Protocol Mode beside the HID characteristics.
         let objects = try #require(bluez.application)
-        #expect(objects["/org/ancsd/accessory/hid"]?["org.bluez.GattService1"]?["UUID"]?.unwrapped == .string("00001812-0000-1000-8000-00805f9b34fb"))
+        #expect(objects["/org/ancsd/accessory/hid"]?["org.bluez.GattService1"]?["UUID"]?.unwrapped == .string(Self.hidService))
         #expect(objects["/org/ancsd/accessory/hid/report_map"]?["org.bluez.GattCharacteristic1"]?["Flags"]?.unwrapped == .stringArray(["encrypt-read"]))
+        #expect(Set(Self.characteristics(objects).values) == ["2a4a", "2a4b", "2a4c", "2a4e", "2a4d"])
 
         let ad = try #require(bluez.advertisement)
-        #expect(ad["ServiceUUIDs"]?.unwrapped == .stringArray(["00001812-0000-1000-8000-00805f9b34fb"]))
+        #expect(ad["ServiceUUIDs"]?.unwrapped == .stringArray([Self.hidService]))
         #expect(ad["SolicitUUIDs"]?.unwrapped == .stringArray([FakeBlueZ.ancs]))
-        #expect(ad["Appearance"]?.unwrapped == .uint16(0x0180))
+        #expect(ad["Appearance"]?.unwrapped == .uint16(0x03C1), "Keyboard")
+        let said = ancsd.lines.map(\.text).joined(separator: "\n")
+        #expect(said.contains("tap \"desk\" (listed as a keyboard)"), "\(said)")
+        #expect(said.contains("hides its on-screen keyboard") && said.contains("--accessory remote"), "what keyboard costs, and the way out")
+        #expect(ancsd.standardError.contains("registered the HID accessory /org/ancsd/accessory on hci0: keyboard (a keyboard)"))
         #expect(ad["Discoverable"]?.unwrapped == .bool(true))
         #expect(ad["LocalName"]?.unwrapped == .string("desk"))
         // The adapter is put back: Pairable false, timeout 0, after the window's own settings.
         #expect(calls.filter { $0.hasPrefix("set ") }.suffix(2) == ["set uint32 0", "set false"], "\(calls)")
         await bluez.close()
+    }
+
+    /// `remote`, and `hid` its old name: the Consumer Control map without Protocol Mode, appearance
+    /// 0x0180, and the user told to look for a remote.
+    @Test(arguments: ["remote", "hid"])
+    func remoteIsTheMediaRemote(name: String) async throws {
+        let bluez = try await FakeBlueZ(paired: false, address: FakeBlueZ.privateAddress)
+        let ancsd = try pair(bluez, ["--accessory", name])
+        let status = try await exitStatus(of: ancsd)
+        #expect(status == 3, "\(ancsd.standardError)")
+        let objects = try #require(bluez.application)
+        #expect(Set(Self.characteristics(objects).values) == ["2a4a", "2a4b", "2a4c", "2a4d"])
+        let ad = try #require(bluez.advertisement)
+        #expect(ad["ServiceUUIDs"]?.unwrapped == .stringArray([Self.hidService]))
+        #expect(ad["Appearance"]?.unwrapped == .uint16(0x0180))
+        let said = ancsd.lines.map(\.text).joined(separator: "\n")
+        #expect(said.contains("(listed as a remote; the on-screen"), "\(said)")
+        await bluez.close()
+    }
+
+    @Test func aBadShapeIsAUsageError() throws {
+        let result = try AncsdProcess.run(["pair", "--accessory", "mouse"])
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("--accessory must be keyboard, remote or none, not 'mouse'"), "\(result.stderr)")
     }
 
     @Test func accessoryNoneIsTheOldAdvertisement() async throws {
@@ -228,6 +270,71 @@ func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throw
         #expect(ad["ServiceUUIDs"] == nil)
         #expect(ad["Appearance"]?.unwrapped == .uint16(0x0080))
         #expect(bluez.pairCalls == 1, "the security request does not depend on the accessory")
+        await bluez.close()
+    }
+}
+
+/// `ancsd status` and `doctor` say which shape `ancsd run` registered, and where.
+@Suite(.serialized) struct RunAccessoryStatusTests {
+    @Test(arguments: [("keyboard", "keyboard", "the shape seen listed by iOS 26"), ("hid", "remote", "inferred, not seen listed by an iPhone")])
+    func statusNamesTheShape(asked: String, shape: String, evidence: String) async throws {
+        let directory = NSTemporaryDirectory() + "ancsd-shape-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bluez = try await FakeBlueZ(paired: true, address: FakeBlueZ.identityAddress)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", bluez.bus.address, "run", "--config", "/dev/null", "--format", "json", "--control", directory + "/control",
+             "--state-dir", directory, "--accessory", asked])
+        try await eventually("the accessory registered") { bluez.calls.contains("RegisterApplication /org/ancsd/accessory") }
+        var report = try JSONValue(parsing: "{}")
+        try await eventually("status naming the adapter") {
+            let status = try? AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+            report = (try? JSONValue(parsing: status?.stdout ?? "")) ?? .null
+            return report["accessory"]?["registered_on"]?.stringValue == "hci0"
+        }
+        #expect(report["accessory"]?["shape"]?.stringValue == shape, "\(report.serialized)")
+        let text = try AncsdProcess.run(["status", "--control", directory + "/control"])
+        #expect(text.stdout.contains("accessory: \(shape) (\(evidence)), registered on hci0"), "\(text.stdout)")
+        let doctor = try AncsdProcess.run(["--bus", bluez.bus.address, "doctor", "--control", directory + "/control", "--fifo", "/nonexistent"])
+        #expect(doctor.stdout.contains("the HID accessory: \(shape) (\(evidence)), registered on hci0"), "\(doctor.stdout)")
+        ancsd.signal(SIGTERM)
+        #expect(try await exitStatus(of: ancsd) == 0)
+        await bluez.close()
+    }
+}
+
+extension RunAccessoryStatusTests {
+    /// A reload (SIGHUP) that changes `accessory =` registers the other shape: the keyboard's
+    /// objects go (no Protocol Mode left), the remote's come, and status says so.
+    @Test func aReloadChangesTheShape() async throws {
+        let directory = NSTemporaryDirectory() + "ancsd-reshape-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + "/ancsd.conf"
+        try "accessory = keyboard\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let bluez = try await FakeBlueZ(paired: true, address: FakeBlueZ.identityAddress)
+        let ancsd = try ChildProcess(
+            builtProductsDirectory.appendingPathComponent("ancsd"),
+            ["--bus", bluez.bus.address, "run", "--config", config, "--format", "json", "--control", directory + "/control",
+             "--state-dir", directory])
+        try await eventually("the keyboard registered") {
+            bluez.application?["/org/ancsd/accessory/hid/protocol_mode"] != nil
+        }
+        try "accessory = remote\n".write(toFile: config, atomically: true, encoding: .utf8)
+        ancsd.signal(SIGHUP)
+        try await eventually("the remote registered") {
+            bluez.calls.filter { $0 == "RegisterApplication /org/ancsd/accessory" }.count == 2
+        }
+        let objects = try #require(bluez.application)
+        #expect(objects["/org/ancsd/accessory/hid/protocol_mode"] == nil, "the keyboard's objects are gone")
+        #expect(objects["/org/ancsd/accessory/hid/report_map"] != nil)
+        #expect(bluez.advertisement?["Appearance"]?.unwrapped == .uint16(0x0180))
+        let status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
+        let report = try JSONValue(parsing: status.stdout)
+        #expect(report["accessory"]?["shape"]?.stringValue == "remote", "\(status.stdout)")
+        ancsd.signal(SIGTERM)
+        #expect(try await exitStatus(of: ancsd) == 0)
         await bluez.close()
     }
 }

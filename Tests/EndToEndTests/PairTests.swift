@@ -13,7 +13,7 @@ final class PairRun {
     let ancsd: ChildProcess
     let terminal: PseudoTerminal?
 
-    init(scenario: String, arguments: [String], terminal: Bool = false) throws {
+    init(scenario: String, arguments: [String], terminal: Bool = false, environment: [String: String] = [:]) throws {
         bus = try PrivateBus()
         phone = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancs-phone-sim"),
@@ -22,6 +22,7 @@ final class PairRun {
         self.terminal = terminal ? try PseudoTerminal() : nil
         ancsd = try ChildProcess(
             builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", bus.address, "pair"] + arguments,
+            environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
             standardInput: self.terminal?.child)
     }
 
@@ -146,6 +147,30 @@ final class PseudoTerminal {
         #expect(phone == 0, "Pairable/Discoverable and timeouts back, nothing registered:\n\(run.phone.standardError)")
         #expect(run.ancsd.standardError.contains("no iPhone paired within 2 s"))
         #expect(run.phone.standardError.contains("UnregisterAgent /org/ancsd/pair/agent"))
+    }
+
+    /// What to look for on the phone, for the shape in use; and when no phone has connected
+    /// 45 s into the window (0.5 s here: ANCSD_PAIR_HINT_AFTER), the other shape to try.
+    @Test(arguments: [("keyboard", "listed as a keyboard", "remote"), ("remote", "listed as a remote", "keyboard")])
+    func namesTheOtherShapeWhenNoPhoneConnects(shape: String, listing: String, other: String) throws {
+        let run = try PairRun(
+            scenario: "pair-window-closes", arguments: ["--timeout", "3", "--accessory", shape],
+            environment: ["ANCSD_PAIR_HINT_AFTER": "0.5"])
+        let (status, phone) = try run.finish()
+        #expect(status == 3, "\(run.ancsd.standardError)")
+        #expect(phone == 0, "\(run.phone.standardError)")
+        #expect(run.output.contains(listing), "\(run.output)")
+        #expect(run.output.contains("No phone has connected in 0.5 s"), "\(run.output)")
+        #expect(run.output.contains("try the other shape: ancsd pair --accessory \(other)"), "\(run.output)")
+    }
+
+    /// A phone that connects within the window hears nothing of the other shape.
+    @Test func noHintOnceAPhoneConnected() throws {
+        let run = try PairRun(scenario: "pair", arguments: ["--yes", "--timeout", "30"], environment: ["ANCSD_PAIR_HINT_AFTER": "1"])
+        let (status, phone) = try run.finish()
+        #expect(status == 0, "\(run.output)\n\(run.ancsd.standardError)")
+        #expect(phone == 0, "\(run.phone.standardError)")
+        #expect(!run.output.contains("No phone has connected"), "\(run.output)")
     }
 
     @Test(arguments: [SIGINT, SIGTERM])

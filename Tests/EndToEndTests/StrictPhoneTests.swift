@@ -13,9 +13,9 @@ private let ada = "AA:BB:CC:DD:EE:01"
 @Suite(.serialized) struct StrictPhoneTests {
     /// The pair window's scenario: `pair` expecting `outcome`; `advertisements` counts what stays
     /// registered by others once ancsd is done.
-    static func pairScenario(_ outcome: String, otherAdvertisements: Int = 0, after: String = "") -> String {
+    static func pairScenario(_ outcome: String, otherAdvertisements: Int = 0, accessory: String = "keyboard", after: String = "") -> String {
         """
-        {"scenario":"strict-pair","adapter_pairable":false,"devices":[{"address":"\(ada)","name":"Ada's iPhone","address_type":"public","present":false}]}
+        {"scenario":"strict-pair","accessory":"\(accessory)","adapter_pairable":false,"devices":[{"address":"\(ada)","name":"Ada's iPhone","address_type":"public","present":false}]}
         {"do":"wait_state","discoverable_advertisements":\(1 + otherAdvertisements),"agents":1,"pairable":true,"timeout":30}
         {"do":"appear"}
         {"after":0.2,"do":"pair","passkey":482913,"expect":"\(outcome)","timeout":5}
@@ -51,11 +51,14 @@ private let ada = "AA:BB:CC:DD:EE:01"
         }
     }
 
-    @Test func pairsThroughTheAccessoryAndKnowsTheIdentityAddress() async throws {
-        let run = try await Run(Self.pairScenario("paired", after: """
-            {"do":"wait_state","bonded":true,"address":"\(ada)","keyboard":false,"report_subscribed":true,"input_reports":0,"timeout":10}
+    /// Each shape, the phone told which was asked for: it reads the Report Map once bonded, a
+    /// keyboard's Keyboard usage is expected, the remote has none; nothing is flagged.
+    @Test(arguments: [("keyboard", true), ("remote", false)])
+    func pairsThroughTheAccessoryAndKnowsTheIdentityAddress(shape: String, keyboard: Bool) async throws {
+        let run = try await Run(Self.pairScenario("paired", accessory: shape, after: """
+            {"do":"wait_state","bonded":true,"address":"\(ada)","keyboard":\(keyboard),"accessory_flagged":false,"report_subscribed":true,"input_reports":0,"timeout":10}
             {"do":"wait_state","trusted":true,"agents":0,"advertisements":0,"applications":0,"pairable":false,"timeout":30}
-            """), ancsd: ["pair", "--yes", "--timeout", "30"])
+            """), ancsd: ["pair", "--yes", "--timeout", "30", "--accessory", shape])
         #expect(try run.phone.wait(timeout: .seconds(60)) == 0, "\(run.phone.standardError)\n\(run.ancsd.standardError)")
         #expect(try run.ancsd.wait(timeout: .seconds(30)) == 0, "\(run.ancsd.standardError)")
         let phone = run.phone.standardError
@@ -70,7 +73,17 @@ private let ada = "AA:BB:CC:DD:EE:01"
         let shown = request.split(separator: "(").dropFirst().first?.prefix(2) ?? ""
         #expect(UInt8(shown, radix: 16).map { (0x40...0x7F).contains($0) } == true, "\(request)")
         #expect(output.contains("Paired with Ada's iPhone (\(ada)) and marked it trusted"), "\(output)")
-        #expect(phone.contains("keyboard usage: no"), "\(phone)")
+        #expect(phone.contains("keyboard usage: \(keyboard ? "yes" : "no") (\(shape) asked for)"), "\(phone)")
+        #expect(!phone.contains("FLAGGED"), "\(phone)")
+    }
+
+    /// The strict phone catches a keyboard where a remote was asked for.
+    @Test func aKeyboardWhereARemoteWasAskedIsFlagged() async throws {
+        let run = try await Run(Self.pairScenario("paired", accessory: "remote", after: """
+            {"do":"wait_state","bonded":true,"keyboard":true,"accessory_flagged":true,"timeout":10}
+            """), ancsd: ["pair", "--yes", "--timeout", "30", "--accessory", "keyboard"])
+        #expect(try run.phone.wait(timeout: .seconds(60)) == 0, "\(run.phone.standardError)\n\(run.ancsd.standardError)")
+        #expect(run.phone.standardError.contains("FLAGGED, a keyboard where a remote was asked for"), "\(run.phone.standardError)")
     }
 
     @Test func withoutTheAccessoryThePhoneDoesNotListIt() async throws {
@@ -141,7 +154,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
             {"after":0.5,"do":"connect","timeout":10}
             {"do":"wait_subscribed","timeout":30}
             {"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"After","message":"y"}
-            {"do":"wait_state","keyboard":false,"report_subscribed":true,"input_reports":0,"timeout":10}
+            {"do":"wait_state","keyboard":true,"accessory_flagged":false,"report_subscribed":true,"input_reports":0,"timeout":10}
             {"after":0.5,"do":"end"}
             """, ancsdArguments: ["--replays", "all"])
         let events = try run.finish()

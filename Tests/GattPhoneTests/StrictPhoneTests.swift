@@ -21,6 +21,34 @@ import Testing
         #expect(AdvertisementListing(uuids: [uuid], advertisingData: nil).hid)
     }
 
+    static let keyboardMap: [UInt8] = [
+        0x05, 0x01, 0x09, 0x06, 0xA1, 0x01, 0x85, 0x01, 0x05, 0x07, 0x19, 0xE0, 0x29, 0xE7, 0x15, 0x00, 0x25, 0x01, 0x75, 0x01,
+        0x95, 0x08, 0x81, 0x02, 0x75, 0x08, 0x95, 0x01, 0x81, 0x01, 0x05, 0x07, 0x19, 0x00, 0x29, 0x65, 0x15, 0x00, 0x25, 0x65,
+        0x75, 0x08, 0x95, 0x06, 0x81, 0x00, 0xC0,
+    ]
+    static let remoteMap: [UInt8] = [
+        0x05, 0x0C, 0x09, 0x01, 0xA1, 0x01, 0x85, 0x01, 0x15, 0x00, 0x26, 0xFF, 0x03, 0x19, 0x00, 0x2A, 0xFF, 0x03, 0x75, 0x10,
+        0x95, 0x01, 0x81, 0x00, 0xC0,
+    ]
+    static let keypadMap: [UInt8] = [0x05, 0x01, 0x09, 0x07, 0xA1, 0x01, 0x05, 0x07, 0x19, 0x00, 0x29, 0x65, 0x81, 0x00, 0xC0]
+
+    /// The Report Map the HID host read, checked against the shape asked for: a Keyboard usage
+    /// is flagged only when the remote was asked for; a Keypad usage is no keyboard.
+    @Test(arguments: [
+        (keyboardMap, AskedAccessory.keyboard, true, false),
+        (keyboardMap, .remote, true, true),
+        (remoteMap, .remote, false, false),
+        (remoteMap, .keyboard, false, false),
+        (keypadMap, .remote, false, false),
+    ])
+    func theReportMapIsCheckedAgainstTheShapeAskedFor(map: [UInt8], asked: AskedAccessory, keyboard: Bool, flagged: Bool) throws {
+        let check = try #require(ReportMapCheck(map, asked: asked))
+        #expect(check.keyboard == keyboard)
+        #expect(check.flagged == flagged)
+        #expect(check.applications == [map == Self.remoteMap ? "0xC:0x1" : map == Self.keypadMap ? "0x1:0x7" : "0x1:0x6"])
+        #expect(ReportMapCheck([0x05, 0x0C, 0x26, 0xFF], asked: asked) == nil, "a map cut short")
+    }
+
     @Test func aHIDAdvertisementWithTheANCSSolicitationIsListed() {
         let listing = AdvertisementListing(uuids: [Self.hid], advertisingData: Self.advertisingData([0x15: Self.ancsLE, 0x19: [0x80, 0x01]]))
         #expect(listing == AdvertisementListing(hid: true, solicitation: .ancs))

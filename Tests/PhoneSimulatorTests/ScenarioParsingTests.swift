@@ -130,14 +130,16 @@ struct ScenarioParsingTests {
     @Test("the iOS policy and its steps")
     func iosPolicy() throws {
         let scenario = try Scenario(parsing: """
-            {"scenario":"x","ios":"lenient","temporary_timeout":0.5}
+            {"scenario":"x","ios":"lenient","temporary_timeout":0.5,"accessory":"remote"}
             {"do":"connect"}
             {"do":"connect","timeout":2,"expect":"away"}
             {"do":"pair","expect":"not_listed","timeout":3}
             {"do":"pair","expect":"not_paired"}
-            {"do":"wait_state","connected":true,"bonded":false,"address":"aa:bb:cc:dd:ee:01","applications":1,"input_reports":0,"keyboard":false,"report_subscribed":true}
+            {"do":"wait_state","connected":true,"bonded":false,"address":"aa:bb:cc:dd:ee:01","applications":1,"input_reports":0,"keyboard":false,"accessory_flagged":false,"report_subscribed":true}
             """)
         #expect(scenario.settings.ios == .lenient && scenario.settings.temporaryTimeout == 0.5)
+        #expect(scenario.settings.accessory == .remote)
+        #expect(try Scenario(parsing: #"{"scenario":"x"}"#).settings.accessory == .keyboard, "ancsd's default shape")
         var e = StateExpectation()
         e.connected = true
         e.bonded = false
@@ -145,6 +147,7 @@ struct ScenarioParsingTests {
         e.applications = 1
         e.inputReports = 0
         e.keyboard = false
+        e.accessoryFlagged = false
         e.reportSubscribed = true
         #expect(scenario.steps.map(\.action) == [
             .connect(timeout: 10, expectAway: false), .connect(timeout: 2, expectAway: true),
@@ -156,6 +159,7 @@ struct ScenarioParsingTests {
     static let badLines: [(String, Int, String)] = [
         ("{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":1}\n{\"do\":\"dance\"}", 3, "unknown step \"dance\""),
         ("{\"scenario\":\"x\",\"ios\":\"android\"}", 1, "\"ios\" must be \"strict\" or \"lenient\""),
+        ("{\"scenario\":\"x\",\"accessory\":\"hid\"}", 1, "\"accessory\" must be \"keyboard\" or \"remote\""),
         ("{\"scenario\":\"x\"}\n{\"do\":\"connect\",\"expect\":\"maybe\"}", 2, "\"expect\" must be \"connected\" or \"away\""),
         ("{\"scenario\":\"x\"}\n{\"do\":\"add\"", 2, "not valid JSON"),
         ("{\"scenario\":\"x\"}\n[1,2]", 2, "expected a JSON object"),

@@ -339,21 +339,38 @@ struct StrictPolicyTests {
         }
     }
 
-    @Test("a Keyboard usage in the Report Map is detected")
-    func keyboardDetected() async throws {
+    /// A Keypad application with key codes: no keyboard to iOS (ESP32-BLE-Keyboard#137).
+    static let keypadMap: [UInt8] = [0x05, 0x01, 0x09, 0x07, 0xA1, 0x01, 0x05, 0x07, 0x19, 0x00, 0x29, 0x65, 0x81, 0x00, 0xC0]
+
+    @Test("a Keyboard usage in the Report Map is detected; a Keypad usage is not one")
+    func keyboardDetected() {
         #expect(PhoneSimulator.reportMapHasKeyboard(Self.keyboardMap))
         #expect(!PhoneSimulator.reportMapHasKeyboard(Self.consumerMap))
-        // Keypad, and a 4-byte usage carrying its page (0x0001_0007).
-        #expect(PhoneSimulator.reportMapHasKeyboard([0x05, 0x01, 0x09, 0x07]))
-        #expect(PhoneSimulator.reportMapHasKeyboard([0x0B, 0x07, 0x00, 0x01, 0x00]))
+        #expect(!PhoneSimulator.reportMapHasKeyboard(Self.keypadMap))
+        // A 4-byte usage carrying its page (0x0001_0006); Keypad in that form is no keyboard either.
+        #expect(PhoneSimulator.reportMapHasKeyboard([0x0B, 0x06, 0x00, 0x01, 0x00]))
+        #expect(!PhoneSimulator.reportMapHasKeyboard([0x0B, 0x07, 0x00, 0x01, 0x00]))
         // Usage 0x06 on the Consumer page is no keyboard.
         #expect(!PhoneSimulator.reportMapHasKeyboard([0x05, 0x0C, 0x09, 0x06]))
-        try await Self.withAccessory { simulator, accessory in
+    }
+
+    /// The phone is told the shape asked for (`"accessory"`) and reads the Report Map once
+    /// bonded: a Keyboard usage is flagged only when the remote was asked for.
+    @Test("the Report Map read after bonding is checked against the shape asked for", arguments: [
+        (AskedAccessory.keyboard, StrictPolicyTests.keyboardMap, true, false),
+        (.remote, StrictPolicyTests.consumerMap, false, false),
+        (.remote, StrictPolicyTests.keyboardMap, true, true),
+        (.remote, StrictPolicyTests.keypadMap, false, false),
+    ])
+    func shapeChecked(asked: AskedAccessory, map: [UInt8], keyboard: Bool, flagged: Bool) async throws {
+        var settings = Self.settings()
+        settings.accessory = asked
+        try await Self.withAccessory(settings) { simulator, accessory in
             try await accessory.registerAgent()
-            try await accessory.registerApplication(map: Self.keyboardMap)
+            try await accessory.registerApplication(map: map)
             try await accessory.advertise()
             try await simulator.execute(.pair(passkey: 1, expect: .paired, timeout: 2))
-            try await Self.state(simulator) { $0.keyboard = true }
+            try await Self.state(simulator) { $0.keyboard = keyboard; $0.accessoryFlagged = flagged }
         }
     }
 

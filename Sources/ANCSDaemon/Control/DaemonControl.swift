@@ -63,6 +63,7 @@ extension Daemon: ControlHandler, PhoneActions {
             uptimeSeconds: Int(uptime.components.seconds),
             bluetoothdRunning: bluetoothdPresent,
             adapters: tree.adapters.map { $0.rawValue.split(separator: "/").last.map(String.init) ?? $0.rawValue },
+            accessory: await accessoryStatus(),
             devices: links.values.sorted { $0.device.address < $1.device.address }.map { link in
                 ControlPhoneStatus(
                     device: link.device.address, name: link.device.name,
@@ -78,6 +79,14 @@ extension Daemon: ControlHandler, PhoneActions {
             },
             events: eventsEmitted, sessions: Int(nextLinkID),
             outputs: await output.report().map(Self.outputStatus))
+    }
+
+    /// The shape asked for, and where Presence has it registered (nowhere without Presence:
+    /// `--no-advertise`).
+    private func accessoryStatus() async -> ControlAccessoryStatus {
+        guard let presence else { return ControlAccessoryStatus(shape: options.accessory.rawValue, registeredOn: nil) }
+        let (kind, adapter) = await presence.accessoryRegistration
+        return ControlAccessoryStatus(shape: kind.rawValue, registeredOn: adapter)
     }
 
     private func list(device: String?) -> ControlAnswer {

@@ -8,7 +8,7 @@ import EventLoop
 
 /// What `ancsd run` keeps registered with bluetoothd so bonded phones come back by themselves:
 /// a connectable (not discoverable) LE advertisement that solicits ANCS, the HID accessory
-/// (`Accessory`, unless `--accessory none`) on the adapter it advertises on, with the HID UUID
+/// (`Accessory`, in the shape `--accessory` names, unless `none`) on the adapter it advertises on, with the HID UUID
 /// in the advertisement — iOS reconnects by itself to a bonded HID accessory that advertises
 /// connectable — and a pairing agent that refuses every request: `ancsd run` never pairs;
 /// `ancsd pair` opens a window for that. A passkey-entry request, which bluetoothd carries on
@@ -32,8 +32,8 @@ actor Presence {
     private let logger: Logger
     /// What the advertisement and the GATT application show the phone (`--accessory`).
     private var accessory: AccessoryKind
-    /// True while the accessory's objects are exported on the connection.
-    private var accessoryExported = false
+    /// The shape whose objects are exported on the connection, nil while none is.
+    private var exported: Accessory.Shape?
     /// Where the accessory's application is registered, nil while it is not.
     private var applicationOn: ObjectPath?
     private var owner: BlueZOwner?
@@ -57,7 +57,7 @@ actor Presence {
 
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
-    init(connection: DBusConnection, loop: EventLoop, adapter: String?, accessory: AccessoryKind = .hid, logger: Logger) {
+    init(connection: DBusConnection, loop: EventLoop, adapter: String?, accessory: AccessoryKind = .keyboard, logger: Logger) {
         self.connection = connection
         self.loop = loop
         self.adapterName = adapter
@@ -143,11 +143,17 @@ actor Presence {
         accessory = kind
         logger.info("accessory is now \(kind.rawValue): registering the advertisement again")
         await withdrawAdvertisement()
-        if kind == .disabled, accessoryExported {
-            accessoryExported = false
-            await Accessory.unexport(on: connection)
+        if let shape = exported, shape != kind.shape {
+            exported = nil
+            await Accessory.unexport(shape, on: connection)
         }
         await register()
+    }
+
+    /// The shape asked for (`--accessory`) and the adapter its application is registered on
+    /// now (`hci0`), nil while it is not (or for `none`): what `status` reports.
+    var accessoryRegistration: (kind: AccessoryKind, adapter: String?) {
+        (accessory, applicationOn.map { $0.rawValue.split(separator: "/").last.map(String.init) ?? $0.rawValue })
     }
 
     /// Registers whatever is not registered. Calls while one is running make it run once more.
@@ -202,7 +208,7 @@ actor Presence {
                     advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
                 try await AdvertisingManager(connection: connection, adapter: adapter).register(Self.advertisementPath)
                 advertisedOn = adapter
-                let what = accessory == .hid ? "HID service, solicits ANCS" : "solicits ANCS"
+                let what = accessory.shape == nil ? "solicits ANCS" : "HID service, solicits ANCS"
                 logger.info("registered LE advertisement \(Self.advertisementPath) on \(adapter.rawValue.split(separator: "/").last ?? ""): connectable, not discoverable, \(what), name \"\(name)\"")
             }
             failures = 0
@@ -220,15 +226,15 @@ actor Presence {
     /// `AlreadyExists` means it is still there. A failure is logged and the advertisement goes
     /// on without it (the bonded phone still reconnects to it).
     private func registerApplication(on adapter: ObjectPath, owner: BlueZOwner) async {
-        guard accessory == .hid else { return }
+        guard let shape = accessory.shape else { return }
         do {
-            if !accessoryExported {
-                try await Accessory.export(on: connection, owner: owner)
-                accessoryExported = true
+            if exported == nil {
+                try await Accessory.export(shape, on: connection, owner: owner)
+                exported = shape
             }
             do {
                 try await GattManager(connection: connection, adapter: adapter).register(Accessory.root)
-                logger.info("registered the HID accessory \(Accessory.root) on \(adapter.rawValue.split(separator: "/").last ?? ""): a media remote that never sends a report")
+                logger.info("registered the HID accessory \(Accessory.root) on \(adapter.rawValue.split(separator: "/").last ?? ""): \(shape.listing) that never sends a report")
             } catch let error as DBusError where error.name == "org.bluez.Error.AlreadyExists" {
                 logger.debug("the HID accessory is still registered on \(adapter)")
             }
@@ -342,9 +348,9 @@ actor Presence {
         await withdraw()
         await connection.unexport(Self.advertisementPath)
         await connection.unexport(Self.agentPath)
-        if accessoryExported {
-            accessoryExported = false
-            await Accessory.unexport(on: connection)
+        if let shape = exported {
+            exported = nil
+            await Accessory.unexport(shape, on: connection)
         }
         await owner?.stop()
     }

@@ -18,8 +18,8 @@ public struct DaemonOptions: Sendable {
     /// Follow the phone's player over Apple Media Service (`--media`, default yes).
     public var media = true
     /// What the advertisement and the GATT application show the phone (`--accessory`): the
-    /// HID accessory by default. SIGHUP applies a change.
-    public var accessory = AccessoryKind.hid
+    /// keyboard, the shape seen listed by iOS 26, by default. SIGHUP applies a change.
+    public var accessory = AccessoryKind.keyboard
     /// How each phone's session fetches attributes.
     public var session = SessionConfiguration()
     /// Where sessions are recorded (`--record`), if anywhere.

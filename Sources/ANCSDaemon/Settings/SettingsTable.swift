@@ -47,12 +47,14 @@ extension Setting {
                 player on the desktop
                 """),
         .value(
-            "accessory", nil, .live, .cases(lowercasing: true), at: \.options.accessory,
+            "accessory", nil, .live, .choice(AccessoryKind.names, AccessoryKind.init(parsing:)), at: \.options.accessory,
             help: """
-                what the phone is shown while a paired phone is known: hid (default) registers a HID-over-GATT media remote \
-                that never sends a key and advertises the HID service, so the bonded phone reconnects by itself and lists this \
-                computer in Settings > Bluetooth; its keyboard is unaffected. none: only the ANCS solicitation, for desktops \
-                whose own stack already makes the phone reconnect
+                what the phone is shown while a paired phone is known: a HID-over-GATT accessory that never sends a key and \
+                advertises the HID service, so the bonded phone reconnects by itself and lists this computer in Settings > \
+                Bluetooth. keyboard (default) is the shape an iPhone (iOS 26.6) was seen to list and bond; iOS hides its \
+                on-screen keyboard while it is connected (the keyboard icon brings it back). remote (or hid) is a media remote \
+                that leaves the on-screen keyboard alone; that iOS lists it is inferred, not seen. none: only the ANCS \
+                solicitation, for desktops whose own stack already makes the phone reconnect
                 """),
         .optional(
             "record", "DIR", .newSessions, .nonEmpty("needs a directory"), at: \.options.recording.directory,
