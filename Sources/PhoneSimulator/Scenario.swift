@@ -445,6 +445,16 @@ struct ObjectReader {
         return s
     }
 
+    /// One of `T`'s names at `key`, as an `expect` names an outcome.
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, of type: T.Type) throws(ScenarioError) -> T?
+    where T.RawValue == String {
+        guard let name = try string(key) else { return nil }
+        guard let chosen = T(rawValue: name) else {
+            throw fail("\"\(key)\" must be one of " + T.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
+        }
+        return chosen
+    }
+
     mutating func bool(_ key: String) throws(ScenarioError) -> Bool? {
         guard let v = value(key) else { return nil }
         guard let b = v.boolValue else { throw fail("\"\(key)\" must be true or false, not \(v.typeName)") }
@@ -650,14 +660,8 @@ struct ObjectReader {
         case "appear": step.action = .appear
         case "pair":
             let passkey = try integer("passkey", min: 0, max: 999_999) ?? 123_456
-            var outcome: PairingOutcome?
-            if let e = try string("expect") {
-                guard let o = PairingOutcome(rawValue: e) else {
-                    throw fail("\"expect\" must be one of " + PairingOutcome.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
-                }
-                outcome = o
-            }
-            step.action = .pair(passkey: UInt32(passkey), expect: outcome, timeout: try number("timeout", max: 86_400) ?? 10)
+            step.action = .pair(
+                passkey: UInt32(passkey), expect: try choice("expect", of: PairingOutcome.self), timeout: try number("timeout", max: 86_400) ?? 10)
         case "wait_state":
             var e = StateExpectation()
             e.pairable = try bool("pairable")
@@ -690,14 +694,8 @@ struct ObjectReader {
         case "stranger_connect": step.action = .strangerConnect(timeout: try number("timeout", max: 86_400) ?? 10)
         case "stranger_pair":
             let passkey = try integer("passkey", min: 0, max: 999_999) ?? 123_456
-            var outcome: StrangerOutcome?
-            if let e = try string("expect") {
-                guard let o = StrangerOutcome(rawValue: e) else {
-                    throw fail("\"expect\" must be one of " + StrangerOutcome.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))
-                }
-                outcome = o
-            }
-            step.action = .strangerPair(passkey: UInt32(passkey), expect: outcome, timeout: try number("timeout", max: 86_400) ?? 5)
+            step.action = .strangerPair(
+                passkey: UInt32(passkey), expect: try choice("expect", of: StrangerOutcome.self), timeout: try number("timeout", max: 86_400) ?? 5)
         case "sleep":
             guard let seconds = try number("seconds") else { throw fail("\"seconds\" is required") }
             step.action = .sleep(seconds: seconds)
