@@ -622,11 +622,19 @@ class Run:
                 with self.lines_lock:
                     self.unchecked.append(("a control subscriber", data.split(b"\n")[1:-1]))
             elif what == "garbage":
-                s.sendall(garbage.replace(b"\n", b" ") + b"\n" + b'{"cmd":"status"}\n')
+                try:
+                    s.sendall(garbage.replace(b"\n", b" ") + b"\n" + b'{"cmd":"status"}\n')
+                except BrokenPipeError:
+                    pass    # turned away (busy) before it sent: the answer waits to be read
                 s.settimeout(5)
                 reply = b""
                 while reply.count(b"\n") < 2:
-                    chunk = s.recv(65536)
+                    try:
+                        chunk = s.recv(65536)
+                    except ConnectionResetError:
+                        chunk = b""     # closed by ancsd with the request unread: turned away
+                    if not chunk and b'"code":"busy"' in reply.split(b"\n")[0]:
+                        return      # turned away while the churn held ancsd's clients
                     if not chunk:
                         self.problems.append(f"ancsd closed a control connection after garbage {garbage[:40]!r}")
                         return
@@ -685,23 +693,43 @@ class Run:
                     reply = ask(s, half_close=True)
                     if b'"ok":true' not in reply:
                         self.problems.append(f"control churn: a half-closed client got {reply[:80]!r}, not its answer")
-            else:   # near-limit: held clients up to a few descriptors short of ancsd's limit
+            else:   # near-limit: clients held past ancsd's descriptor limit
+                # Those that would take the descriptors ancsd keeps for its phones are answered
+                # busy and closed (docs/control.md); the rest are served. None may end ancsd's
+                # bus connection (libdbus drops it when a descriptor passed to ancsd cannot be
+                # received), which the oracle sees as phones that go quiet.
                 pid = self.ancsd.pid
                 soft = resource.prlimit(pid, resource.RLIMIT_NOFILE)[0]
-                room = soft - len(os.listdir(f"/proc/{pid}/fd")) - 24   # room for ancsd's own work meanwhile
-                for _ in range(max(0, min(room, 400))):
+                room = soft - len(os.listdir(f"/proc/{pid}/fd"))
+                for _ in range(max(0, min(room + 16, 400))):
                     held.append(connect())
                     self.churn_held += 1
+                served = 0
                 for i, s in enumerate(held):
-                    if b'"ok":true' not in ask(s):
-                        self.problems.append(f"control churn: held client {i} of {len(held)} (limit {soft}) got no answer")
+                    try:
+                        s.sendall(b'{"cmd":"status"}\n')
+                    except BrokenPipeError:
+                        pass    # turned away before it asked: its answer waits to be read
+                    reply = first_line(s)
+                    if b'"ok":true' in reply:
+                        served += 1
+                    elif b'"code":"busy"' in reply:
+                        self.faults["control-churn-turned-away-busy"] += 1
+                        self.churn_held -= 1
+                        held[i] = None
+                        s.close()
+                    else:
+                        self.problems.append(f"control churn: held client {i} of {len(held)} (limit {soft}) got {reply[:80]!r}")
                         return
+                if held and served == 0:
+                    self.problems.append(f"control churn: none of {len(held)} held clients was served (limit {soft})")
         except FileNotFoundError:
             pass    # ancsd is being restarted (kill -9): no socket to reach
         except (OSError, socket.timeout) as error:
             if self.ancsd.poll() is None and time.monotonic() - self.instance_started > 5:
                 self.problems.append(f"control churn ({kind}): {error}")
         finally:
+            held = [s for s in held if s is not None]
             for s in held:
                 s.close()
             self.churn_held -= len(held)
@@ -776,6 +804,16 @@ class Run:
         finally:
             s.close()
 
+    def status_when_served(self):
+        """ancsd's status, asked again while the control churn's held clients have it turning
+        new ones away (busy) for up to 30 s."""
+        deadline = time.monotonic() + 30
+        while True:
+            reply = self.control_request({"cmd": "status"})
+            if reply.get("error", {}).get("code") != "busy" or time.monotonic() > deadline:
+                return reply
+            time.sleep(0.1)
+
     def sample(self):
         pid = self.ancsd.pid
         try:
@@ -795,7 +833,8 @@ class Run:
         held = None
         try:
             reply = self.control_request({"cmd": "status"})
-            held = sum(d.get("notifications", 0) for d in reply.get("devices", []))
+            if reply.get("ok"):     # not turned away (busy) while the churn holds clients
+                held = sum(d.get("notifications", 0) for d in reply.get("devices", []))
         except (OSError, ValueError):
             pass
         owed = sum(len(p) for p in self.oracle.pending)
@@ -898,7 +937,7 @@ class Run:
         self.oracle.settled()
         self.check_copies()
         if self.outputs is not None:
-            self.outputs.settle(lambda: self.control_request({"cmd": "status"}), self.read_past)
+            self.outputs.settle(self.status_when_served, self.read_past)
         self.settles += 1
         # The oracle's model only grows; a full collection of it held every thread of the soak
         # for up to 0.9 s on a loaded machine. At a quiet point, collect what is new and freeze

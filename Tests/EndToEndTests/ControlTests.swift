@@ -185,13 +185,13 @@ private let ada = "AA:BB:CC:DD:EE:01"
 
     /// Issue 27: with RLIMIT_NOFILE low and clients held open, `accept` failed with EMFILE, the
     /// listener stayed readable and the daemon burnt a core saying nothing. Now it pauses, says
-    /// so once, and serves again when descriptors are free.
+    /// so once, and serves again when descriptors are free. (The limit is set below what the
+    /// daemon holds already: short of that, clients are turned away before it runs out.)
     @Test func runningOutOfDescriptorsPausesAcceptingAndServesAgain() throws {
         let (run, path) = try start()
         let pid = run.ancsd.pid
         let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
-        let limit = open + 8
-        let prlimit = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"])
+        let prlimit = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=4:\(open + 64)"])
         #expect(prlimit.status == 0, "\(prlimit.stderr)")
         var held: [SocketClient] = []
         for _ in 0..<30 { held.append(try SocketClient(path: path)) }  // the kernel's backlog takes what accept cannot
@@ -203,10 +203,45 @@ private let ada = "AA:BB:CC:DD:EE:01"
         let warnings = run.ancsd.standardError.components(separatedBy: "cannot accept clients").count - 1
         #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
         held = []
+        let raised = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(open + 64):\(open + 64)"])
+        #expect(raised.status == 0, "\(raised.stderr)")
         Thread.sleep(forTimeInterval: 1.5)
         let client = try SocketClient(path: path)
         #expect(try client.request(["cmd": "status"])["ok"] == true)
         #expect(run.ancsd.standardError.contains("descriptors are free again"))
+        _ = try run.phone.stop()
+    }
+
+    /// Held clients up to the descriptor limit ended the daemon's bus connection (libdbus drops
+    /// it when a descriptor bluetoothd passes cannot be received: the soak's near-limit churn).
+    /// Now the clients that would take the daemon's reserve are answered `busy` and closed, said
+    /// once in the log, and the daemon keeps serving its phone.
+    @Test func clientsNeverTakeTheDescriptorsKeptForThePhones() throws {
+        let (run, path) = try start()
+        let pid = run.ancsd.pid
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+        let limit = open + 80
+        let prlimit = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(limit):\(limit)"])
+        #expect(prlimit.status == 0, "\(prlimit.stderr)")
+        var served: [SocketClient] = []
+        var turnedAway: JSONValue?
+        while turnedAway == nil && served.count < limit {
+            let client = try SocketClient(path: path)
+            let reply = try client.requestOrRefusal(["cmd": "status"])
+            if reply["ok"] == true { served.append(client) } else { turnedAway = reply }
+        }
+        let reserve = min(64, limit / 4)
+        #expect(turnedAway?["error"]?["code"] == "busy", "\(String(describing: turnedAway))")
+        // Every number below a new client's is taken: it is turned away once `reserve` or fewer remain.
+        #expect(served.count >= limit - open - reserve - 2 && served.count <= limit - open - reserve, "served \(served.count) clients, limit \(limit), \(open) open before, reserve \(reserve)")
+        for _ in 0..<20 { #expect(try SocketClient(path: path).requestOrRefusal(["cmd": "status"])["error"]?["code"] == "busy") }
+        let warnings = run.ancsd.standardError.components(separatedBy: "turned a client away").count - 1
+        #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
+        #expect(try served[0].request(["cmd": "list"])["ok"] == true, "a held client is still served")
+        served = []
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try SocketClient(path: path).request(["cmd": "status"])["ok"] == true)
+        #expect(run.ancsd.isRunning)
         _ = try run.phone.stop()
     }
 
@@ -368,6 +403,13 @@ final class SocketClient {
 
     func request(_ object: JSONObject) throws -> JSONValue {
         try sendRaw(JSONValue.object(object).serialized + "\n")
+        return try readReply()
+    }
+
+    /// The reply to `object`, or the line a daemon that did not serve this client sent it
+    /// before closing (then the request itself may find the connection closed already).
+    func requestOrRefusal(_ object: JSONObject) throws -> JSONValue {
+        do { try sendRaw(JSONValue.object(object).serialized + "\n") } catch {}
         return try readReply()
     }
 

@@ -35,8 +35,10 @@ public struct ControlSocketError: Error, CustomStringConvertible {
 ///
 /// Who may connect: the socket is made with its final mode (0660) and group, and each client's
 /// credentials (SO_PEERCRED) are checked too: root, ancsd's own user, or a member of the
-/// socket's group. When descriptors run out, accepting pauses for a second (logged once per
-/// shortage) rather than spinning on a listener that stays readable.
+/// socket's group. A client that would leave the daemon fewer free descriptors than it keeps
+/// for the phones is answered `busy` and closed; when descriptors run out all the same,
+/// accepting pauses for a second (logged once per shortage) rather than spinning on a listener
+/// that stays readable.
 public final class ControlServer: Sendable {
     /// Identifies one client connection.
     public typealias ClientID = UInt64
@@ -260,10 +262,14 @@ public final class ControlServer: Sendable {
     }
 
     private func admit(_ fd: Int32) {
+        if let free = Self.scarceDescriptors(after: fd) {
+            turnAway(fd, ControlError(.busy, "too many control clients: the daemon keeps its last descriptors for the phones; try again in a moment"))
+            clientLog.log(.warning, "control socket: turned a client away (\(state.value.clients.count) connected, at most \(free) descriptors free)",
+                          kind: "control socket: turned a client away (descriptors kept for the phones)")
+            return
+        }
         if let refusal = refusal(of: fd) {
-            let line = Array((JSONValue.object(ControlError(.forbidden, refusal.message).reply(id: nil)).serialized + "\n").utf8)
-            _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            close(fd)
+            turnAway(fd, ControlError(.forbidden, refusal.message))
             clientLog.log(.warning, "control socket: refused a client of uid \(refusal.uid): \(refusal.message)",
                           kind: "control socket: refused a client of uid \(refusal.uid)")
             return
@@ -276,6 +282,31 @@ public final class ControlServer: Sendable {
         }
         state.value.clients[id] = client
         logger.debug("control client \(id) connected")
+    }
+
+    /// Sends `error` to a client that is not served, without waiting, and closes it.
+    private func turnAway(_ fd: Int32, _ error: ControlError) {
+        let line = Array((JSONValue.object(error.reply(id: nil)).serialized + "\n").utf8)
+        _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        close(fd)
+    }
+
+    /// The descriptors a control client may never take: the daemon's own work needs them (a
+    /// phone's notification sockets, descriptors bluetoothd passes over the bus, which libdbus
+    /// answers by dropping the whole bus connection when they cannot be received, the capture
+    /// and state files). A quarter of the limit, at most 64.
+    static func reservedDescriptors(limit: Int) -> Int { min(64, limit / 4) }
+
+    /// How many descriptors are free at most, when that is fewer than the reserve: the kernel
+    /// gives the lowest free number, so every number below the client's `fd` is taken. Nil
+    /// while there is room (the limit is read on each call: it may be raised or lowered while
+    /// the daemon runs, by prlimit(1)).
+    static func scarceDescriptors(after fd: Int32) -> Int? {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(Int32.max) else { return nil }
+        let soft = Int(limit.rlim_cur)
+        let free = soft - Int(fd) - 1
+        return free < reservedDescriptors(limit: soft) ? max(free, 0) : nil
     }
 
     /// Why the peer on `fd` may not use the socket, if it may not: only root, the daemon's own
