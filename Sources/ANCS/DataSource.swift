@@ -113,6 +113,15 @@ public struct DataSourceError: Error, Hashable, Sendable, CustomStringConvertibl
         self.offset = offset
     }
 
+    /// True when the bytes' header names another command, notification or app: they answer
+    /// something else (a late answer to an earlier request, or noise), not the pending request.
+    public var isAnotherResponse: Bool {
+        switch kind {
+        case .commandMismatch, .notificationUIDMismatch, .appIdentifierMismatch: true
+        default: false
+        }
+    }
+
     /// A stable snake_case code for machine-readable output.
     public var code: String {
         switch kind {

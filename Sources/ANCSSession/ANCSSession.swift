@@ -323,13 +323,23 @@ public struct ANCSSession: Sendable {
         guard let draining = inFlight?.draining, inFlight?.response == nil else {
             return [.log(.debug, "ignored \(value.count) Data Source bytes with no request waiting for them")]
         }
-        inFlight?.lastDataAt = now
-        if draining { return [] }
+        if draining {
+            inFlight?.lastDataAt = now
+            return []
+        }
+        let awaited = reassembler.bytesReceived == 0 ? reassembler.pendingRequest : nil
         // A completed response is read in place, as the session keeps it (no copy of each value).
         var response: FetchedResponse?
         let error = value.withUnsafeBufferPointer { bytes in
             reassembler.feed(bytes) { response = FetchedResponse($0) }
         }
+        if let error, error.isAnotherResponse, response == nil, let awaited {
+            // A whole value that does not begin the awaited answer (another request's late answer,
+            // or a phone's noise): the answer may still come, so it is awaited as before.
+            try? reassembler.expect(awaited)
+            return [.log(.debug, "ignored a Data Source value that is not the answer awaited: \(error)")]
+        }
+        inFlight?.lastDataAt = now
         if let error {
             if let work = inFlight?.work { actions.append(.log(.warning, "Data Source error for \(describe(work)): \(error)")) }
             if response == nil {

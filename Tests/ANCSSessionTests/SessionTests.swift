@@ -205,15 +205,33 @@ import Testing
         var h = Harness()
         h.ns(.notificationAdded, uid: 1)
         h.written(.accepted)
-        h.ds([0, 9, 0, 0, 0])  // wrong UID
+        h.ds([0, 1, 0, 0, 0, 0xEE])  // the right header, then an attribute ANCS does not define
         h.ds([1, 2, 3])  // the rest of the broken response is dropped
         #expect(h.logs.contains { $0.0 == .warning && $0.1.contains("Data Source error") })
         h.fireTimer()
         #expect(h.writes.count == 2, "asked again")
         h.written(.accepted)
-        h.ds([0, 9, 0, 0, 0])
+        h.ds([0, 1, 0, 0, 0, 0xEE])
         h.fireTimer()
         #expect(h.events.count == 1 && !h.events[0].notification.attributesComplete, "shown with what is known after the second failure")
+    }
+
+    /// A whole value whose header answers something else (a late answer to an earlier request,
+    /// or a phone's noise) is not the start of the awaited answer: it is ignored, and the answer
+    /// that follows is taken, with no second request (it used to break the response, which was
+    /// drained and asked again: a phone sending noise kept notifications from being shown).
+    @Test func aValueThatAnswersSomethingElseIsIgnored() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ds([0, 9, 0, 0, 0, 1, 3, 0, 65, 66, 67])  // another notification's answer
+        h.ds([0xFF, 0x42])                          // no command ANCS answers on the Data Source
+        h.ds([1, 0x6E, 0x6F, 0])                    // an app's answer, not a notification's
+        #expect(!h.logs.contains { $0.0 == .warning }, "\(h.logs)")
+        h.answer(notificationResponse(uid: 1, basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        let n = try #require(h.events.first?.notification)
+        #expect(n.attributesComplete && n.title == "Ada")
+        #expect(h.writes.count == 2, "the notification's request and the app's, each once: \(h.writes.count)")
     }
 
     /// A complete response proves the phone accepted the write: the notification is shown at
