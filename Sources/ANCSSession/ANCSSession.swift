@@ -254,6 +254,11 @@ public struct ANCSSession: Sendable {
             return [.log(.warning, "ignored a Notification Source value: \(error)")]
         }
         let uid = event.notificationUID
+        // Dropped before it can count as part of a replay, or as the new event that ends one
+        // (which would show the notifications still to be replayed as removed).
+        guard !event.eventID.isReserved else {
+            return [.log(.debug, "ignored Notification Source event with reserved ID \(event.eventID.rawValue) for \(uid)")]
+        }
         if !carriedOver.isEmpty {
             if event.flags.contains(.preExisting) {
                 replayEndsAt = now + Self.replayQuiet
@@ -310,7 +315,7 @@ public struct ANCSSession: Sendable {
                 else { actions.append(.log(.debug, "notification \(uid) removed before it was shown")) }
             }
         default:
-            actions.append(.log(.debug, "ignored Notification Source event with reserved ID \(event.eventID.rawValue) for \(uid)"))
+            break  // reserved: dropped above
         }
         pump(now: now, into: &actions)
         return actions
@@ -318,6 +323,9 @@ public struct ANCSSession: Sendable {
 
     /// A Data Source value from the phone.
     public mutating func handleDataSource(_ value: [UInt8], now: Duration) -> [SessionAction] {
+        // An empty value carries no byte of any answer: taken as data, it would start the quiet
+        // period that ends a response early, and an awaited answer would be given up on.
+        guard !value.isEmpty else { return [.log(.debug, "ignored an empty Data Source value")] }
         var actions: [SessionAction] = []
         // `inFlight` is changed in place (`inFlight?.…`): a copy would retain what it holds.
         guard let draining = inFlight?.draining, inFlight?.response == nil else {

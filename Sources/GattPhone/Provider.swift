@@ -172,7 +172,7 @@ extension GattPhone {
         case .media(let media):
             guard performMedia(media, line: step.line) else { return }
         case .restartBlueZ, .slow, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite, .heal, .refuseSubscribe, .staleSockets, .appear, .pair, .waitState,
-             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn, .strangerConnect, .strangerPair:
+             .releaseAdvertisements, .rogue, .sharingOff, .sharingOn, .strangerConnect, .strangerPair, .garbage:
             event("error", ["message": .string("line \(step.line): this step needs the simulated bluetoothd (ancs-phone-sim)")])
             return
         }

@@ -86,6 +86,7 @@ public final class PhoneSimulator: Sendable {
 
     /// Releases the name, closes every socket and the connection, stops the outboxes.
     public func stop() async {
+        await stopNoise()
         let (connection, wasStopped) = state.withLock { s -> (DBusConnection?, Bool) in
             let wasStopped = s.stopped
             s.stopped = true
@@ -236,9 +237,10 @@ public final class PhoneSimulator: Sendable {
         for _ in 0..<Self.drainBatch {
             guard let item = outbox.first() else { return }
             switch item {
-            case .value(let bytes, let session):
+            case .value(let bytes, let session), .noise(let bytes, let session):
                 guard let conn = connection() else { break }
-                if deliver(bytes, session: session, device: device, characteristic: characteristic, conn) == .wouldBlock {
+                let noted = if case .value = item { true } else { false }
+                if deliver(bytes, session: session, device: device, characteristic: characteristic, noted: noted, conn) == .wouldBlock {
                     // The client is not reading its socket yet: wait rather than drop (see docs).
                     return loop.after(.microseconds(500), again())
                 }
@@ -262,9 +264,10 @@ public final class PhoneSimulator: Sendable {
     enum Delivery: Equatable { case sent, dropped, wouldBlock }
 
     /// Sends one GATT notification value the way the client subscribed: a datagram on the
-    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop.
+    /// acquired socket, or a PropertiesChanged of `Value`. Runs on the connection's loop. A
+    /// value not `noted` (`garbage`'s) gets no timeline or events line.
     private func deliver(
-        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: PhoneCharacteristic, _ c: DBusConnection
+        _ bytes: [UInt8], session: UInt64, device: Int, characteristic: PhoneCharacteristic, noted: Bool = true, _ c: DBusConnection
     ) -> Delivery {
         enum Target { case none, socket(NotifySocket), signal(ObjectPath, copies: Int) }
         let sentAt = monotonicNanoseconds()
@@ -303,6 +306,7 @@ public final class PhoneSimulator: Sendable {
                 return .dropped
             }
         }
+        guard noted else { return .sent }
         if characteristic == .notificationSource, timeline != nil || events != nil,
            let event = try? NotificationSourceEvent(decoding: bytes) {
             // Stamped before the send: the consumer woken by the datagram may run (and answer)
@@ -485,6 +489,9 @@ struct PropertyChange: Sendable {
 final class Outbox: Sendable {
     enum Item: Sendable {
         case value([UInt8], session: UInt64)
+        /// A `garbage` value: sent as a value is, and left out of the timeline and events log
+        /// (an 8-byte one would read there as a Notification Source event).
+        case noise([UInt8], session: UInt64)
         case pause(Double, session: UInt64)
         case disconnect(session: UInt64)
     }

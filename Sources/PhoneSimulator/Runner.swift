@@ -109,6 +109,8 @@ extension PhoneSimulator {
             applySilence(action, device: device)
         case .slow(let delay):
             state.withLock { $0.devices[device].slowDelay = delay }
+        case .garbage(let seconds, let rate, let seed):
+            await garbage(device, seconds: seconds, rate: rate, seed: seed)
         case .omit(let id):
             state.withLock { s in
                 if let id { s.devices[device].model.omitted.insert(id) } else { s.devices[device].model.omitted = [] }

@@ -187,6 +187,12 @@ public enum ScenarioAction: Hashable, Sendable {
     case sharingOn
     /// Delay each Data Source response by this many seconds.
     case slow(delay: Double)
+    /// For `seconds` from now, in the background (the step returns at once), malformed values
+    /// `rate` per second in all, round robin over the phone's subscribed notifying
+    /// characteristics; a Data Source value only between whole responses (`Garbage.swift`).
+    /// Replaces the phone's noise that is still going; `seconds` 0 only stops it. `seed` (the
+    /// step's line, mixed with the phone's index) makes the values the same at every run.
+    case garbage(seconds: Double, rate: Int, seed: UInt64)
     /// Leave this attribute's tuple out of responses (nil: stop omitting).
     case omit(NotificationAttributeID?)
     /// Send half of the next Data Source response, then disconnect.
@@ -205,7 +211,7 @@ public enum ScenarioAction: Hashable, Sendable {
     case staleSockets
     /// Every misbehaviour switched on for the phone is off again: injected errors, requests
     /// left unanswered, pending disconnects, slowness, omitted tuples, denied sharing, refused
-    /// subscriptions, a pending `staleSockets`.
+    /// subscriptions, a pending `staleSockets`. (A `garbage` noise goes on: its seconds end it.)
     case heal
     /// Wait until a client subscribes to the Notification Source (fails after `timeout`).
     case waitSubscribed(timeout: Double)
@@ -641,6 +647,10 @@ struct ObjectReader {
         case "sharing_off": step.action = .sharingOff
         case "sharing_on": step.action = .sharingOn
         case "slow": step.action = .slow(delay: try number("delay", max: 600) ?? 0.5)
+        case "garbage":
+            guard let seconds = try number("seconds", max: 86_400) else { throw fail("\"seconds\" is required") }
+            step.action = .garbage(
+                seconds: seconds, rate: try integer("rate", min: 1, max: 10_000) ?? 1000, seed: UInt64(truncatingIfNeeded: line))
         case "omit":
             if let name = try string("attribute") {
                 guard let id = NotificationAttributeID.allDefined.first(where: { $0.name == name }) else {

@@ -7,6 +7,8 @@ struct SimState {
     /// The live bus connection (nil while "bluetoothd" is down).
     var connection: DBusConnection?
     var stopped = false
+    /// Numbers the `garbage` noise sources started (`NoiseRun.id`).
+    var noiseRuns: UInt64 = 0
     /// Agents registered by clients, in registration order.
     var agents: [AgentRegistration] = []
     /// Agents that asked to be the default, the current default last (bluetoothd keeps such a
@@ -190,6 +192,8 @@ struct DeviceState {
     var staleSocketsOnDrop = false
     /// What the phone stopped doing without telling (`silent_drop`, `sharing_off`, …).
     var silence = Silence()
+    /// The `garbage` noise source sending now (`Garbage.swift`); a link loss does not end it.
+    var noise: NoiseRun?
 
     init(settings: DeviceSettings, apps: [String: String], policy: IOSPolicy = .lenient) {
         self.settings = settings

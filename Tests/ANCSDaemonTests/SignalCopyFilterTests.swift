@@ -83,6 +83,27 @@ import Testing
         #expect(data == [true, true])
     }
 
+    /// A phone's noise on the Notification Source repeats short values (two empty ones in a row):
+    /// no event, so no copy. They were counted, and one subscriber was reported as two (and then
+    /// as one again, over and over, not rate limited).
+    @Test func repeatedValuesThatAreNoEventAreNotCopies() {
+        var filter = SignalCopyFilter()
+        var now = Duration.zero
+        var verdicts: [Bool] = []
+        for value in [[], [], added, [7], [7], [7], modified, [1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 9]] as [[UInt8]] {
+            now += .microseconds(100)
+            verdicts.append(filter.admitNotificationSource(value, now: now))
+        }
+        #expect(verdicts.allSatisfy { $0 }, "\(verdicts)")
+        #expect(filter.copies == 1)
+        // With a second subscriber, events are still counted and copies dropped around the noise.
+        let copies = [added, added, [], [], modified, modified].map { value -> Bool in
+            now += .microseconds(100)
+            return filter.admitNotificationSource(value, now: now)
+        }
+        #expect(copies == [true, false, true, true, true, false] && filter.sourceCopies == 2)
+    }
+
     @Test func responsesBeginWithTheRequestsCommandAndSubject() {
         #expect(SignalCopyFilter.responseStart(of: request) == [0, 7, 0, 0, 0])
         #expect(SignalCopyFilter.responseStart(of: [1] + Array("com.apple.MobileSMS".utf8) + [0, 0]) == [1] + Array("com.apple.MobileSMS".utf8) + [0])

@@ -192,6 +192,27 @@ import Testing
         #expect(h.events.last?.kind == .added && h.events.last?.notification.uid == 3)
     }
 
+    /// A value with a reserved EventID (a phone's noise) is no event: it neither ends the
+    /// replay, as a new notification would (the notifications still to be replayed were shown
+    /// as removed, then added again when replayed), nor is it taken as part of the replay.
+    @Test func afterARenewalAReservedEventEndsNoReplay() {
+        var h = harnessShowing([1: "One", 2: "Two"])
+        h.record(h.session.resubscribed(now: h.now))
+        h.ns(.notificationAdded, uid: 1, flags: .preExisting)
+        h.answer(notificationResponse(uid: 1, Self.attributes("One")))
+        let ends = h.session.nextDeadline
+        h.advance(.milliseconds(500))
+        h.ns(EventID(rawValue: 7), uid: 2)
+        h.ns(EventID(rawValue: 200), uid: 9, flags: .preExisting)
+        #expect(h.events.count == 2, "nothing removed: \(h.events.map(\.kind))")
+        #expect(h.session.nextDeadline == ends, "the replay's end is not moved")
+        h.ns(.notificationAdded, uid: 2, flags: .preExisting)
+        h.answer(notificationResponse(uid: 2, Self.attributes("Two")))
+        h.advance(ANCSSession.replayQuiet)
+        #expect(h.events.map(\.kind) == [.added, .added], "both replayed: nothing shown again, nothing removed")
+        #expect(!h.logs.contains { $0.0 >= .warning }, "\(h.logs)")
+    }
+
     /// Removed by the phone during the replay: one removal, with what was shown.
     @Test func afterARenewalARemovalOfACarriedNotificationIsShownOnce() {
         var h = harnessShowing([1: "One"])

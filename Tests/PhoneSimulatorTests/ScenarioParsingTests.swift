@@ -118,6 +118,40 @@ struct ScenarioParsingTests {
         #expect(throws: ScenarioError.self) { try ScenarioStep(parsingLine: #"{"do":"cp_timeout","count":0}"#, number: 2, settings: settings) }
     }
 
+    @Test("garbage: seconds required, 0…86400; rate 1…10000, 1000 by default; seeded by its line")
+    func garbage() throws {
+        let settings = try Scenario(parsing: """
+            {"scenario":"s","devices":[{"address":"AA:BB:CC:DD:EE:01"},{"address":"AA:BB:CC:DD:EE:02"}]}
+            """).settings
+        func parse(_ line: String, number: Int = 2) throws(ScenarioError) -> ScenarioStep {
+            try ScenarioStep(parsingLine: line, number: number, settings: settings)
+        }
+        #expect(try parse(#"{"do":"garbage","device":1,"seconds":5,"rate":1000}"#, number: 7)
+            == ScenarioStep(line: 7, device: 1, action: .garbage(seconds: 5, rate: 1000, seed: 7)))
+        #expect(try parse(#"{"do":"garbage","seconds":2.5}"#).action == .garbage(seconds: 2.5, rate: 1000, seed: 2))
+        #expect(try parse(#"{"do":"garbage","seconds":0}"#).action == .garbage(seconds: 0, rate: 1000, seed: 2))
+        #expect(try parse(#"{"do":"garbage","seconds":86400,"rate":10000}"#).action == .garbage(seconds: 86_400, rate: 10_000, seed: 2))
+        #expect(try parse(#"{"do":"garbage","seconds":1,"rate":1}"#).action == .garbage(seconds: 1, rate: 1, seed: 2))
+        for (line, fragment) in [
+            (#"{"do":"garbage"}"#, "\"seconds\" is required"),
+            (#"{"do":"garbage","rate":100}"#, "\"seconds\" is required"),
+            (#"{"do":"garbage","seconds":-1}"#, "between 0.0 and 86400.0"),
+            (#"{"do":"garbage","seconds":86401}"#, "between 0.0 and 86400.0"),
+            (#"{"do":"garbage","seconds":1,"rate":0}"#, "between 1 and 10000"),
+            (#"{"do":"garbage","seconds":1,"rate":10001}"#, "between 1 and 10000"),
+            (#"{"do":"garbage","seconds":1,"rate":2.5}"#, "\"rate\" must be an integer"),
+            (#"{"do":"garbage","seconds":"5"}"#, "\"seconds\" must be a number"),
+            (#"{"do":"garbage","seconds":1,"seed":3}"#, "unknown key \"seed\""),
+        ] {
+            do {
+                _ = try parse(line)
+                Issue.record("accepted: \(line)")
+            } catch {
+                #expect(error.description == "line 2: " + error.message && error.message.contains(fragment), "\(line): \(error)")
+            }
+        }
+    }
+
     @Test("a minimal scenario gets one default phone")
     func defaults() throws {
         let scenario = try Scenario(parsing: "{\"scenario\":\"x\"}\n{\"do\":\"add\",\"uid\":3}\n")

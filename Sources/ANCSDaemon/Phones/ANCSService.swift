@@ -163,16 +163,19 @@ final class ANCSService: ServiceHandler, ServiceEvents {
         daemon.scheduleStatus()
     }
 
+    /// Through the phone's rate-limited log: what the phone sends changes the count.
     private func reportCopies(link: PhoneLink, daemon: isolated Daemon) {
         let copies = copyFilter.copies
+        let address = link.device.address
         if copies > 1 {
-            daemon.logger.warning("""
-                \(link.device.address): bluetoothd delivers every notification \(copies) times: another program has \
+            daemon.phoneLog.log(.warning, """
+                \(address): bluetoothd delivers every notification \(copies) times: another program has \
                 notifications of the phone's ANCS characteristics turned on (bluetoothctl's "notify on", another ANCS \
                 client); ancsd drops the copies, but closing that program is safer
-                """)
+                """, kind: "\(address): bluetoothd delivers every notification # times")
         } else {
-            daemon.logger.info("\(link.device.address): bluetoothd delivers every notification once again")
+            daemon.phoneLog.log(.info, "\(address): bluetoothd delivers every notification once again",
+                                kind: "\(address): bluetoothd delivers every notification once again")
         }
     }
 }

@@ -65,6 +65,10 @@ final class NotificationReader: Sendable {
         switch received {
         case .success(let value) where !value.isEmpty:
             return onValue(value)
+        case .success(let value) where !Self.endOfStream(fd):
+            // An empty datagram: a notification whose value is empty, which a phone may send
+            // (bluetoothd passes it on as it is). It is the phone's to make sense of, not the end.
+            return onValue(value)
         case .failure(let error) where error == .wouldBlock:
             return
         case .success:
@@ -74,6 +78,21 @@ final class NotificationReader: Sendable {
         }
         cancel()
         onClose(reason)
+    }
+
+    /// After a read of 0 bytes: true when that was the end of the stream, not an empty datagram.
+    /// A `SOCK_SEQPACKET` read returns 0 for both; the end comes only once the peer has closed
+    /// (the socket then polls as hung up) and nothing more waits. (A datagram that waits behind
+    /// an empty one is there to read: peeked at, it is non-empty. Only empty ones that come
+    /// right before the close can be taken for the end, and they carry nothing.)
+    private static func endOfStream(_ fd: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        var ready: Int32
+        repeat { ready = poll(&entry, 1, 0) } while ready < 0 && errno == EINTR
+        guard ready >= 0 else { return true }
+        guard entry.revents & Int16(POLLHUP | POLLERR) != 0 else { return false }
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) <= 0
     }
 
     /// Stops reading and closes the descriptor; from any thread (at once on the loop).

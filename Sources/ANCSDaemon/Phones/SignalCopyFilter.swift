@@ -9,7 +9,9 @@
 /// Copies are counted where they are unmistakable, for each characteristic on its own:
 /// - Notification Source: a phone never sends the same 8-byte event twice within a few
 ///   milliseconds, and dropping such a repeat loses nothing (a second identical "modified"
-///   would only fetch the same attributes again).
+///   would only fetch the same attributes again). A value of another length is no event: it
+///   passes, and counts for nothing (a phone's noise repeats short values, and two empty ones in
+///   a row were taken for a second subscriber).
 /// - Data Source: the first value of a response starts with the request's command and UID or
 ///   app identifier, and no later fragment of it can equal it; its repeats are copies.
 /// Data Source values are then taken once per that many identical values in a row, since
@@ -32,12 +34,15 @@ struct SignalCopyFilter {
 
     /// Identical Notification Source values closer than this are copies of one notification.
     static let burst: Duration = .milliseconds(50)
+    /// The size of a Notification Source event.
+    static let eventSize = 8
 
     /// The larger of the two counts, for reporting.
     var copies: Int { max(sourceCopies, dataCopies) }
 
     /// Whether a Notification Source value is new (true) or a copy (false).
     mutating func admitNotificationSource(_ value: [UInt8], now: Duration) -> Bool {
+        guard value.count == Self.eventSize else { return true }
         if let last = lastSource, last == value, now - lastSourceTime <= Self.burst {
             sourceRun += 1
             sourceCopies = max(sourceCopies, sourceRun)
