@@ -234,6 +234,10 @@ public struct DataSourceReassembler: Sendable {
     /// How many bytes of the pending response have arrived.
     public var bytesReceived: Int { request == nil ? 0 : offset }
 
+    /// Whether the pending response stops inside its header or a tuple: more bytes must follow
+    /// before it can end (false when idle, before the first byte, and between tuples).
+    public var isCutShort: Bool { request != nil && offset > 0 && stage != .attributeID }
+
     /// Starts waiting for the response to `request`, dropping any response in progress.
     /// A PerformNotificationAction has no Data Source response: it leaves the reassembler idle.
     public mutating func expect(_ request: ControlPointRequest) throws(ControlPointError) {

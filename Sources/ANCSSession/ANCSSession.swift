@@ -116,7 +116,11 @@ public struct ANCSSession: Sendable {
         var deadline: Duration?
         if let sentAt = inFlight?.sentAt {
             let timeout = sentAt + configuration.requestTimeout
-            if let last = inFlight?.lastDataAt { deadline = min(last + configuration.quietPeriod, timeout) } else { deadline = timeout }
+            if let flight = inFlight, let last = flight.lastDataAt, silenceEnds(flight) {
+                deadline = min(last + configuration.quietPeriod, timeout)
+            } else {
+                deadline = timeout
+            }
         }
         if !probeWanted, let at = aliveCheckAt { deadline = deadline.map { min($0, at) } ?? at }
         if let at = resubscribeAt { deadline = deadline.map { min($0, at) } ?? at }
@@ -425,10 +429,19 @@ public struct ANCSSession: Sendable {
         }
     }
 
+    /// Whether the phone falling quiet (`quietPeriod` after its last Data Source value) ends
+    /// `flight`: not while the answer stops inside a tuple, whose rest must come, so only the
+    /// request timeout ends it (a slow link pauses mid-value: under emulation a long message
+    /// lost its last attributes to the quiet period, which then came as stray values).
+    private func silenceEnds(_ flight: InFlight) -> Bool {
+        if case .probe = flight.work { return true }
+        return flight.draining || flight.response != nil || !reassembler.isCutShort
+    }
+
     private mutating func handleFlightTimer(now: Duration, into actions: inout [SessionAction]) {
         guard var flight = inFlight else { return }
         let timedOut = now >= flight.sentAt + configuration.requestTimeout
-        let quiet = flight.lastDataAt.map { now >= $0 + configuration.quietPeriod } ?? false
+        let quiet = silenceEnds(flight) && flight.lastDataAt.map { now >= $0 + configuration.quietPeriod } ?? false
         guard timedOut || quiet else { return }
         if case .probe = flight.work {
             // A live phone answers the check at once (ATT 0xA2); data without an answer is an answer too.

@@ -201,6 +201,36 @@ import Testing
         #expect(!n.attributesComplete && n.negativeAction == "Dismiss" && n.positiveAction == nil && n.title == "Ada")
     }
 
+    /// In the VM (an emulated CPU), a long message paused mid-value for longer than the quiet
+    /// period: it was ended early without its last attributes, whose bytes then came as stray
+    /// values. A pause inside a tuple now waits for the rest, up to the request timeout.
+    @Test func aPauseInsideAValueWaitsForTheRest() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.written(.accepted)
+        let response = notificationResponse(uid: 1, basicAttributes)
+        let cut = 12  // inside the AppIdentifier's value
+        h.ds(Array(response.prefix(cut)))
+        #expect(h.session.nextDeadline == .seconds(5), "mid-value, only the request timeout ends it")
+        h.advance(.seconds(2))
+        #expect(!h.logs.contains { $0.1.contains("ended it early") })
+        h.ds(Array(response.dropFirst(cut)))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        let n = try #require(h.events.first?.notification)
+        #expect(n.attributesComplete && n.message == "Tea at five?")
+    }
+
+    /// Cut mid-value and never finished: the request timeout ends it, with what came.
+    @Test func aValueNeverFinishedEndsAtTheRequestTimeout() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.written(.accepted)
+        h.ds(Array(notificationResponse(uid: 1, basicAttributes).prefix(12)))
+        h.fireTimer()
+        #expect(h.now == .seconds(5))
+        #expect(h.logs.contains { $0.1.contains("ended it early without attributes") })
+    }
+
     @Test func aBrokenResponseIsDrainedAndTriedOnceMore() {
         var h = Harness()
         h.ns(.notificationAdded, uid: 1)
@@ -232,6 +262,23 @@ import Testing
         let n = try #require(h.events.first?.notification)
         #expect(n.attributesComplete && n.title == "Ada")
         #expect(h.writes.count == 2, "the notification's request and the app's, each once: \(h.writes.count)")
+    }
+
+    /// An empty Data Source value (a phone's notification with no value) carries nothing: it
+    /// does not start the quiet period that ends a response early, so the awaited answer is
+    /// still waited for (it was given up on 400 ms later, and the notification shown bare).
+    @Test func anEmptyDataSourceValueIsIgnored() throws {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.written(.accepted)
+        h.ds([])
+        #expect(h.session.nextDeadline == .seconds(5), "the request's timeout, not a quiet period")
+        h.advance(.seconds(1))
+        #expect(h.events.isEmpty && h.writes.count == 1 && !h.logs.contains { $0.0 >= .info }, "\(h.logs)")
+        h.ds(notificationResponse(uid: 1, basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        let n = try #require(h.events.first?.notification)
+        #expect(n.attributesComplete && n.title == "Ada")
     }
 
     /// A complete response proves the phone accepted the write: the notification is shown at
