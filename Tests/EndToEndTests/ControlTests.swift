@@ -232,8 +232,10 @@ private let ada = "AA:BB:CC:DD:EE:01"
         }
         let reserve = min(64, limit / 4)
         #expect(turnedAway?["error"]?["code"] == "busy", "\(String(describing: turnedAway))")
-        // Every number below a new client's is taken: it is turned away once `reserve` or fewer remain.
-        #expect(served.count >= limit - open - reserve - 2 && served.count <= limit - open - reserve, "served \(served.count) clients, limit \(limit), \(open) open before, reserve \(reserve)")
+        // Every number below a new client's is taken: it is turned away once `reserve` or fewer
+        // remain. `open` is one look at a running daemon (a bus call's descriptor comes and goes),
+        // so the count is allowed a few either way.
+        #expect(abs(served.count - (limit - open - reserve)) <= 3, "served \(served.count) clients, limit \(limit), \(open) open before, reserve \(reserve)")
         for _ in 0..<20 { #expect(try SocketClient(path: path).requestOrRefusal(["cmd": "status"])["error"]?["code"] == "busy") }
         let warnings = run.ancsd.standardError.components(separatedBy: "turned a client away").count - 1
         #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
