@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import JSON
 import Testing
 import TestSupport
@@ -212,6 +213,65 @@ private let ada = "AA:BB:CC:DD:EE:01"
         _ = try run.phone.stop()
     }
 
+    /// A client that writes requests without pause (the soak's control flood) held the loop in
+    /// its read for as long as it wrote, and a notification of the same seconds waited for the
+    /// flood's end (5.5 s in the soak). Now each wakeup reads one chunk, and at most 32 requests
+    /// of a client are answered at once; every request is still answered, in order.
+    @Test func aClientThatNeverPausesDoesNotHoldUpNotifications() throws {
+        let text = """
+            {"scenario":"control-flood","devices":[{"address":"\(ada)","name":"Ada's iPhone"}],"apps":{"com.apple.MobileSMS":"Messages"}}
+            {"do":"wait_subscribed","timeout":30}
+            {"do":"add","uid":1,"category":"social","app":"com.apple.MobileSMS","title":"Before","message":"x"}
+            {"do":"sleep","seconds":2}
+            {"do":"add","uid":2,"category":"social","app":"com.apple.MobileSMS","title":"During","message":"y"}
+            {"do":"sleep","seconds":60}
+            {"do":"end"}
+            """
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        let run = try DaemonRun(text: text, ancsdArguments: ["--control", socketPath])
+        try run.ancsd.waitForLine { $0.contains(#""title":"Before""#) }
+        let client = try SocketClient(path: socketPath)
+        let fd = client.fd
+        let sent = Atomic<Int>(0)
+        let stop = Atomic<Bool>(false)
+        let writer = DispatchGroup()
+        writer.enter()
+        Thread.detachNewThread {
+            let batch = Array(String(repeating: #"{"cmd":"list"}"# + "\n", count: 100).utf8)
+            while !stop.load(ordering: .relaxed) {
+                var offset = 0
+                while offset < batch.count {
+                    let written = batch[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    guard written > 0 else { break }
+                    offset += written
+                }
+                guard offset == batch.count else { break }
+                sent.add(100, ordering: .relaxed)
+            }
+            writer.leave()
+        }
+        var answered = 0
+        let floodEnds = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < floodEnds {
+            #expect(try client.readReply()["ok"] == true)
+            answered += 1
+        }
+        stop.store(true, ordering: .relaxed)
+        // The writer may wait in send() for the daemon, which waits for this reader.
+        while writer.wait(timeout: .now()) == .timedOut || answered < sent.load(ordering: .relaxed) {
+            #expect(try client.readReply()["ok"] == true)
+            answered += 1
+        }
+        let lines = run.ancsd.lines
+        let before = try #require(lines.first { $0.text.contains(#""title":"Before""#) }?.arrived)
+        let during = try #require(lines.first { $0.text.contains(#""title":"During""#) }?.arrived)
+        // The phone sends it 2 s after the first; the flood lasted 5 s.
+        #expect(during - before < .milliseconds(3_500), "shown \(during - before) after the first, \(answered) requests answered")
+        #expect(answered > 1_000, "the flood got only \(answered) answers")
+        #expect(run.ancsd.isRunning)
+        _ = try run.phone.stop()
+    }
+
     /// Held clients up to the descriptor limit ended the daemon's bus connection (libdbus drops
     /// it when a descriptor bluetoothd passes cannot be received: the soak's near-limit churn).
     /// Now the clients that would take the daemon's reserve are answered `busy` and closed, said
@@ -377,7 +437,8 @@ private let ada = "AA:BB:CC:DD:EE:01"
 
 /// A blocking JSON Lines client of the control socket, for tests.
 final class SocketClient {
-    private let fd: Int32
+    /// The connection's descriptor, for a test that writes from a thread of its own.
+    let fd: Int32
     private var buffer = Data()
 
     init(path: String) throws {

@@ -2,6 +2,7 @@
 public import Glibc
 #endif
 public import ANCSRuntime
+import ANCSSession
 import CLinux
 public import ControlProtocol
 public import EventLoop
@@ -47,6 +48,14 @@ public final class ControlServer: Sendable {
     public static let maxRequestLength = ControlRequest.maxLineLength
     /// The most bytes waiting to be written to one client.
     public static let maxPendingBytes = 1 << 20
+    /// The most requests of one client being answered at once. A client that sends more
+    /// without waiting for answers is read no further until answers go out, and each wakeup
+    /// reads one chunk of it: a client that writes without pause (the soak's control flood)
+    /// once held the loop in its read for seconds, and the phones' notifications waited.
+    static let maxPipelined = 32
+    /// Replies waiting to be written past which a client's requests are read no further (it
+    /// is not reading its answers; its own writes then block, rather than it being dropped).
+    static let maxUnreadReplies = 65_536
     /// How long accepting pauses when descriptors run out.
     static let shortagePause = Duration.seconds(1)
     /// For tests: called with the path right after the socket file is made, before anything
@@ -403,6 +412,9 @@ public final class ControlServer: Sendable {
         let fd: Int32
         private var watch: Watch?
         private var framer = ControlLineFramer()
+        /// Request lines read and not handed over yet (`maxPipelined` were being answered).
+        private var unhandled = FIFO<[UInt8]>()
+        private var handingOver = false
         private var output = FIFOBuffer()
         private weak var server: ControlServer?
         private var closed = false
@@ -442,6 +454,8 @@ public final class ControlServer: Sendable {
                 pendingReplies -= 1
                 enqueueReply(next)
             }
+            handOver()
+            guard !closed else { return }
             if pendingReplies == 0, !heldEvents.isEmpty {
                 let events = heldEvents
                 heldEvents = []
@@ -479,45 +493,53 @@ public final class ControlServer: Sendable {
             return true
         }
 
+        /// Reads one chunk (the loop calls again while more waits) and hands its lines over.
         func readAvailable() {
+            guard !closed, !inputEnded, unhandled.isEmpty else { return }
             var chunk = [UInt8](repeating: 0, count: 16_384)
-            while !closed && !inputEnded {
-                let count = Errno.retryingInterrupts { chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
-                if count > 0 {
-                    for line in framer.feed(chunk[0..<count]) {
-                        server?.received(line: line, from: self)
-                        if closed { return }
-                    }
-                    if framer.overflowed {
-                        enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply)
-                        inputEnded = true
-                        updateInterest()
-                        endIfDone()
-                        return
-                    }
-                    continue
+            let count = Errno.retryingInterrupts { chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
+            if count > 0 {
+                for line in framer.feed(chunk[0..<count]) { unhandled.push(line) }
+                if framer.overflowed {
+                    enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply)
+                    inputEnded = true
                 }
-                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-                if count < 0 {  // a reset: nobody reads what is left
-                    server?.drop(id)
-                    return
-                }
+            } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return
+            } else if count < 0 {  // a reset: nobody reads what is left
+                server?.drop(id)
+                return
+            } else {
                 // End of input (perhaps only the client's sending side, as socat does at the end
                 // of its input): a last line without a newline is a request too.
-                if let line = framer.finish() {
-                    server?.received(line: line, from: self)
-                    if closed { return }
-                }
+                if let line = framer.finish() { unhandled.push(line) }
                 inputEnded = true
-                updateInterest()
-                endIfDone()
-                return
             }
+            handOver()
+        }
+
+        /// Whether the client's requests are taken now: fewer than `maxPipelined` are being
+        /// answered and fewer than `maxUnreadReplies` bytes wait to be written.
+        private var takesRequests: Bool {
+            pendingReplies < ControlServer.maxPipelined && output.count < ControlServer.maxUnreadReplies
+        }
+
+        /// Hands the lines read over while it `takesRequests`; then reads on if it does.
+        private func handOver() {
+            guard !handingOver else { return }  // a reply written from within `received`
+            handingOver = true
+            while !closed, takesRequests, let line = unhandled.pop() {
+                server?.received(line: line, from: self)
+            }
+            handingOver = false
+            guard !closed else { return }
+            updateInterest()
+            endIfDone()
         }
 
         /// After the client's input ended: closes once every reply it asked for is written.
         private func endIfDone() {
-            guard inputEnded, !closed, pendingReplies == 0, output.isEmpty else { return }
+            guard inputEnded, !closed, pendingReplies == 0, unhandled.isEmpty, output.isEmpty else { return }
             server?.drop(id)
         }
 
@@ -533,14 +555,14 @@ public final class ControlServer: Sendable {
                 return
             }
             guard !closed else { return }
-            updateInterest()
-            endIfDone()
+            handOver()
         }
 
-        /// Readable until the input ends; writable only while something waits to be written,
-        /// so an idle client costs nothing.
+        /// Readable until the input ends, except while read lines wait to be handed over;
+        /// writable only while something waits to be written, so an idle client costs nothing.
         private func updateInterest() {
-            var interest: Watch.Events = inputEnded ? [] : .readable
+            let reading = !inputEnded && unhandled.isEmpty && takesRequests
+            var interest: Watch.Events = reading ? .readable : []
             if !output.isEmpty { interest.insert(.writable) }
             watch?.update(interest)
         }
