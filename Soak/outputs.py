@@ -201,7 +201,7 @@ class Outputs:
 
     def config(self, variant, sleep):
         return (f"exec = {exec_command(self.dir, variant, sleep)}\n"
-                f"mqtt = mqtt://127.0.0.1:{self.port}\nmqtt-discovery-prefix = none\n")
+                f"mqtt = mqtt://127.0.0.1:{self.port}\nmqtt-discovery-prefix = none\nmqtt-actions = yes\n")
 
     # processes
 
