@@ -6,7 +6,8 @@ import PackageDescription
 /// The map of the house: every target, lowest layer first, each with the targets it may use in
 /// brackets (none: the standard library, Glibc, Dispatch and Synchronization only). A target uses
 /// only targets of layers below its own. `Tests/LayersTests` checks this map against
-/// `swift package describe` and against the `import`s of every target's sources.
+/// `swift package describe`, against the `import`s of every target's sources, and against
+/// ARCHITECTURE.md's layer table.
 ///
 /// Layer 0: no other target
 /// - `ANCS`: the pure protocol: identifiers, Notification Source, Control Point, Data Source; no I/O.

@@ -174,7 +174,7 @@ public enum ScenarioAction: Hashable, Sendable {
     case cpError(code: UInt8, count: Int)
     case denySharing
     case allowSharing
-    /// The phone drops the subscriptions without telling (see `SilentDrop.swift`): the
+    /// The phone drops the subscriptions without telling (see `Silence.swift`): the
     /// Notification Source and Data Source stop; the Control Point is still answered.
     case silentDrop
     /// As `silentDrop`, and Control Point writes get no reply at all.

@@ -3,7 +3,7 @@ import Testing
 import TestSupport
 
 /// Package.swift's map of the house is true: every target is on it, uses only what the map
-/// allows it, and the map's layers point one way.
+/// allows it, and the map's layers point one way; ARCHITECTURE.md's layer table agrees with it.
 @Suite struct LayersTests {
     let map: LayerMap
     let targets: [PackageTarget]
@@ -18,6 +18,9 @@ import TestSupport
         LayerMap(manifest: try String(contentsOf: repositoryRoot.appendingPathComponent("Package.swift"), encoding: .utf8))
     }
     private static let described = Result { try describePackage() }
+    private static let table = Result {
+        LayerTable(page: try String(contentsOf: repositoryRoot.appendingPathComponent("ARCHITECTURE.md"), encoding: .utf8))
+    }
 
     @Test func theMapReads() {
         #expect(map.problems.isEmpty, "\(map.problems.joined(separator: "\n"))")
@@ -50,6 +53,34 @@ import TestSupport
                     continue
                 }
                 #expect(other.layer < entry.layer, "the map lets \(name) (layer \(entry.layer)) use \(used) (layer \(other.layer)): not below it")
+            }
+        }
+    }
+
+    /// ARCHITECTURE.md's layer table draws the same map, coarser: every target in one row.
+    @Test func theArchitecturePagesTableNamesEveryTargetOnce() throws {
+        let table = try Self.table.get()
+        #expect(table.problems.isEmpty, "\(table.problems.joined(separator: "\n"))")
+        let named = table.rows.flatMap(\.targets)
+        let twice = Dictionary(grouping: named, by: { $0 }).filter { $0.value.count > 1 }.keys.sorted()
+        #expect(twice.isEmpty, "ARCHITECTURE.md's layer table names these in more than one row: \(twice)")
+        let missing = Set(map.entries.keys).subtracting(named).sorted()
+        #expect(missing.isEmpty, "targets on the map missing from ARCHITECTURE.md's layer table: \(missing)")
+        let stale = Set(named).subtracting(map.entries.keys).sorted()
+        #expect(stale.isEmpty, "ARCHITECTURE.md's layer table names targets not on the map: \(stale)")
+    }
+
+    /// The table's rows go from the bottom up: a target uses, by the map, only targets of its own
+    /// row or of the rows before it.
+    @Test func theArchitecturePagesTablePointsDownward() throws {
+        let rows = try Self.table.get().rows
+        var row: [String: Int] = [:]
+        for (index, each) in rows.enumerated() { for target in each.targets { row[target] = index } }
+        for (name, entry) in map.entries.sorted(by: { $0.key < $1.key }) {
+            guard let own = row[name] else { continue }  // reported above
+            for used in entry.allowed.sorted() {
+                guard let other = row[used], other > own else { continue }
+                Issue.record("ARCHITECTURE.md puts \(name) in \"\(rows[own].name)\", but it uses \(used), of the later row \"\(rows[other].name)\"")
             }
         }
     }
