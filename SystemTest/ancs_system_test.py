@@ -348,6 +348,32 @@ def smp_pdus(path):
             if cid == 0x0006 and direction == "sent" and payload]
 
 
+def security_request_delays(path, index=0):
+    """Seconds from each LE connection of controller `index` (its LE (Enhanced) Connection
+    Complete) to the SMP Security Request its host sent on it, from the capture's timestamps."""
+    with open(path, "rb") as f:
+        data = f.read()
+    offset, connected, delays = 16, None, []
+    while offset + 24 <= len(data):
+        included = int.from_bytes(data[offset + 4:offset + 8], "big")
+        flags = int.from_bytes(data[offset + 8:offset + 12], "big")
+        t = int.from_bytes(data[offset + 16:offset + 24], "big") / 1e6
+        packet = data[offset + 24:offset + 24 + included]
+        offset += 24 + included
+        if flags >> 16 != index:
+            continue
+        kind = flags & 0xFFFF
+        if kind == 3 and len(packet) >= 4 and packet[0] == 0x3E and packet[2] in (0x01, 0x0A) and packet[3] == 0:
+            connected = t
+        elif kind == 3 and packet[:1] == b"\x05":
+            connected = None
+        elif (kind == 4 and len(packet) >= 9 and (packet[1] >> 4) & 0x3 in (0, 2)
+              and int.from_bytes(packet[6:8], "little") == 0x0006 and packet[8] == 0x0B and connected is not None):
+            delays.append(t - connected)
+            connected = None
+    return delays
+
+
 def describe_smp(pdus):
     return ", ".join(f"hci{index} {SMP_NAMES.get(code, hex(code))}" for index, code in pdus) or "none"
 
@@ -426,6 +452,7 @@ def pair_from_peripheral(btsnoop, name, program=f"{BIN}/ancsd"):
     scanner.stdin.close()
     scanner.wait(10)
     pdus = [(index, code) for index, code in smp_pdus(btsnoop)[before:] if index in (0, 1)]
+    delays = security_request_delays(btsnoop)
     with open(f"{LOGS}/ancsd-pair-peripheral.stderr") as log:
         said = [line.strip() for line in log if "Pair()" in line or "asking it to pair" in line]
     for adapter, other in (("hci0", "hci1"), ("hci1", "hci0")):
@@ -436,14 +463,18 @@ def pair_from_peripheral(btsnoop, name, program=f"{BIN}/ancsd"):
     check(pdus and pdus[0] == (0, 0x0B), f"ancsd's Device1.Pair() as peripheral sent no SMP Security Request first: "
                                          f"{describe_smp(pdus)}; ancsd pair said {said}")
     check((1, 0x01) in pdus, f"hci1 never answered the Security Request with a Pairing Request: {describe_smp(pdus)}")
-    return {"smp": describe_smp(pdus), "ancsd_pair": said}
+    # ancsd pair waits 5 s (PairingOptions.securityRequestDelay) for the phone to begin pairing
+    # itself, as Apple's guidelines ask, before it sends the Security Request.
+    check(delays and 4.5 <= delays[-1] <= 15, f"the Security Request came {delays} s after the connection, not 5 s")
+    return {"smp": describe_smp(pdus), "ancsd_pair": said, "security_request_after_s": round(delays[-1], 3)}
 
 
 @step("Device1.Pair() from the peripheral role: ancsd pair --accessory none on hci0, bluetoothctl on hci1 connects "
       "without pairing; the HCI capture shows what Pair() sent")
 def pair_from_peripheral_step(stack, ctx):
     seen = ctx["pair_from_peripheral"] = pair_from_peripheral(f"{LOGS}/ancs.btsnoop", "ancsd asks to pair")
-    say(f"   SMP sent: {seen['smp']}")
+    say(f"   SMP sent: {seen['smp']}; the Security Request {seen['security_request_after_s']} s after the LE connection "
+        f"(the capture's timestamps)")
     say(f"   ancsd pair: {seen['ancsd_pair']}")
 
 
@@ -500,9 +531,12 @@ def check_strict_pairing(phone, pair_log, btsnoop, since=0):
           f"the phone registered ANCS before bonding: {events}")
     pdus = [(index, code) for index, code in smp_pdus(btsnoop)[since:] if index in (0, 1)]
     check(any(code == 0x01 for _, code in pdus), f"no SMP Pairing Request in the capture: {describe_smp(pdus)}")
-    # Who asked first is a race: ancsd's Device1.Pair() (hci0's Security Request) or the phone's
-    # HID host meeting an encrypted attribute (hci1's Pairing Request with nothing before it).
-    return {"started_by": "accessory (Security Request)" if pdus[0] == (0, 0x0B) else "phone's HID host",
+    # The phone begins, as Apple's guidelines ask: its HID host (bluetoothd's HoG, which wants a
+    # bond before it uses a HID service) sends the Pairing Request well within the 5 s ancsd pair
+    # waits before a Security Request of its own, which is then never sent.
+    check(pdus[0] == (1, 0x01) and (0, 0x0B) not in pdus,
+          f"the phone did not begin the pairing, or ancsd sent a Security Request: {describe_smp(pdus)}")
+    return {"started_by": "phone's HID host",
             "listing": listed[-1], "confirmed_by_phone": on_phone, "confirmed_by_ancsd": on_ancsd, "smp": describe_smp(pdus)}
 
 
@@ -589,7 +623,7 @@ def pair_remote(stack, ctx):
 
 
 @step("pair (strict phone, keyboard, the default): ancsd pair --yes on hci0; the phone lists the HID advertisement, connects, "
-      "never calls Pair(); pairing (LE Secure Connections) starts from the accessory's side; ANCS appears after the bond")
+      "never calls Pair(); pairing (LE Secure Connections) is begun by the phone's HID host, no Security Request; ANCS appears after the bond")
 def pair(stack, ctx):
     ctx["phone"] = phone = Phone(ctx["hci0"])
     phone.event("registered")

@@ -128,7 +128,7 @@ def bluetooth_up(ctx):
 @step("Device1.Pair() from the peripheral role (hci0, --accessory none; bluetoothctl on hci1 connects without pairing)")
 def pair_from_peripheral(ctx):
     seen = ctx["pair_from_peripheral"] = base.pair_from_peripheral(HCI, "ancsd asks to pair", program="ancsd")
-    say(f"   SMP sent: {seen['smp']}")
+    say(f"   SMP sent: {seen['smp']}; the Security Request {seen['security_request_after_s']} s after the LE connection")
     say(f"   ancsd pair: {seen['ancsd_pair']}")
 
 
