@@ -232,13 +232,12 @@ private let ada = "AA:BB:CC:DD:EE:01"
         try run.ancsd.waitForLine { $0.contains(#""title":"Before""#) }
         let client = try SocketClient(path: socketPath)
         let fd = client.fd
-        let sent = Atomic<Int>(0)
-        let stop = Atomic<Bool>(false)
+        let flood = FloodState()
         let writer = DispatchGroup()
         writer.enter()
         Thread.detachNewThread {
             let batch = Array(String(repeating: #"{"cmd":"list"}"# + "\n", count: 100).utf8)
-            while !stop.load(ordering: .relaxed) {
+            while !flood.stop.load(ordering: .relaxed) {
                 var offset = 0
                 while offset < batch.count {
                     let written = batch[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -246,7 +245,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
                     offset += written
                 }
                 guard offset == batch.count else { break }
-                sent.add(100, ordering: .relaxed)
+                flood.sent.add(100, ordering: .relaxed)
             }
             writer.leave()
         }
@@ -256,9 +255,9 @@ private let ada = "AA:BB:CC:DD:EE:01"
             #expect(try client.readReply()["ok"] == true)
             answered += 1
         }
-        stop.store(true, ordering: .relaxed)
+        flood.stop.store(true, ordering: .relaxed)
         // The writer may wait in send() for the daemon, which waits for this reader.
-        while writer.wait(timeout: .now()) == .timedOut || answered < sent.load(ordering: .relaxed) {
+        while writer.wait(timeout: .now()) == .timedOut || answered < flood.sent.load(ordering: .relaxed) {
             #expect(try client.readReply()["ok"] == true)
             answered += 1
         }
@@ -436,6 +435,13 @@ private let ada = "AA:BB:CC:DD:EE:01"
 }
 
 /// A blocking JSON Lines client of the control socket, for tests.
+/// What a flooding writer thread and the test share (in a class: an escaping closure captures
+/// no `Atomic` of its own on every toolchain the tests run with).
+private final class FloodState: Sendable {
+    let sent = Atomic<Int>(0)
+    let stop = Atomic<Bool>(false)
+}
+
 final class SocketClient {
     /// The connection's descriptor, for a test that writes from a thread of its own.
     let fd: Int32
