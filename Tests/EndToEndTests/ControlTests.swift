@@ -34,8 +34,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
             {"do":"sleep","seconds":60}
             {"do":"end"}
             """
-        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
-        let run = try DaemonRun(text: text, ancsdArguments: ["--control", socketPath])
+        let (run, socketPath) = try start(text)
         try run.ancsd.waitForLine { $0.contains(#""uid":5"#) }
         let client = try SocketClient(path: socketPath)
         let cut = try client.request(["cmd": "get", "device": .string(ada), "uid": 5])
@@ -49,10 +48,15 @@ private let ada = "AA:BB:CC:DD:EE:01"
     }
 
     private func start() throws -> (DaemonRun, String) {
-        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
-        let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--control", socketPath])
+        let (run, socketPath) = try start(Self.scenario)
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         return (run, socketPath)
+    }
+
+    /// The daemon with a control socket of its own, on the phone `scenario` plays.
+    private func start(_ scenario: String) throws -> (DaemonRun, String) {
+        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
+        return (try DaemonRun(text: scenario, ancsdArguments: ["--control", socketPath]), socketPath)
     }
 
     private func ancsd(_ arguments: [String]) throws -> AncsdProcess.Result {
@@ -227,8 +231,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
             {"do":"sleep","seconds":60}
             {"do":"end"}
             """
-        let socketPath = NSTemporaryDirectory() + "ancsd-control-\(UUID().uuidString.prefix(8))"
-        let run = try DaemonRun(text: text, ancsdArguments: ["--control", socketPath])
+        let (run, socketPath) = try start(text)
         try run.ancsd.waitForLine { $0.contains(#""title":"Before""#) }
         let client = try SocketClient(path: socketPath)
         let fd = client.fd
