@@ -107,9 +107,7 @@ extension PhoneSimulator {
         state.withLock { s in
             if s.devices[device].noise?.id == id { s.devices[device].noise = nil }
         }
-        let elapsed = clock.now - began
-        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-        log("\(settings.devices[device].name): garbage \(how) after \(milliseconds) ms: \(counts.description(ams: settings.ams))")
+        log("\(settings.devices[device].name): garbage \(how) after \((clock.now - began).wholeMilliseconds) ms: \(counts.description(ams: settings.ams))")
     }
 
     /// Queues one malformed value on the next characteristic (round robin from `next`) that

@@ -72,7 +72,7 @@ extension PhoneSimulator {
         while ContinuousClock.now < deadline {
             if !state.withLock({ $0.devices[device].connected }) {
                 let elapsed = ContinuousClock.now - started
-                log("\(name): the stranger's pairing ended with the link, \(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000) ms after it began; not bonded")
+                log("\(name): the stranger's pairing ended with the link, \(elapsed.wholeMilliseconds) ms after it began; not bonded")
                 return .cut
             }
             try await Task.sleep(for: .milliseconds(10))

@@ -338,7 +338,7 @@ extension PhoneSimulator {
             s.devices[device].securityRequests += 1
             return s.devices[device].connectedAt.map { ContinuousClock.now - $0 }
         }
-        let milliseconds = since.map { $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000 }
+        let milliseconds = since.map(\.wholeMilliseconds)
         log("\(name): Device1.Pair() from \(call.sender): a security request\(milliseconds.map { ", \($0) ms after the link came up" } ?? "")")
         let (attempt, stepRunning) = try state.withLock { s throws -> (UInt64, Bool) in
             let d = s.devices[device]

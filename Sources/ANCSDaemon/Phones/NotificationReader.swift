@@ -87,8 +87,7 @@ final class NotificationReader: Sendable {
     /// right before the close can be taken for the end, and they carry nothing.)
     private static func endOfStream(_ fd: Int32) -> Bool {
         var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        var ready: Int32
-        repeat { ready = poll(&entry, 1, 0) } while ready < 0 && errno == EINTR
+        let ready = Errno.retryingInterrupts { poll(&entry, 1, 0) }
         guard ready >= 0 else { return true }
         guard entry.revents & Int16(POLLHUP | POLLERR) != 0 else { return false }
         var byte: UInt8 = 0

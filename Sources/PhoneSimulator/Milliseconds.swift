@@ -1,0 +1,4 @@
+extension Duration {
+    /// Whole milliseconds, rounded down, for the simulator's log lines.
+    var wholeMilliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+}
