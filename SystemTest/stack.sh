@@ -24,10 +24,13 @@ start_bus() {
     wait_for 10 test -S /run/dbus/system_bus_socket
 }
 
-# Two LE controllers on one virtual radio: hci0 (this machine) and hci1 (the phone); then two
-# dual-mode (BR/EDR and LE, Bluetooth 5.2) controllers on a second radio: hci2 (this machine)
-# and hci3 (a scanner), for the advertising check on a dual-mode controller.
+# Five LE controllers on one virtual radio: hci0 (this machine), hci1 (the phone), hci2 (a
+# stranger: a neighbour's device), hci3 and hci4 (the remote pass's accessory and phone, on
+# addresses of their own); then two dual-mode (BR/EDR and LE, Bluetooth 5.2) controllers on a
+# second radio, hci5 and hci6: one advertises, the other scans, for the advertising check on a
+# dual-mode controller. Controllers on different radios never hear each other.
 start_controllers() {
+    local le=5
     modprobe -a bluetooth hci_vhci algif_hash algif_skcipher cmac ecb ecdh_generic
     # The phone's HID host (bluetoothd's hog plugin) makes its input device through /dev/uhid.
     modprobe -a uhid hid_generic 2>/dev/null || true
@@ -35,13 +38,13 @@ start_controllers() {
     local helper
     helper=$(cat /proc/sys/kernel/modprobe)
     echo > /proc/sys/kernel/modprobe
-    btvirt -L -l2 > "$logs/btvirt.log" 2>&1 &
+    btvirt -L -l"$le" > "$logs/btvirt.log" 2>&1 &
     btvirt_pid=$!
-    wait_for 20 test -e /sys/class/bluetooth/hci1 || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
+    wait_for 20 test -e /sys/class/bluetooth/hci$((le - 1)) || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
     sleep 1
     btvirt -l2 > "$logs/btvirt-dual.log" 2>&1 &
     btvirt_dual_pid=$!
-    wait_for 20 test -e /sys/class/bluetooth/hci3 || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
+    wait_for 20 test -e /sys/class/bluetooth/hci$((le + 1)) || { echo "$helper" > /proc/sys/kernel/modprobe; return 1; }
     sleep 1
     echo "$helper" > /proc/sys/kernel/modprobe
     # Everything the controllers carry, for reading after a failure (btmon -r).

@@ -132,24 +132,18 @@ def pair_from_peripheral(ctx):
     say(f"   ancsd pair: {seen['ancsd_pair']}")
 
 
-@step("ancsd pair --accessory remote (strict phone told remote): bonded, Consumer Control map read, nothing flagged; "
-      "bonds removed, systemctl restart bluetooth before the keyboard pass")
+@step("ancsd pair --accessory remote (strict phone told remote) on addresses of its own (hci3, the phone on hci4): bonded, "
+      "Consumer Control map read, nothing flagged; both bonds removed")
 def pair_remote(ctx):
-    def restart():
-        # The keyboard pass meets a fresh bluetoothd (pair_remote_pass says why).
-        run("systemctl", "restart", "bluetooth", timeout=60)
-
-        poll_until(lambda: all(a in run("busctl", "--system", "tree", "org.bluez", check_status=False) for a in ("hci0", "hci1")),
-                   30, "bluetoothd did not show both adapters after its restart")
-        base.Stack.power(None, "hci0", True)  # hci1, the phone's radio, comes on in pair_remote_pass
     # The running daemon (started by the package) serves its own shape once the phone is paired:
     # an admin pairing with --accessory remote sets the same shape for it, or the phone would
-    # find both maps on hci0 (seen in the trixie root: its HID host read the keyboard's).
+    # find both maps (seen in the trixie root: its HID host read the keyboard's).
     with open("/etc/ancsd/ancsd.conf") as conf:
         original = conf.read()
     set_accessory(original + "accessory = remote\n", "remote")
-    seen = ctx["pairing_remote"] = base.pair_remote_pass(ctx["hci0"], ctx["hci1"], HCI, restart, program="ancsd")
-    say(f"   remote: SMP {seen['smp']}; started by the {seen['started_by']}; Report Map {seen['applications']}: {seen['report_map']}")
+    seen = ctx["pairing_remote"] = base.pair_remote_pass(HCI, *base.REMOTE, program="ancsd")
+    say(f"   remote ({seen['adapters']}): SMP {seen['smp']}; started by the {seen['started_by']}; "
+        f"Report Map {seen['applications']}: {seen['report_map']}")
     wait_status(r"^waiting for a paired iPhone \(ancsd pair\)$", 30, "'waiting for a paired iPhone' once the bond was removed")
     set_accessory(original, "keyboard")
 
@@ -270,6 +264,37 @@ def reload(ctx):
     time.sleep(2)
     check(len(fifo.all(lambda e: e.get("type") == "disconnected")) == disconnects, "the phone was disconnected by the reload")
     check(status_text() == "1 phone connected, 2 notifications", f"StatusText after the reload: {status_text()!r}")
+
+
+def reload_with(text):
+    """Writes ancsd.conf and reloads ancsd; waits until it says it reloaded."""
+    reloads = journal("ancsd").count("reloaded the configuration")
+    with open("/etc/ancsd/ancsd.conf", "w") as conf:
+        conf.write(text)
+    run("systemctl", "reload", "ancsd", timeout=60)
+    poll_until(lambda: journal("ancsd").count("reloaded the configuration") > reloads, 30, "ancsd did not reload")
+
+
+@step("strangers: with the phone away, hci2 (driven by hand) asks hci0 for passkey-entry pairing, then connects and holds; "
+      "ancsd ends the pairing and drops it after 10 s; never bonded; the phone comes back")
+def strangers(ctx):
+    phone, fifo = ctx["phone"], ctx["fifo"]
+    # At debug level for this step only: how the pairing ended (CancelPairing's answer) is a debug line.
+    with open("/etc/ancsd/ancsd.conf") as conf:
+        original = conf.read()
+    reload_with(original + "log-level = debug\n")
+    base.Stack.power(None, "hci1", False)
+    fifo.wait(lambda e: e.get("type") == "disconnected", '"disconnected" when the phone goes away')
+    phone.event("link_down")
+    seen = ctx["strangers"] = base.stranger_visit(ctx["hci0"], "hci2", lambda: journal("ancsd"))
+    base.describe_stranger(seen)
+    reload_with(original)
+    back_from = time.monotonic()
+    base.Stack.power(None, "hci1", True)
+    fifo.wait(lambda e: e.get("type") == "connected", '"connected": the phone back after the stranger', timeout=90)
+    seen["phone_back_s"] = round(time.monotonic() - back_from, 1)
+    wait_status(r"^1 phone connected, 2 notifications$", 60, "'1 phone connected, 2 notifications' after the stranger")
+    say(f"   the phone back {seen['phone_back_s']} s after its radio came on")
 
 
 @step("an idle daemon's journal stays silent across watchdog pings; live systemd-analyze security <= 2.0")
@@ -404,9 +429,8 @@ def main():
     ctx = {}
     failed = None
     try:
-        # pair_remote is not run yet (SystemTest/ancs_system_test.py says why).
-        for body in [boot, bluetooth_up, pair_from_peripheral, pair_and_enable, hid_host, notifications, link_loss, clients,
-                     reload, idle_and_sandbox, watchdog, restart_bluetooth, silent_drop, input_reports, stop]:
+        for body in [boot, bluetooth_up, pair_remote, pair_from_peripheral, pair_and_enable, hid_host, notifications, link_loss, clients,
+                     reload, strangers, idle_and_sandbox, watchdog, restart_bluetooth, silent_drop, input_reports, stop]:
             body(ctx)
     except Failure as failure:
         failed = str(failure)
@@ -430,6 +454,8 @@ def main():
             summary.write(f"pairing (keyboard): {json.dumps(ctx['pairing'])}\n")
         if "report_map" in ctx:
             summary.write(f"report map as the phone read it: {ctx['report_map']['hex']}\n")
+        if "strangers" in ctx:
+            summary.write(f"strangers: {json.dumps(ctx['strangers'])}\n")
         if "exposure" in ctx:
             summary.write(f"systemd-analyze security ancsd: {ctx['exposure']}\n")
         if failed:
