@@ -20,7 +20,7 @@ TEST_DEPS   := $(BUILD_DEPS) python3 dbus-daemon dbus-bin systemd bluez wireshar
 BENCH_DEPS  := $(TEST_DEPS) python3-dbus valgrind
 # make demo: a private bus and python3 to join its two scenarios, nothing of the tests' desktops.
 DEMO_DEPS   := $(BUILD_DEPS) python3 dbus-daemon dbus-bin
-SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 kmod busybox-static xz-utils bluez bluez-test-tools \
+SYSTEM_TEST_DEPS := $(BUILD_DEPS) qemu-system-x86 linux-image-amd64 kmod busybox-static xz-utils bluez bluez-test-tools \
 	dbus-daemon dbus-bin systemd python3 mmdebstrap e2fsprogs binutils debhelper dpkg-dev fakeroot lintian
 # The Debian releases whose clean roots get the package and boot it with systemd.
 BOOT_SUITES ?= bookworm trixie

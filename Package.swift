@@ -137,7 +137,7 @@ let package = Package(
         .executableTarget(
             name: "ancsd",
             dependencies: [
-                "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
+                "AMS", "JSON", "ANCSSession", "ANCSRuntime", "ANCSControl", "ANCSDaemon", "ANCSDesktop", "ANCSPairing", "BlueZ", "DBus",
                 "BluetoothUUIDs", "Btsnoop", "CaptureTools", "CBluetooth", "CLinux", "CSpawn", "ControlProtocol", "EventLoop", "MQTT",
                 "SystemCalls", "Tar",
             ],

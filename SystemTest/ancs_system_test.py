@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 import raw_stranger
 
@@ -516,6 +517,7 @@ def advertising_dual(stack, ctx):
     scanner.stdin.close()
     scanner.wait(10)
     say(f"   {DUAL[0]} (dual-mode) before and after: {after}")
+    ctx["advertising_dual"] = after
 
 
 def confirmations(phone, pair_log):
@@ -754,9 +756,10 @@ def report(stack, ctx):
     except subprocess.TimeoutExpired:
         raise Failure("ancsd report did not end within 60 s of its capture")
     check(status == 0, f"ancsd report exited {status}")
-    # What must never leave: the notification, the phone's name as hci0 knows it, and the bond's keys.
-    name = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci0/dev_" + ctx["hci1"].replace(":", "_"),
-               "org.bluez.Device1", "Name").split('"')[1]
+    # What must never leave: the notification, the phone's name and the bond's keys.
+    # The phone's name: its adapter's (hci0 has no Name for a phone that connected to it; BlueZ's
+    # default "BlueZ 5.66" is the computer's name too, which the report masks as well).
+    name = run("busctl", "--system", "get-property", "org.bluez", "/org/bluez/hci1", "org.bluez.Adapter1", "Alias").split('"')[1]
     with open(f"/var/lib/bluetooth/{ctx['hci0']}/{ctx['hci1']}/info") as info:
         keys = re.findall(r"^Key=([0-9A-Fa-f]{32})$", info.read(), re.M)
     check(keys, "no key in hci0's bond with the phone to look for")
@@ -776,14 +779,25 @@ def report(stack, ctx):
     check("capture.btsnoop" in members, f"the report holds no capture: {sorted(members)}")
     for member, data in members.items():
         found = [needle for needle in needles if needle in data]
-        check(not found, f"{member} holds {found[0][:40]!r}")
-    # The exchange can still be read: the scrubbed capture decodes to uid 20's attributes, their values placeholders.
-    decoded = [json.loads(line) for line in run(f"{BIN}/ancsd", "decode", os.path.join(unpacked, next(
-        d for d in os.listdir(unpacked) if d.startswith("ancsd-report-")), "capture.btsnoop")).splitlines()]
+        if found:
+            raise Failure(f"{member} holds {found[0][:40]!r}")
+    # The exchange can still be read: the scrubbed capture decodes to uid 20's attributes, their
+    # values placeholders. It began on a live link (no GATT discovery in it): the README says
+    # which handles to give ancsd decode, learnt from bluetoothd's object paths.
+    top = os.path.join(unpacked, next(d for d in os.listdir(unpacked) if d.startswith("ancsd-report-")))
+    said = re.search(r"ancsd decode --handles (\S+) capture\.btsnoop", members["README.txt"].decode())
+    check(said, f"the report's README does not say how to decode its capture:\n{members['README.txt'].decode()}")
+    # The handles are hci0's view (the accessory's side); the phone's side of the link, in the same
+    # capture here since one machine plays both, decodes to nonsense with them (exit 1): only
+    # hci0's connection is read.
+    decoded = [json.loads(line) for line in run(f"{BIN}/ancsd", "decode", "--handles", said.group(1),
+                                               os.path.join(top, "capture.btsnoop"), check_status=False).splitlines()]
+    decoded = [record for record in decoded if record.get("conn", "").startswith("hci0/")]
+    check(not [record for record in decoded if "error" in record], f"errors decoding hci0's side: {decoded}")
     uid20 = [record for record in decoded if record.get("uid") == 20]
     check(uid20, f"ancsd decode found no record of uid 20 in the scrubbed capture: {decoded[:3]}")
     listing = [line.split(None, 5) for line in run("tar", "-tvzf", archive).splitlines()]
-    ctx["report"] = {"archive_bytes": os.path.getsize(archive),
+    ctx["report"] = {"archive_bytes": os.path.getsize(archive), "handles": said.group(1),
                      "members": {fields[5].split("/", 1)[-1]: int(fields[2]) for fields in listing if not fields[5].endswith("/")},
                      "decoded_uid20": uid20[0]}
     say(f"   {os.path.getsize(archive)} bytes: " + ", ".join(f"{m} {b}" for m, b in ctx["report"]["members"].items()))
@@ -1177,8 +1191,10 @@ def capture(stack, ctx):
 def advertising_pdus(stack, ctx):
     found = advertising(f"{LOGS}/ancs.btsnoop")
     lines = []
-    for label, advertiser, scanner, name in [("LE-only", 0, 1, "ancsd-system-test"),
-                                             ("dual-mode", int(DUAL[0][3:]), int(DUAL[1][3:]), "ancsd on a dual-mode controll")]:
+    windows = [("LE-only", 0, 1, "ancsd-system-test")]
+    if "advertising_dual" in ctx:
+        windows.append(("dual-mode", int(DUAL[0][3:]), int(DUAL[1][3:]), "ancsd on a dual-mode controll"))
+    for label, advertiser, scanner, name in windows:
         primary, response = check_pair_advertisement(found, advertiser, scanner, name, label)
         lines.append(f"{label} pair window: primary {primary}; scan response {response}")
     # ancsd run's advertisement on hci0: the solicitation, and no discoverable flag.
@@ -1189,6 +1205,8 @@ def advertising_pdus(stack, ctx):
     # Both shapes' pair windows: the HID UUID and each shape's appearance (the keyboard's on hci0,
     # the remote pass's on its own accessory controller).
     for shape, appearance, index in (("keyboard", b"\xc1\x03", 0), ("remote", b"\x80\x01", int(REMOTE[0][3:]))):
+        if shape == "remote" and "pairing_remote" not in ctx:
+            continue
         windows = [d for d in found.get(index, {"adv": []})["adv"]
                    if ad_field(d, 0x15) == ANCS_SOLICITATION and (ad_field(d, 0x01) or b"\0")[0] & 0x02]
         shown = [d for d in windows if ad_field(d, 0x19) == appearance and ad_field(d, 0x03) == b"\x12\x18"]
@@ -1233,7 +1251,8 @@ def input_reports(stack, ctx):
 
 @step("every notification was shown exactly once per connection")
 def exactly_once(stack, ctx):
-    for name in ["ancsd-run", "ancsd-run-startnotify", "ancsd-run-fallback"]:
+    for name in [name for name in ["ancsd-run", "ancsd-run-startnotify", "ancsd-run-fallback"]
+                 if os.path.exists(f"{LOGS}/{name}.stdout")]:
         seen = {}
         session = 0
         with open(f"{LOGS}/{name}.stdout") as out:
@@ -1277,7 +1296,24 @@ def diagnosis(ctx):
     return lines
 
 
+# Two boots (SystemTest/run): "main" on Debian 12's kernel, as before; "first-contact" on Debian
+# 13's, whose steps end links from the accessory's side often enough to meet Linux 6.1's
+# hci_chan_del list corruption in every boot (docs/system-test.md), while bluetoothd 5.66 over EATT
+# died of a general protection fault on 6.12 in two runs of three: each where it passes.
+SCENARIOS = {
+    "main": [advertising_dual, pair_from_peripheral_step, pair, first_session, hid_host, modify_remove, link_loss, clients,
+             actions, media, power_cycle, restart_185, start_notify, silent_drop, fallback, eatt, capture, advertising_pdus,
+             input_reports, exactly_once],
+    "first-contact": [pair_remote, pair, first_session, hid_host, clients, report, strangers, advertising_pdus, input_reports,
+                      exactly_once],
+}
+
+
 def main():
+    scenario = sys.argv[1] if len(sys.argv) > 1 else "main"
+    if scenario not in SCENARIOS:
+        say(f"FAIL: no scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+        return 2
     os.makedirs(LOGS, exist_ok=True)
     threading.Thread(target=watch_kernel, daemon=True).start()
     stack = Stack()
@@ -1294,15 +1330,13 @@ def main():
         stack.start(48)
         ctx["hci0"], ctx["hci1"] = stack.address("hci0"), stack.address("hci1")
         say(f"bluetoothd up: hci0 {ctx['hci0']} (ancsd), hci1 {ctx['hci1']} (the phone)")
-        for body in [advertising_dual, pair_remote, pair_from_peripheral_step, pair, first_session, hid_host, modify_remove, link_loss, clients, report, actions, media,
-                     power_cycle, strangers,
-                     restart_185, start_notify, silent_drop, fallback, eatt, capture, advertising_pdus, input_reports,
-                     exactly_once]:
+        for body in SCENARIOS[scenario]:
             body(stack, ctx)
     except Failure as failure:
         failed = str(failure)
     except Exception as error:  # a bug in the test itself must fail it too
-        failed = f"{type(error).__name__}: {error}"
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        failed = f"{type(error).__name__}: {error} (at {os.path.basename(where.filename)}:{where.lineno}: {where.line})"
     if failed:
         try:
             with open("/out/diagnosis.txt", "w") as out:
@@ -1312,7 +1346,15 @@ def main():
             # services after its restart (its ServicesResolved stays false): bluetoothd's stall
             # under emulation, not ancsd's (docs/system-test.md); SystemTest/run tries once more.
             if "after bluetoothd restarted" in failed and lines and "Connected=true ServicesResolved=false" in lines[0]:
-                open("/out/bluetoothd-discovery-stalled", "w").close()
+                with open("/out/bluetoothd-discovery-stalled", "w") as mark:
+                    mark.write("its discovery of the reconnected phone never resolved\n")
+            # bluetoothd itself died of a signal (seen once on 2026-12-06: 5.66 over EATT on Linux
+            # 6.12, as ancsd's AcquireNotify met the reconnected phone): not ancsd's; SystemTest/run
+            # tries once more, as for the stall.
+            if stack.process is not None and stack.process.poll() is not None and stack.process.returncode < 0:
+                say(f"   bluetoothd died of signal {-stack.process.returncode}")
+                with open("/out/bluetoothd-discovery-stalled", "w") as mark:
+                    mark.write(f"bluetoothd died of signal {-stack.process.returncode}\n")
         except Exception as error:  # the diagnosis must never hide the failure
             say(f"   (no diagnosis: {type(error).__name__}: {error})")
     if "bluetoothctl" in ctx and ctx["bluetoothctl"].poll() is None:

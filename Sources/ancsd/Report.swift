@@ -116,8 +116,9 @@ enum ReportCommand {
         let base = "ancsd-report-\(safeHost())-\(stamp)"
         let path = options.output ?? base + ".tar.gz"
         let toStdout = path == "-"
-        // What the report says goes to standard error when the archive goes to standard output.
-        let say: (String) -> Void = toStdout ? { writeStandardError($0 + "\n") } : { print($0) }
+        // What the report says goes to standard error when the archive goes to standard output;
+        // each line as it is said (a pipe's buffer held "reproduce the problem now" until the end).
+        let say: (String) -> Void = toStdout ? { writeStandardError($0 + "\n") } : { print($0); fflush(nil) }
 
         var names: [String] = []
         var handles = ANCSHandles()
@@ -160,7 +161,7 @@ enum ReportCommand {
             members.append(("capture-error.txt", Array(captureNote.utf8)))
         }
         let readme = readmeText(members: members, capture: capture.map { ($0.counts, $0.masked) }, captureNote: captureNote,
-                                asked: options.capture)
+                                asked: options.capture, handles: handles)
         members.insert(("README.txt", Array(readme.utf8)), at: 0)
 
         var tar = TarWriter()
@@ -206,7 +207,8 @@ enum ReportCommand {
     }
 
     private static func readmeText(
-        members: [(String, [UInt8])], capture: (counts: ScrubCounts, masked: Int)?, captureNote: String?, asked: Double?
+        members: [(String, [UInt8])], capture: (counts: ScrubCounts, masked: Int)?, captureNote: String?, asked: Double?,
+        handles: ANCSHandles
     ) -> String {
         var text = """
             ancsd field report
@@ -226,6 +228,10 @@ enum ReportCommand {
             text += "\ncapture.btsnoop: replaced (counts of values; bytes: \(capture.counts.bytes)):\n"
             for (kind, count) in capture.counts.lines { text += "  \(kind): \(count)\n" }
             text += "  known names found elsewhere: \(capture.masked)\n"
+            // A capture that begins on a live link holds no GATT discovery: decode needs the handles.
+            if !handles.description.isEmpty {
+                text += "\nread it with: ancsd decode --handles \(handles) capture.btsnoop\n"
+            }
         } else if let captureNote {
             text += "\n" + captureNote
         } else if asked == nil {

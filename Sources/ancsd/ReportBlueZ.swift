@@ -1,3 +1,4 @@
+import AMS
 import BlueZ
 import Btsnoop
 import BluetoothUUIDs
@@ -144,6 +145,23 @@ enum ReportBlueZ {
         return .object(object)
     }
 
+    /// The characteristics whose value handles the capture's scrubber and `ancsd decode` need.
+    private static var learnedHandles: [(BluetoothUUID?, WritableKeyPath<ANCSHandles, UInt16?>)] {
+        [(ANCSUUID.notificationSource, \.notificationSource), (ANCSUUID.controlPoint, \.controlPoint),
+         (ANCSUUID.dataSource, \.dataSource), (BluetoothUUID(AMSUUID.remoteCommand.rawValue), \.remoteCommand),
+         (BluetoothUUID(AMSUUID.entityUpdate.rawValue), \.entityUpdate),
+         (BluetoothUUID(AMSUUID.entityAttribute.rawValue), \.entityAttribute)]
+    }
+
+    /// The value handle of a characteristic whose `Handle` bluetoothd does not show (5.66's
+    /// client side): its object is named after the declaration's handle ("…/char0021"), and the
+    /// value attribute follows the declaration at once (Core Specification, Vol 3, Part G, 3.3).
+    static func valueHandle(of path: ObjectPath) -> UInt16? {
+        guard let last = path.rawValue.split(separator: "/").last, last.hasPrefix("char"), last.count == 8,
+              let declaration = UInt16(last.dropFirst(4), radix: 16), declaration < .max else { return nil }
+        return declaration + 1
+    }
+
     /// The services under a device, their characteristics' UUIDs, flags and handles.
     private static func gatt(of device: ObjectPath, tree: BlueZObjectTree, handles: inout ANCSHandles, learn: Bool) -> JSONValue {
         let prefix = device.rawValue + "/"
@@ -159,14 +177,9 @@ enum ReportBlueZ {
                     if let value = tree.property(child, "org.bluez.GattCharacteristic1", name) { object.append(name, json(value)) }
                 }
                 characteristics.append(.object(object))
-                if learn, let uuid = uuid.flatMap(BluetoothUUID.init),
-                   let handle = tree.property(child, "org.bluez.GattCharacteristic1", "Handle")?.uint16Value, handle != 0 {
-                    switch uuid {
-                    case ANCSUUID.notificationSource: handles.notificationSource = handle
-                    case ANCSUUID.controlPoint: handles.controlPoint = handle
-                    case ANCSUUID.dataSource: handles.dataSource = handle
-                    default: break
-                    }
+                let handle = tree.property(child, "org.bluez.GattCharacteristic1", "Handle")?.uint16Value ?? valueHandle(of: child)
+                if learn, let uuid = uuid.flatMap(BluetoothUUID.init), let handle, handle != 0 {
+                    for (known, field) in learnedHandles where known == uuid { handles[keyPath: field] = handle }
                 }
             }
             var object = JSONObject()
