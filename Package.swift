@@ -59,7 +59,7 @@ import PackageDescription
 ///   `ancsd decode`, `replay` and `capture`: their pipelines, the HCI monitor socket, line reading.
 ///
 /// Layer 6: programs (argument parsing, `--help` and wiring)
-/// - `ancsd` [ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, Btsnoop,
+/// - `ancsd` [AMS, ANCSControl, ANCSDaemon, ANCSDesktop, ANCSPairing, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, Btsnoop,
 ///   CBluetooth, CLinux, CSpawn, CaptureTools, ControlProtocol, DBus, EventLoop, JSON, MQTT, SystemCalls, Tar]: the executable.
 /// - `ancs-phone-sim` [DBus, JSON, PhoneSimulator, SystemCalls]: the simulated phone, for `make demo` and the tests.
 /// - `ancs-gatt-phone` [DBus, GattPhone, JSON, PhoneSimulator, SystemCalls]: the GATT phone, for the system test.

@@ -44,7 +44,8 @@ enum ReportCommand {
                        advertised name and log text replaced by x's of the same length,
                        keys zeroed; headers, handles, opcodes, lengths and timing kept, so
                        "ancsd decode", "btmon -r" and "tshark -r" still read the exchange
-      README.txt       what the archive holds and what was removed
+      README.txt       what the archive holds and what was removed, and the handles
+                       "ancsd decode --handles" needs for a capture begun on a live link
 
     Names are replaced by "<name: N bytes>" in every member (in the capture, by x's): a
     phone's name is usually its owner's. Addresses are kept: the log names phones by them.
