@@ -323,16 +323,18 @@ private final class Runner {
         let inputRead = FileDescriptor(adopting: inputFDs.read), inputWrite = FileDescriptor(adopting: inputFDs.write)
         do throws(Errno) { errorFDs = try ExecSink.pipe() } catch { return spawnFailed(label, error) }
         let errorsRead = FileDescriptor(adopting: errorFDs.read), errorsWrite = FileDescriptor(adopting: errorFDs.write)
-        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
-        defer { if null >= 0 { close(null) } }
+        // Without /dev/null (-1) the command's standard output goes where its errors go.
+        let null = FileDescriptor(adopting: open("/dev/null", O_WRONLY | O_CLOEXEC))
+        let output = null.rawValue >= 0 ? null.rawValue : errorFDs.write
         var pid: pid_t = 0
         let environment = ExecSink.environment(for: event)
         let error = withCStrings(environment) { envp in
-            command.withCString { ancsd_spawn_shell($0, envp, inputFDs.read, null >= 0 ? null : errorFDs.write, errorFDs.write, &pid) }
+            command.withCString { ancsd_spawn_shell($0, envp, inputFDs.read, output, errorFDs.write, &pid) }
         }
         // The child has its copies; the parent keeps the ends it writes to and reads from.
         try? inputRead.close()
         try? errorsWrite.close()
+        try? null.close()
         guard error == 0 else { return spawnFailed(label, Errno(rawValue: error)) }
         counters.started += 1
         logger.debug("exec: started pid \(pid) (event \(label))")

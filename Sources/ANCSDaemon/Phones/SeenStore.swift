@@ -276,40 +276,41 @@ public final class SeenStore {
 
     /// Opens a state file that must be a regular file: a symbolic link is not followed, and a
     /// FIFO or device planted in its place neither blocks the open nor is read (`open` with
-    /// O_NONBLOCK, then `fstat`). Sets errno and returns -1 otherwise (EFTYPE-like: EINVAL).
-    static func openRegularFile(_ path: String, _ flags: Int32, mode: mode_t = 0o600) -> Int32 {
-        let fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode)
-        guard fd >= 0 else { return -1 }
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
-            close(fd)
-            errno = EINVAL
-            return -1
+    /// O_NONBLOCK, then `fstat`); anything else throws EINVAL.
+    static func openRegularFile(_ path: String, _ flags: Int32, mode: mode_t = 0o600) throws(Errno) -> FileDescriptor {
+        let file = try FileDescriptor.open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, permissions: mode)
+        guard let info = try? file.status(), (info.st_mode & S_IFMT) == S_IFREG else {
+            try? file.close()
+            throw Errno(rawValue: EINVAL)
         }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
-        return fd
+        _ = fcntl(file.rawValue, F_SETFL, fcntl(file.rawValue, F_GETFL) & ~O_NONBLOCK)
+        return file
     }
 
-    private static func reason(_ error: Int32) -> String {
-        switch error {
+    private static func reason(_ error: Errno) -> String {
+        switch error.rawValue {
         case EINVAL: "it is not a regular file"
         case ELOOP: "it is a symbolic link"
-        default: String(cString: strerror(error))
+        default: error.description
         }
     }
 
     private func readFile(_ path: String) -> [UInt8]? {
-        let fd = Self.openRegularFile(path, O_RDONLY)
-        guard fd >= 0 else {
-            if errno != ENOENT { report("cannot read \(path): \(Self.reason(errno))") }
+        do throws(Errno) {
+            return try Self.read(path, limit: 4 * capacity * 17 + 4096)  // a file far past the bound is not ours
+        } catch {
+            if error.rawValue != ENOENT { report("cannot read \(path): \(Self.reason(error))") }
             return nil
         }
-        defer { close(fd) }
+    }
+
+    /// The file's first bytes, up to a little past `limit`.
+    private static func read(_ path: String, limit: Int) throws(Errno) -> [UInt8] {
+        let file = try openRegularFile(path, O_RDONLY)
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
-        let limit = 4 * capacity * 17 + 4096  // a file far past the bound is not ours
         while bytes.count <= limit {
-            let n = buffer.withUnsafeMutableBytes { buffer in try? Errno.retrying { read(fd, buffer.baseAddress, buffer.count) } }
+            let n = buffer.withUnsafeMutableBytes { buffer in try? file.read(into: buffer) }
             guard let n, n > 0 else { break }
             bytes += buffer[0..<n]
         }
@@ -317,40 +318,55 @@ public final class SeenStore {
     }
 
     private func append(_ line: String, to path: String) -> Bool {
-        let fd = Self.openRegularFile(path, O_WRONLY | O_APPEND)
-        guard fd >= 0 else {
-            if errno != ENOENT { report("cannot write \(path): \(Self.reason(errno))") }
-            return false  // missing: rewritten with its header
+        do throws(Errno) {
+            let file = try Self.openRegularFile(path, O_WRONLY | O_APPEND)
+            try Self.write(Array(line.utf8), to: file)
+            try file.close()
+            return true
+        } catch {
+            // Missing: rewritten with its header.
+            if error.rawValue != ENOENT { report("cannot write \(path): \(Self.reason(error))") }
+            return false
         }
-        defer { close(fd) }
-        return writeAll(fd, Array(line.utf8))
+    }
+
+    private static func write(_ bytes: [UInt8], to file: borrowing FileDescriptor) throws(Errno) {
+        var failed: Errno?
+        bytes.withUnsafeBytes { buffer in
+            do throws(Errno) { try file.writeAll(buffer) } catch { failed = error }
+        }
+        if let failed { throw failed }
     }
 
     /// Writes the whole set crash-safely: a temporary file, fsync, rename over the old one.
     private func rewrite(_ set: SeenSet, to path: String) -> Bool {
         let temporary = path + ".tmp"
-        // Made afresh (O_EXCL): whatever is at the temporary path, a planted symbolic link
-        // included, is removed first, never written through.
-        var fd = Self.openRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL)
-        if fd < 0 && errno == EEXIST {
-            unlink(temporary)
-            fd = Self.openRegularFile(temporary, O_WRONLY | O_CREAT | O_EXCL)
-        }
-        guard fd >= 0 else {
-            report("cannot write \(temporary): \(Self.reason(errno))")
-            return false
-        }
         var text = Self.header + "\n"
         text.reserveCapacity(17 * set.count + 16)
         for value in set.oldestFirst { text += NotificationFingerprint(value: value).hex + "\n" }
-        let ok = writeAll(fd, Array(text.utf8)) && fsync(fd) == 0
-        close(fd)
-        guard ok, rename(temporary, path) == 0 else {
-            report("cannot write \(path): \(String(cString: strerror(errno)))")
+        do throws(Errno) {
+            let file = try Self.openFresh(temporary)
+            try Self.write(Array(text.utf8), to: file)
+            guard fsync(file.rawValue) == 0 else { throw Errno.current }
+            try file.close()
+            guard rename(temporary, path) == 0 else { throw Errno.current }
+            return true
+        } catch {
+            report("cannot write \(path): \(Self.reason(error))")
             unlink(temporary)
             return false
         }
-        return true
+    }
+
+    /// A new file at `path`, made afresh (O_EXCL): whatever is there, a planted symbolic link
+    /// included, is removed first, never written through.
+    private static func openFresh(_ path: String) throws(Errno) -> FileDescriptor {
+        do throws(Errno) {
+            return try openRegularFile(path, O_WRONLY | O_CREAT | O_EXCL)
+        } catch where error.rawValue == EEXIST {
+            unlink(path)
+        }
+        return try openRegularFile(path, O_WRONLY | O_CREAT | O_EXCL)
     }
 
     /// Logs a file error once, then keeps working in memory only.

@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 import Glibc
+import SystemCalls
 #endif
 
 /// The sd_notify protocol, without libsystemd: datagrams to the socket named by `NOTIFY_SOCKET`.
@@ -56,9 +57,9 @@ public final class SystemdNotifier: Sendable {
     @discardableResult
     public func send(_ message: String) -> Bool {
         guard var path = socketPath else { return false }
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
+        let raw = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard raw >= 0 else { return false }
+        let socket = FileDescriptor(adopting: raw)  // closed when it goes out of scope
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
@@ -71,7 +72,7 @@ public final class SystemdNotifier: Sendable {
         let bytes = Array(message.utf8)
         let sent = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length) }
+                bytes.withUnsafeBytes { sendto(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length) }
             }
         }
         return sent == bytes.count
