@@ -175,7 +175,7 @@ let package = Package(
             name: "ANCSCaptureTests", dependencies: ["ANCSCapture", "ANCS", "JSON", "TestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "BtsnoopTests", dependencies: ["Btsnoop", "AMS", "ANCSCapture", "ANCS", "JSON", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "CaptureTests", dependencies: ["ancsd", "CaptureTools", "ANCSRuntime", "Btsnoop", "JSON", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "CaptureTests", dependencies: ["ancsd", "CaptureTools", "ANCSRuntime", "Btsnoop", "JSON", "SystemCalls", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "BluetoothUUIDs", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "CDBus", "EventLoop", "TestSupport"], swiftSettings: strict),
         .testTarget(

@@ -91,7 +91,7 @@ enum RunCommand {
         case .success(let text):
             try settings.apply(configuration: text, path: path)
         case .failure(let error):
-            if commandLine.configPath != nil || error.code != ENOENT {
+            if commandLine.configPath != nil || error.rawValue != ENOENT {
                 throw SettingError("cannot read \(path): \(error.description)")
             }
         }

@@ -2,6 +2,7 @@
 @testable import CaptureTools
 import ANCSRuntime
 import Btsnoop
+import SystemCalls
 import Foundation
 import Testing
 import TestSupport
@@ -14,7 +15,7 @@ final class FakeMonitor {
     init() throws {
         var ends: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
-            throw SystemError(code: errno)
+            throw Errno.current
         }
         socket = HCIMonitorSocket(descriptor: ends[0])
         writer = ends[1]

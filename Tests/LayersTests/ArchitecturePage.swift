@@ -81,8 +81,9 @@ struct SourceIndex {
     private(set) var files: [File] = []
     /// The targets: directories of Sources and of Tests.
     private(set) var targets: Set<Substring> = []
-    /// Names of Swift, libdispatch and swift-nio the page may name; no source declares them.
-    let outside: Set<Substring> = ["Int32", "Sendable", "Task", "DispatchQueue", "NIOLoopBound", "assumeIsolated"]
+    /// Names of Swift (its Synchronization module too), libdispatch and swift-nio the page may
+    /// name; no source declares them.
+    let outside: Set<Substring> = ["Int32", "Sendable", "Task", "DispatchQueue", "NIOLoopBound", "assumeIsolated", "Mutex", "Atomic"]
 
     init(root: URL) throws {
         let manager = FileManager.default
