@@ -52,19 +52,20 @@ public final class ControlClient: Sendable {
             return .failure(.unreachable(path: path, reason: "the control socket path is empty or too long"))
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { return .failure(.unreachable(path: path, reason: "socket: \(String(cString: strerror(errno)))")) }
+        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard raw >= 0 else { return .failure(.unreachable(path: path, reason: "socket: \(Errno.current)")) }
+        let socket = FileDescriptor(adopting: raw)  // closed on the way out unless the client takes it
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                Glibc.connect(socket.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        guard connected == 0 else {
-            let reason = String(cString: strerror(errno))
-            Glibc.close(fd)
+        if connected != 0 {
+            let reason = Errno.current.description
+            try? socket.close()
             return .failure(.unreachable(path: path, reason: reason))
         }
-        let client = ControlClient(fd: fd, loop: loop)
+        let client = ControlClient(fd: socket.release(), loop: loop)
         loop.perform { client.start() }
         return .success(client)
     }

@@ -29,7 +29,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     public struct Failure: Error, CustomStringConvertible, Sendable {
         public let description: String
         init(_ what: String) {
-            description = "\(what): \(String(cString: strerror(errno)))"
+            description = "\(what): \(Errno.current)"
         }
     }
 

@@ -420,10 +420,10 @@ private final class Engine {
         let fd = mosquitto_socket(handle)
         var error: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
-        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0, error != 0 { return String(cString: strerror(error)) }
+        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0, error != 0 { return Errno(rawValue: error).description }
         // With TLS, libmosquitto's handshake may already have taken the socket's error.
         var poll = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        if Glibc.poll(&poll, 1, 0) == 1, poll.revents & Int16(POLLERR | POLLHUP) != 0 { return String(cString: strerror(ECONNREFUSED)) }
+        if Glibc.poll(&poll, 1, 0) == 1, poll.revents & Int16(POLLERR | POLLHUP) != 0 { return Errno(rawValue: ECONNREFUSED).description }
         var address = sockaddr_storage()
         var addressLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
         let peer = withUnsafeMutablePointer(to: &address) {
@@ -577,7 +577,7 @@ private final class Engine {
     }
 
     static func describe(_ rc: Int32) -> String {
-        if rc == MOSQ_ERR_ERRNO.rawValue { return String(cString: strerror(errno)) }
+        if rc == MOSQ_ERR_ERRNO.rawValue { return Errno.current.description }
         return String(cString: mosquitto_strerror(rc))
     }
 }

@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 import Glibc
+import SystemCalls
 #endif
 import ANCS
 import ANCSCapture
@@ -44,7 +45,8 @@ final class SessionRecorder {
     private static let syncLoop: EventLoop? = try? EventLoop(name: "ancsd-fsync")
 
     let path: String
-    private var fd: Int32
+    /// The session's file; nil once closed (setting it to nil closes it).
+    private var file: FileDescriptor?
     private let logger: Logger
     private let device: String
     private var redactor: DataSourceRedactor?
@@ -57,7 +59,7 @@ final class SessionRecorder {
 
     private init(path: String, fd: Int32, device: String, redact: Bool, logger: Logger) {
         self.path = path
-        self.fd = fd
+        file = FileDescriptor(adopting: fd)
         self.device = device
         self.logger = logger
         redactor = redact ? DataSourceRedactor() : nil
@@ -82,14 +84,13 @@ final class SessionRecorder {
             path = base + "-\(attempt + 1).jsonl"
         }
         guard fd >= 0 else {
-            logger.warning("\(device.address): cannot record the session into \(directory): \(String(cString: strerror(errno)))")
+            logger.warning("\(device.address): cannot record the session into \(directory): \(Errno.current)")
             return nil
         }
         // Make the new directory entry durable too.
-        let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryFD >= 0 {
-            fsync(directoryFD)
-            close(directoryFD)
+        if let entry = try? FileDescriptor.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC) {
+            fsync(entry.rawValue)
+            try? entry.close()
         }
         let recorder = SessionRecorder(path: path, fd: fd, device: device.address, redact: options.redact, logger: logger)
         var header: JSONObject = ["format": .string(CaptureParser.formatName), "source": "ancsd"]
@@ -136,14 +137,9 @@ final class SessionRecorder {
         flushAnsweredWrites(all: true)
         let extra: JSONObject = reason.map { ["reason": .string($0)] } ?? [:]
         add(CaptureWriter.line(for: .event(time: seconds(time), .disconnected), extra: extra))
-        guard fd >= 0 else { return }
+        guard let fd = file?.rawValue else { return }
         fsync(fd)
-        close(fd)
-        fd = -1
-    }
-
-    deinit {
-        if fd >= 0 { close(fd) }
+        file = nil
     }
 
     // MARK: Writing
@@ -183,13 +179,12 @@ final class SessionRecorder {
 
     /// One write(2) of the whole line; fsync in the background at most every `syncInterval`.
     private func writeLine(_ text: String) {
-        guard fd >= 0 else { return }
+        guard let fd = file?.rawValue else { return }
         var bytes = Array(text.utf8)
         bytes.append(0x0A)
         guard writeAll(fd, bytes) else {
-            logger.warning("\(device): stopped recording to \(path): \(String(cString: strerror(errno)))")
-            close(fd)
-            fd = -1
+            logger.warning("\(device): stopped recording to \(path): \(Errno.current)")
+            file = nil
             return
         }
         if ContinuousClock.now - lastSync >= Self.syncInterval {
@@ -197,8 +192,9 @@ final class SessionRecorder {
             let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
             guard copy >= 0 else { return }
             let sync: @Sendable () -> Void = {
-                fsync(copy)
-                close(copy)
+                let duplicate = FileDescriptor(adopting: copy)
+                fsync(duplicate.rawValue)
+                try? duplicate.close()
             }
             if let loop = Self.syncLoop { loop.execute(sync) } else { sync() }
         }

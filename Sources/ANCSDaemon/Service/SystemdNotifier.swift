@@ -59,7 +59,7 @@ public final class SystemdNotifier: Sendable {
         guard var path = socketPath else { return false }
         let raw = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard raw >= 0 else { return false }
-        let socket = FileDescriptor(adopting: raw)  // closed when it goes out of scope
+        let socket = FileDescriptor(adopting: raw)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
@@ -75,6 +75,7 @@ public final class SystemdNotifier: Sendable {
                 bytes.withUnsafeBytes { sendto(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length) }
             }
         }
+        try? socket.close()
         return sent == bytes.count
     }
 }
