@@ -5,7 +5,7 @@ import ANCSPairing
 import ANCSRuntime
 import BlueZ
 import DBus
-import Dispatch
+import EventLoop
 
 /// `ancsd pair`: a pairing window for a new iPhone.
 enum PairCommand {
@@ -108,7 +108,10 @@ enum PairCommand {
         return options
     }
 
-    static func run(_ arguments: [String], bus: String?) async -> Int32 {
+    /// Blocked in main before any thread starts, read from a signalfd on the loop (SignalWatch).
+    static let handledSignals = [SIGINT, SIGTERM]
+
+    static func run(_ arguments: [String], bus: String?, loop: EventLoop) async -> Int32 {
         var options: PairingOptions
         do {
             guard let parsed = try parse(arguments, bus: bus) else {
@@ -127,15 +130,17 @@ enum PairCommand {
         signal(SIGPIPE, SIG_IGN)
         let logger = Logger(threshold: .info)
         let window = PairingWindow(options: options, logger: logger, interactive: isatty(STDIN_FILENO) == 1)
-        var sources: [any DispatchSourceSignal] = []
-        for number in [SIGINT, SIGTERM] {
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { Task { await window.finish(.interrupted(number)) } }
-            source.resume()
-            sources.append(source)
+        // Ctrl-C or SIGTERM ends the window the way its timeout does: everything put back.
+        let signals: SignalWatch
+        do {
+            signals = try SignalWatch(handledSignals, loop: loop) { number in
+                Task(executorPreference: loop) { await window.finish(.interrupted(number)) }
+            }
+        } catch {
+            logError("\(error)")
+            return 1
         }
-        defer { sources.forEach { $0.cancel() } }
+        defer { signals.cancel() }
         return await window.run()
     }
 }

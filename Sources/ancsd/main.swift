@@ -80,7 +80,7 @@ func runMain(_ arguments: [String], executor: DaemonExecutor) async -> Int32 {
     case "run":
         return await RunCommand.run(rest, bus: bus, executor: executor)
     case "pair":
-        return await PairCommand.run(rest, bus: bus)
+        return await PairCommand.run(rest, bus: bus, loop: executor)
     case "replay":
         return ReplayCommand.run(rest)
     case "capture":
@@ -111,7 +111,7 @@ func subcommand(of arguments: [String]) -> String? {
     return first.hasPrefix("--bus=") ? arguments.dropFirst().first : first
 }
 
-// `run` and `desktop` read their signals from a signalfd on the event loop (SignalWatch): blocked
+// `run`, `desktop` and `pair` read their signals from a signalfd on the event loop (SignalWatch): blocked
 // here, before the loop's thread or any other starts, so every thread inherits the mask and a
 // signal that comes during start-up waits, pending, for the watch (one that came before main, to
 // a process whose parent left it blocked, is pending too: it must not be unblocked here, which
@@ -120,6 +120,7 @@ func subcommand(of arguments: [String]) -> String? {
 let watchedSignals: [Int32] = switch subcommand(of: Array(CommandLine.arguments.dropFirst())) {
 case "run": RunCommand.handledSignals
 case "desktop": DesktopCommand.handledSignals
+case "pair": PairCommand.handledSignals
 default: []
 }
 var receivedSignals = sigset_t()
