@@ -36,21 +36,21 @@ extension ANCSSession: GattServiceSession {
     /// afresh in `renewing` (`resubscribed(now:)`), so there is nothing more to do.
     public mutating func subscribed(to characteristics: Set<CharacteristicUUID>, now: Duration) -> [GattSessionAction<Event>] {
         guard !hasSubscribed else { return [] }
-        return Self.seam(subscribed(now: now))
+        return Self.gattActions(subscribed(now: now))
     }
 
     public mutating func handleNotification(_ value: [UInt8], from characteristic: CharacteristicUUID, now: Duration)
         -> [GattSessionAction<Event>]
     {
         switch characteristic {
-        case Self.notificationSourceUUID: Self.seam(handleNotificationSource(value, now: now))
-        case Self.dataSourceUUID: Self.seam(handleDataSource(value, now: now))
+        case Self.notificationSourceUUID: Self.gattActions(handleNotificationSource(value, now: now))
+        case Self.dataSourceUUID: Self.gattActions(handleDataSource(value, now: now))
         default: [.log(.debug, "ignored a value from \(characteristic), which is not an ANCS source")]
         }
     }
 
     public mutating func handleResult(_ result: GattResult, now: Duration) -> [GattSessionAction<Event>] {
-        Self.seam(handleWriteResult(Self.writeResult(result), now: now))
+        Self.gattActions(handleWriteResult(Self.writeResult(result), now: now))
     }
 
     /// A request's result as the result of a Control Point write.
@@ -64,15 +64,15 @@ extension ANCSSession: GattServiceSession {
     }
 
     public mutating func handleTimer(now: Duration) -> [GattSessionAction<Event>] {
-        Self.seam(handleTimer(now: now) as [SessionAction])
+        Self.gattActions(handleTimer(now: now) as [SessionAction])
     }
 
     public mutating func renewing(now: Duration) -> [GattSessionAction<Event>] {
-        Self.seam(resubscribed(now: now))
+        Self.gattActions(resubscribed(now: now))
     }
 
-    /// The session's actions in the seam's terms, in the same order.
-    public static func seam(_ actions: [SessionAction]) -> [GattSessionAction<Event>] {
+    /// The session's actions as the GATT-service seam's (`GattSessionAction`), in the same order.
+    public static func gattActions(_ actions: [SessionAction]) -> [GattSessionAction<Event>] {
         if actions.isEmpty { return [] }
         return actions.map { action in
             switch action {

@@ -31,7 +31,7 @@ import TestSupport
 
     @Test func aMemberIsLookedForWithItsOwner() throws {
         let sources = try Self.sources.get()
-        #expect(sources.declares(["ANCSService", "show"]))
+        #expect(sources.declares(["ANCSHandler", "show"]))
         #expect(!sources.declares(["Daemon", "show"]), "the page's old claim: Daemon.show")
         #expect(sources.declares(["ANCS", "DataSourceReassembler"]))  // a module's
         #expect(!sources.declares(["NoSuchType"]))

@@ -58,9 +58,9 @@ extension Daemon {
 
 extension PhoneLink {
     /// The link's AMS service and its handler, while the phone offers it and it is subscribed.
-    var media: (service: ServiceLink, handler: MediaService)? {
+    var media: (service: ServiceLink, handler: MediaHandler)? {
         for service in services {
-            if let handler = service.handler as? MediaService, !service.starting { return (service, handler) }
+            if let handler = service.handler as? MediaHandler, !service.starting { return (service, handler) }
         }
         return nil
     }

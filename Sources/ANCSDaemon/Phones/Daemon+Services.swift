@@ -23,7 +23,7 @@ extension Daemon {
     static let extraServiceRetry = Duration.seconds(30)
 
     /// Every service a link may speak beside ANCS.
-    static let extraServices: [ExtraService] = [MediaService.extra]
+    static let extraServices: [ExtraService] = [MediaHandler.extra]
 
     /// Starts the extra services the phone offers now on a running link, and stops those it
     /// no longer offers (or the options turned off).

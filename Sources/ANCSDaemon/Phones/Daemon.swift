@@ -132,7 +132,7 @@ public actor Daemon: LoopActor {
     /// Asks the phone to perform an action; returns its answer.
     func performAction(_ action: ActionID, on uid: UInt32, link: PhoneLink) async -> ActionOutcome {
         await withCheckedContinuation { continuation in
-            link.ancs.actionWaiters[ANCSService.ActionKey(uid: uid, action: action.rawValue), default: []].append(continuation)
+            link.ancs.actionWaiters[ANCSHandler.ActionKey(uid: uid, action: action.rawValue), default: []].append(continuation)
             link.ancs.performAction(action, on: uid, service: link.ancsLink, link: link, daemon: self)
         }
     }

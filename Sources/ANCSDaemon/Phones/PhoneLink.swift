@@ -32,7 +32,7 @@ final class PhoneLink {
     /// Services added so far (each gets the next number).
     private var servicesAdded = 0
     /// ANCS's handler: its session, replay gate and waiters.
-    let ancs: ANCSService
+    let ancs: ANCSHandler
     var tasks: [Task<Void, Never>] = []
     /// Calls the services' `handleTimer`; created on first use, disarmed while nothing waits.
     var timer: LoopTimer?
@@ -58,7 +58,7 @@ final class PhoneLink {
         self.device = device
         self.characteristics = characteristics
         start = clock.now
-        ancs = ANCSService(configuration: configuration, replays: replays)
+        ancs = ANCSHandler(configuration: configuration, replays: replays)
         services = [ServiceLink(handler: ancs, service: service, number: 0)]
         servicesAdded = 1
     }

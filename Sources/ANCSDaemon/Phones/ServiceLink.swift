@@ -5,7 +5,7 @@ import GattSession
 
 /// One GATT service on one phone's link: where its characteristics are, how their
 /// notifications arrive, the request in flight and the renewal of its subscriptions. What the
-/// service does with them is its `handler`'s (ANCS: `ANCSService`).
+/// service does with them is its `handler`'s (ANCS: `ANCSHandler`).
 ///
 /// Owned and used only by the `Daemon` actor.
 final class ServiceLink {

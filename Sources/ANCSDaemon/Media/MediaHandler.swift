@@ -7,7 +7,7 @@ import GattSession
 /// its remote commands (`ancsd media`, MQTT, the desktop's MPRIS player).
 ///
 /// Owned and used only by the `Daemon` actor.
-final class MediaService: ServiceHandler, ServiceEvents {
+final class MediaHandler: ServiceHandler, ServiceEvents {
     var session: MediaSession
     /// Control requests waiting for their command's write, in the order they were made, until
     /// the session sends it (`sending`); then by request number until its result.
@@ -22,7 +22,7 @@ final class MediaService: ServiceHandler, ServiceEvents {
 
     /// AMS in the daemon's list of services beside ANCS (`--media`).
     static let extra = Daemon.ExtraService(
-        description: MediaSession.service, enabled: { $0.media }, make: { _ in MediaService() })
+        description: MediaSession.service, enabled: { $0.media }, make: { _ in MediaHandler() })
 
     var description: GattServiceDescription { MediaSession.service }
     var nextDeadline: Duration? { session.nextDeadline }

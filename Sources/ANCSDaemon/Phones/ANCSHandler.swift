@@ -9,7 +9,7 @@ import GattSession
 /// bluetoothd makes of signalled values, the recorder.
 ///
 /// Owned and used only by the `Daemon` actor.
-final class ANCSService: ServiceHandler, ServiceEvents {
+final class ANCSHandler: ServiceHandler, ServiceEvents {
     var session: ANCSSession
     /// Decides which notification events reach the outputs (`--replays`).
     var gate: ReplayGate
@@ -58,7 +58,7 @@ final class ANCSService: ServiceHandler, ServiceEvents {
         link.recorder?.received(isDataSource ? .ds : .ns, value, at: link.now)
         let actions = isDataSource
             ? session.handleDataSource(value, now: link.now) : session.handleNotificationSource(value, now: link.now)
-        run(ANCSSession.seam(actions), service: service, link: link, daemon: daemon)
+        run(ANCSSession.gattActions(actions), service: service, link: link, daemon: daemon)
     }
 
     func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {
@@ -72,7 +72,7 @@ final class ANCSService: ServiceHandler, ServiceEvents {
     func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
         let write = ANCSSession.writeResult(result)
         link.recorder?.writeFinished(write, at: link.now)
-        run(ANCSSession.seam(session.handleWriteResult(write, write: number, now: link.now)), service: service, link: link, daemon: daemon)
+        run(ANCSSession.gattActions(session.handleWriteResult(write, write: number, now: link.now)), service: service, link: link, daemon: daemon)
     }
 
     func timerFired(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
@@ -86,12 +86,12 @@ final class ANCSService: ServiceHandler, ServiceEvents {
 
     /// Asks the phone to perform an action (the outcome comes as `.actionCompleted`).
     func performAction(_ action: ActionID, on uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(ANCSSession.seam(session.performAction(action, on: uid, now: link.now)), service: service, link: link, daemon: daemon)
+        run(ANCSSession.gattActions(session.performAction(action, on: uid, now: link.now)), service: service, link: link, daemon: daemon)
     }
 
     /// Fetches a notification's whole message again.
     func fetchFullMessage(of uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(ANCSSession.seam(session.fetchFullMessage(of: uid, now: link.now)), service: service, link: link, daemon: daemon)
+        run(ANCSSession.gattActions(session.fetchFullMessage(of: uid, now: link.now)), service: service, link: link, daemon: daemon)
     }
 
     /// Applies reloaded options: the filter, the replay policy and the checks' intervals.
@@ -100,7 +100,7 @@ final class ANCSService: ServiceHandler, ServiceEvents {
         gate.policy = options.replays
         let actions = session.updateChecks(
             aliveCheckInterval: options.session.aliveCheckInterval, resubscribeAfter: options.session.resubscribeAfter, now: link.now)
-        run(ANCSSession.seam(actions), service: service, link: link, daemon: daemon)
+        run(ANCSSession.gattActions(actions), service: service, link: link, daemon: daemon)
     }
 
     func tearDown() {
