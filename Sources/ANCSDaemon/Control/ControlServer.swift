@@ -111,8 +111,10 @@ public final class ControlServer: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
         let requestedGroup = try Self.groupID(group)
         try Self.removeStale(path, address)
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
+        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard raw >= 0 else { throw ControlSocketError(description: "socket: \(Errno.current)") }
+        let socket = FileDescriptor(adopting: raw)  // closed on a failure below; the server keeps it otherwise
+        let fd = socket.rawValue
         // Never a moment with more access than `mode` gives: Linux makes the socket file with the
         // socket's own mode less the umask, so it is made with `mode` or less, then given exactly
         // `mode` (the process umask is not touched: other threads may be making files).
@@ -123,22 +125,22 @@ public final class ControlServer: Sendable {
         let bindError = errno
         if bound == 0 { Self.afterBind.withLock { $0 }?(path) }
         guard bound == 0 else {
-            close(fd)
-            throw ControlSocketError(description: "cannot make the control socket \(path): \(String(cString: strerror(bindError)))")
+            try? socket.close()
+            throw ControlSocketError(description: "cannot make the control socket \(path): \(Errno(rawValue: bindError))")
         }
         var info = stat()
         // Without --control-group the file keeps the group it was made with (chown is a
         // privileged call the service's system call filter refuses).
         guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, chmod(path, mode) == 0,
               listen(fd, 64) == 0 else {
-            let reason = String(cString: strerror(errno))
-            close(fd)
+            let reason = Errno.current.description
+            try? socket.close()
             unlink(path)
             throw ControlSocketError(description: "cannot set up the control socket \(path): \(reason)")
         }
         identity = (UInt64(info.st_dev), UInt64(info.st_ino))
         allowedGroup = requestedGroup ?? info.st_gid
-        listener = fd
+        listener = socket.release()
     }
 
     private static func groupID(_ name: String?) throws(ControlSocketError) -> gid_t? {
@@ -160,21 +162,23 @@ public final class ControlServer: Sendable {
         guard (info.st_mode & S_IFMT) == S_IFSOCK else {
             throw ControlSocketError(description: "\(path) exists and is not a socket")
         }
-        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard probe >= 0 else { throw ControlSocketError(description: "socket: \(String(cString: strerror(errno)))") }
-        defer { close(probe) }
+        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard raw >= 0 else { throw ControlSocketError(description: "socket: \(Errno.current)") }
+        let probe = FileDescriptor(adopting: raw)
         var address = address
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        if connected == 0 || errno == EAGAIN {
+        let error = connected == 0 ? Errno(rawValue: 0) : Errno.current
+        try? probe.close()
+        if connected == 0 || error.rawValue == EAGAIN {
             throw ControlSocketError(description: """
                 another ancsd is listening on \(path) (it accepted a connection); stop it first, or give this one \
                 another --control path
                 """)
         }
-        guard errno == ECONNREFUSED else {
-            throw ControlSocketError(description: "cannot tell whether \(path) is in use: \(String(cString: strerror(errno)))")
+        guard error.rawValue == ECONNREFUSED else {
+            throw ControlSocketError(description: "cannot tell whether \(path) is in use: \(error)")
         }
         unlink(path)  // nobody listens: a stale socket from an earlier run
     }
@@ -245,7 +249,7 @@ public final class ControlServer: Sendable {
             case EAGAIN, EWOULDBLOCK:
                 return
             default:
-                pauseAccepting(reason: String(cString: strerror(errno)))
+                pauseAccepting(reason: Errno.current.description)
                 return
             }
         }
@@ -325,7 +329,7 @@ public final class ControlServer: Sendable {
         var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))
         var length = socklen_t(MemoryLayout.size(ofValue: credentials))
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
-            return (uid_t.max, "its credentials cannot be read: \(String(cString: strerror(errno)))")
+            return (uid_t.max, "its credentials cannot be read: \(Errno.current)")
         }
         let uid = credentials.uid, gid = credentials.gid
         if uid == 0 || uid == geteuid() || gid == allowedGroup || Self.isMember(uid: uid, primaryGroup: gid, of: allowedGroup) { return nil }
@@ -342,12 +346,8 @@ public final class ControlServer: Sendable {
 
     /// The uid an unmapped user shows as inside a user namespace (/proc/sys/kernel/overflowuid).
     static let overflowUID: uid_t = {
-        let fd = open("/proc/sys/kernel/overflowuid", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return 65_534 }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 16)
-        let n = read(fd, &buffer, buffer.count)
-        guard n > 0, let value = UInt32(String(decoding: buffer[0..<n], as: UTF8.self).trimmingCharacters(in: " \n")) else { return 65_534 }
+        guard case .success(let text) = readTextFile("/proc/sys/kernel/overflowuid"),
+              let value = UInt32(text.trimmingCharacters(in: " \n")) else { return 65_534 }
         return value
     }()
 
