@@ -299,6 +299,8 @@ private let ada = "AA:BB:CC:DD:EE:01"
         // so the count is allowed a few either way.
         #expect(abs(served.count - (limit - open - reserve)) <= 3, "served \(served.count) clients, limit \(limit), \(open) open before, reserve \(reserve)")
         for _ in 0..<20 { #expect(try SocketClient(path: path).requestOrRefusal(["cmd": "status"])["error"]?["code"] == "busy") }
+        // Logged after the refusal is sent: its reader may not have it yet when the reply is in.
+        try run.ancsd.waitForStandardError(containing: "turned a client away")
         let warnings = run.ancsd.standardError.components(separatedBy: "turned a client away").count - 1
         #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
         #expect(try served[0].request(["cmd": "list"])["ok"] == true, "a held client is still served")
