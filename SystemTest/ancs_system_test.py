@@ -968,7 +968,9 @@ def stranger_visit(hci0, adapter, log_text):
     return {"bluez": run("bluetoothd", "--version", check_status=False).strip(),
             "passkey_entry_answered": [SMP_NAMES.get(c, hex(c)) for c in received],
             "passkey_entry_link_ended_s": round(pairing_ended_s, 2), "passkey_entry_reason": f"0x{pairing_reason:02x}",
-            "refused": refused[0].split("ancsd: ", 1)[-1].strip(), "ended_by": ended_by or ["CancelPairing accepted"],
+            "refused": refused[0].split("ancsd: ", 1)[-1].strip(),
+            # ancsd logs CancelPairing's and Disconnect's errors only (debug): none, both answered without one.
+            "ended_by": ended_by or ["CancelPairing and Disconnect answered without an error"],
             "held_s": round(held, 1), "hold_ended_reason": f"0x{reason:02x}"}
 
 
