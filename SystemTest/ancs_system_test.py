@@ -1278,9 +1278,7 @@ def diagnosis(ctx):
         device = "/org/bluez/hci0/dev_" + ctx["hci1"].replace(":", "_")
         state = []
         for prop in ["Connected", "ServicesResolved", "Paired", "Bonded"]:
-            out = run("busctl", "--system", "get-property", "org.bluez", device, "org.bluez.Device1", prop,
-                      check_status=False).strip()
-            state.append(f"{prop}={out.removeprefix('b ') or '?'}")
+            state.append(f"{prop}={(device_property(device, prop) or '?').removeprefix('b ')}")
         tree = run("busctl", "--system", "tree", "--list", "org.bluez", check_status=False).split()
         services = [p for p in tree if p.startswith(device + "/service") and "/char" not in p]
         lines.append(f"the phone on hci0: {' '.join(state)}; {len(services)} GATT service object(s)")

@@ -91,11 +91,7 @@ final class ShownRecord {
             for byte in 0..<Self.recordSize { bytes.append(UInt8(truncatingIfNeeded: value >> (8 * UInt64(byte)))) }
         }
         let file = try FileDescriptor.open(path, flags | O_CLOEXEC, permissions: 0o600)
-        var failed: Errno?
-        bytes.withUnsafeBytes { buffer in
-            do throws(Errno) { try file.writeAll(buffer) } catch { failed = error }
-        }
-        if let failed { throw failed }
+        try file.writeAll(bytes)
         try file.close()
     }
 

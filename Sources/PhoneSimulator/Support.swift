@@ -79,7 +79,7 @@ public final class Timeline: Sendable {
 
     private func writePending(_ f: inout File) {
         // A line that cannot be written is lost, as the file is only a record for tests.
-        _ = f.pending.withUnsafeBytes { try? descriptor.writeAll($0) }
+        try? descriptor.writeAll(f.pending)
         f.pending.removeAll(keepingCapacity: f.pending.count <= 1 << 16)
     }
 

@@ -64,6 +64,15 @@ public struct FileDescriptor: ~Copyable, Sendable {
     }
 
     /// Writes all of `bytes` to a blocking descriptor.
+    public func writeAll(_ bytes: [UInt8]) throws(Errno) {
+        var failed: Errno?
+        bytes.withUnsafeBytes { buffer in
+            do throws(Errno) { try writeAll(buffer) } catch { failed = error }
+        }
+        if let failed { throw failed }
+    }
+
+    /// Writes all of `bytes` to a blocking descriptor.
     public func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
         var offset = 0
         while offset < bytes.count {

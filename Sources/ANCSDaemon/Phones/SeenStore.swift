@@ -320,7 +320,7 @@ public final class SeenStore {
     private func append(_ line: String, to path: String) -> Bool {
         do throws(Errno) {
             let file = try Self.openRegularFile(path, O_WRONLY | O_APPEND)
-            try Self.write(Array(line.utf8), to: file)
+            try file.writeAll(Array(line.utf8))
             try file.close()
             return true
         } catch {
@@ -330,29 +330,27 @@ public final class SeenStore {
         }
     }
 
-    private static func write(_ bytes: [UInt8], to file: borrowing FileDescriptor) throws(Errno) {
-        var failed: Errno?
-        bytes.withUnsafeBytes { buffer in
-            do throws(Errno) { try file.writeAll(buffer) } catch { failed = error }
-        }
-        if let failed { throw failed }
-    }
-
     /// Writes the whole set crash-safely: a temporary file, fsync, rename over the old one.
     private func rewrite(_ set: SeenSet, to path: String) -> Bool {
         let temporary = path + ".tmp"
         var text = Self.header + "\n"
         text.reserveCapacity(17 * set.count + 16)
         for value in set.oldestFirst { text += NotificationFingerprint(value: value).hex + "\n" }
+        var opened = false
         do throws(Errno) {
             let file = try Self.openFresh(temporary)
-            try Self.write(Array(text.utf8), to: file)
+            opened = true
+            try file.writeAll(Array(text.utf8))
             guard fsync(file.rawValue) == 0 else { throw Errno.current }
             try file.close()
             guard rename(temporary, path) == 0 else { throw Errno.current }
             return true
         } catch {
-            report("cannot write \(path): \(Self.reason(error))")
+            guard opened else {
+                report("cannot write \(temporary): \(Self.reason(error))")
+                return false
+            }
+            report("cannot write \(path): \(error)")
             unlink(temporary)
             return false
         }
