@@ -35,7 +35,8 @@ BENCH_LINK  := $(foreach f,malloc calloc realloc,-Xlinker --defsym=$(f)=ancs_ben
 # builds have a build directory of their own: SwiftPM does not recompile when only -Xfrontend
 # flags change, so objects of a plain release build would be linked without function sections.
 LAYOUT      := --scratch-path .build/layout -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections \
-	-Xlinker --symbol-ordering-file=$(CURDIR)/linker/ancsd.order -Xlinker --no-warn-symbol-ordering
+	-Xlinker --symbol-ordering-file=$(CURDIR)/linker/ancsd.order -Xlinker --no-warn-symbol-ordering \
+	-Xlinker -z -Xlinker relro -Xlinker -z -Xlinker now
 LAYOUT_BIN   = $$($(SWIFT) build -c release $(LAYOUT) --show-bin-path)
 
 PREFIX      ?= /usr/local
@@ -155,10 +156,12 @@ test:
 ## (restarted now and then, the command reloaded and slowed): at each quiet point what the
 ## command and an MQTT subscriber got is checked against standard output, losses against
 ## ancsd's dropped counts (not yet by default: ancsd's threads then pass the bound at times).
-## Prints its seed; SOAK_SEED=N replays that run (docs/soak.md).
+## Prints its seed; SOAK_SEED=N replays that run (docs/soak.md). Every run prints RSS's trend
+## after warm-up in kB an hour. SOAK_HEAP=malloc: glibc's malloc_stats of ancsd at both marks;
+## SOAK_HEAP=heaptrack: also every allocation after warm-up, recorded by heaptrack (gdb, heaptrack).
 SOAK_SECONDS ?= 600
 soak:
-	@scripts/install-deps $(TEST_DEPS) python3
+	@scripts/install-deps $(TEST_DEPS) python3 $(if $(SOAK_HEAP),gdb heaptrack)
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancsd
 	$(SWIFT) build -c release $(STRICT) --static-swift-stdlib --product ancs-phone-sim
 	python3 Soak/test_oracle.py

@@ -18,15 +18,17 @@ import PackageDescription
 /// - `SystemCalls`: an owning `FileDescriptor` (EINTR retried, closed once) and `Errno`, swift-system's shape.
 /// - `CEventLoop`: epoll, eventfd and timerfd from glibc's headers, linking nothing.
 /// - `CDBus`: libdbus-1 (pkg-config dbus-1).
-/// - `CMosquitto`: libmosquitto (pkg-config libmosquitto).
+/// - `CMosquitto`: libmosquitto's header and the types of the functions MQTT loads from it, linking nothing.
 /// - `CBluetooth`: the kernel's Bluetooth socket headers (libbluetooth-dev), linking nothing.
 /// - `CSpawn`: posix_spawn and pidfd_open for `--exec`, linking nothing.
 /// - `CLinux`: glibc calls the Glibc module leaves out (pwritev2, mallopt, signalfd), linking nothing.
 ///
 /// Layer 1: protocol state, file formats, the event loop
 /// - `AMS` [GattSession]: Apple Media Service: identifiers, values, the media state and `MediaSession`; no I/O.
-/// - `ANCSSession` [ANCS, BluetoothUUIDs, GattSession]: one phone's ANCS session: notifications, filters, events; no I/O;
+/// - `ANCSSession` [ANCS, BluetoothUUIDs, GattSession]: one phone's ANCS session: notifications, filters, events, the replay gate; no I/O;
 ///   a `GattServiceSession`.
+/// - `LinkMachine` [GattSession]: every decision about the phones' links (which device gets one, subscribing, back-off,
+///   pauses, services beside ANCS, renewals) as a pure state machine; no I/O.
 /// - `ANCSCapture` [ANCS, JSON]: the `ancs-capture/1` file format, its decoder and writer.
 /// - `ControlProtocol` [JSON]: the control socket's requests, replies, errors and events as types, fuzzed alone.
 /// - `EventLoop` [CEventLoop, SystemCalls]: an epoll run loop on one thread, a serial and task executor with timers
@@ -36,7 +38,7 @@ import PackageDescription
 /// - `Btsnoop` [AMS, ANCSCapture, BluetoothUUIDs, GattSession, JSON]: btsnoop files and HCI monitor frames to ANCS records
 ///   and Apple Media Service values.
 /// - `DBus` [CDBus, CEventLoop, EventLoop, SystemCalls]: a Swift D-Bus layer over libdbus-1, on an event loop.
-/// - `MQTT` [CMosquitto, EventLoop, SystemCalls]: an MQTT client over libmosquitto, on an event loop.
+/// - `MQTT` [CMosquitto, EventLoop, SystemCalls]: an MQTT client over libmosquitto (loaded when the first client is made), on an event loop.
 /// - `ANCSRuntime` [CLinux, EventLoop, SystemCalls]: what every ancsd process runs on: the logger, the one
 ///   executor, its signals (a signalfd the loop watches), file helpers.
 /// - `ANCSControl` [ControlProtocol, EventLoop, JSON, SystemCalls]: the control socket's path and `ControlClient`, the one client.
@@ -48,7 +50,7 @@ import PackageDescription
 ///
 /// Layer 4: the daemon and its companions
 /// - `ANCSDaemon` [AMS, ANCS, ANCSCapture, ANCSRuntime, ANCSSession, BlueZ, BluetoothUUIDs, CLinux, CSpawn, ControlProtocol,
-///   DBus, EventLoop, GattSession, JSON, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
+///   DBus, EventLoop, GattSession, JSON, LinkMachine, MQTT, SystemCalls]: `ancsd run`: phones, sessions, presence, the control server, the outputs.
 /// - `ANCSPairing` [ANCSRuntime, BlueZ, DBus]: `ancsd pair`'s window: advertisement, agent, passkey prompt.
 /// - `ANCSDesktop` [ANCSControl, ANCSRuntime, ControlProtocol, DBus, EventLoop, JSON, SystemCalls]: `ancsd desktop`.
 /// - `GattPhone` [ANCS, BluetoothUUIDs, BlueZ, DBus, JSON, PhoneSimulator, SystemCalls]: an iPhone on a real bluetoothd.
@@ -91,6 +93,7 @@ let package = Package(
         .target(name: "Tar", swiftSettings: strict),
         .target(name: "GattSession", swiftSettings: strict),
         .target(name: "AMS", dependencies: ["GattSession"], swiftSettings: strict),
+        .target(name: "LinkMachine", dependencies: ["GattSession"], swiftSettings: strict),
         .target(name: "SystemCalls", swiftSettings: strict),
         .target(name: "ANCSCapture", dependencies: ["ANCS", "JSON"], swiftSettings: strict),
         .target(name: "Btsnoop", dependencies: ["AMS", "ANCSCapture", "BluetoothUUIDs", "GattSession", "JSON"], swiftSettings: strict),
@@ -101,7 +104,7 @@ let package = Package(
             name: "ANCSDaemon",
             dependencies: [
                 "AMS", "ANCS", "ANCSSession", "ANCSCapture", "ANCSRuntime", "JSON", "BlueZ", "BluetoothUUIDs", "DBus", "CSpawn", "CLinux",
-                "MQTT", "EventLoop", "ControlProtocol", "GattSession", "SystemCalls",
+                "MQTT", "EventLoop", "ControlProtocol", "GattSession", "LinkMachine", "SystemCalls",
             ],
             swiftSettings: strict),
         .target(name: "ANCSPairing", dependencies: ["ANCSRuntime", "BlueZ", "DBus"], swiftSettings: strict),
@@ -115,11 +118,8 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
-        .systemLibrary(
-            name: "CMosquitto",
-            pkgConfig: "libmosquitto",
-            providers: [.apt(["libmosquitto-dev"])]
-        ),
+        // Headers only: no pkgConfig (it would link libmosquitto, which MQTT loads when used).
+        .systemLibrary(name: "CMosquitto", providers: [.apt(["libmosquitto-dev"])]),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop", "SystemCalls"], swiftSettings: strict),
         // Headers only: no pkgConfig (bluez.pc would link libbluetooth), no link in the module map.
         .systemLibrary(name: "CBluetooth", providers: [.apt(["libbluetooth-dev"])]),
@@ -155,6 +155,8 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSTests", dependencies: ["ANCS"], swiftSettings: strict),
         .testTarget(name: "AMSTests", dependencies: ["AMS", "GattSession"], swiftSettings: strict),
+        .testTarget(name: "LinkMachineTests", dependencies: ["LinkMachine", "GattSession", "ANCS", "ANCSSession", "AMS"], swiftSettings: strict),
+        .testTarget(name: "PhoneMonthTests", dependencies: ["LinkMachine", "ANCSSession", "ANCS", "AMS", "GattSession", "ANCSDaemon"], swiftSettings: strict),
         .testTarget(name: "BluetoothUUIDsTests", dependencies: ["BluetoothUUIDs"], swiftSettings: strict),
         .testTarget(name: "SystemCallsTests", dependencies: ["SystemCalls"], swiftSettings: strict),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "TestSupport"], swiftSettings: strict),
@@ -163,7 +165,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "ANCSSessionTests", dependencies: ["ANCSSession", "ANCS", "ANCSCapture", "JSON"], swiftSettings: strict),
         .testTarget(
-            name: "ANCSDaemonTests", dependencies: ["AMS", "ANCSDaemon", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop",
+            name: "ANCSDaemonTests", dependencies: ["AMS", "ANCSDaemon", "LinkMachine", "ANCSRuntime", "BlueZ", "ANCSSession", "ANCS", "JSON", "DBus", "TestSupport", "MQTT", "ControlProtocol", "ANCSControl", "EventLoop",
                 "PhoneSimulator"],
             swiftSettings: strict),
         .testTarget(

@@ -50,6 +50,44 @@ class OracleTests(unittest.TestCase):
         self.oracle.advance(self.t)
         self.assertEqual(self.oracle.shown["added"], 1)
 
+    def test_connected_line_after_the_link_came_back(self):
+        """Seed 22 (600 s), 162 s in, on a loaded machine: the phone's link of session 76
+        replayed, dropped (session 77) and came back (session 78) within 3.4 ms; ancsd's
+        `connected` line and session 76's replayed UID came after that. The connection is
+        session 76's; the next one may be session 78's."""
+        self.sim("link", up=True, session=76)
+        self.sim("subscribed", session=76, replay=1)
+        self.sim("ns", event="added", uid=12106, session=76, pre_existing=True)
+        self.sim("cp", session=76, outcome="disconnect", request="notification", uid=12106)
+        self.sim("link", up=False, session=77)
+        self.sim("link", up=True, session=78)
+        self.push("ancsd", {"v": 1, "type": "connected", "device": PHONE, "name": "Phone 1"})
+        self.push("ancsd", added_line(12106))
+        self.push("ancsd", {"v": 1, "type": "disconnected", "device": PHONE, "reason": "disconnected"})
+        self.sim("subscribed", session=78, replay=1)
+        self.sim("ns", event="added", uid=12107, session=78, pre_existing=True)
+        self.push("ancsd", {"v": 1, "type": "connected", "device": PHONE, "name": "Phone 1"})
+        self.push("ancsd", added_line(12107))
+        self.oracle.advance(self.t)
+        self.assertEqual(self.oracle.shown["added"], 2)
+
+    def test_a_connection_is_not_bound_to_a_session_before_the_previous_one(self):
+        """Only sessions begun after ancsd's previous connection may bind a late `connected`
+        line, and only by its first shown line: a UID of an older session still fails."""
+        self.sim("link", up=True, session=5)
+        self.sim("subscribed", session=5, replay=1)
+        self.sim("ns", event="added", uid=40, session=5, pre_existing=True)
+        self.push("ancsd", {"v": 1, "type": "connected", "device": PHONE, "name": "Phone 1"})
+        self.push("ancsd", added_line(40))
+        self.push("ancsd", {"v": 1, "type": "disconnected", "device": PHONE, "reason": "disconnected"})
+        self.sim("link", up=False, session=6)
+        self.sim("link", up=True, session=7)
+        self.sim("subscribed", session=7, replay=0)
+        self.push("ancsd", {"v": 1, "type": "connected", "device": PHONE, "name": "Phone 1"})
+        self.push("ancsd", added_line(40))
+        with self.assertRaises(Violation):
+            self.oracle.advance(self.t)
+
     def test_a_uid_of_another_session_is_still_refused(self):
         self.sim("link", up=True, session=3)
         self.sim("subscribed", session=3, replay=0)
@@ -67,6 +105,32 @@ class OracleTests(unittest.TestCase):
         self.oracle.advance(self.t + int(0.9 * NS))
         with self.assertRaises(Violation):
             self.oracle.advance(self.t + int(1.2 * NS))
+
+    def modification_after_its_answer(self, refetched_message):
+        """Seed 7207 (an hour), 3,280 s in: the phone replayed UID 140095 and answered its fetch
+        with a modification already in it; the Modified event came after ancsd had shown that,
+        and ancsd's fetch again got `refetched_message`."""
+        attributes = {"0": "net.whatsapp.WhatsApp", "1": "Burst 2 of 364", "2": "", "3": "Grüße emoji 🎉 see",
+                      "4": "22", "5": "20261130T101500"}
+        self.sim("link", up=True, session=1093)
+        self.sim("subscribed", session=1093, replay=1)
+        self.push("ancsd", {"v": 1, "type": "connected", "device": PHONE, "name": "Phone 1"})
+        self.sim("ns", event="added", uid=140095, session=1093, pre_existing=True)
+        self.sim("cp", session=1093, outcome="accepted", request="notification", uid=140095, attributes=attributes)
+        self.push("ancsd", added_line(140095, app_id="net.whatsapp.WhatsApp", title="Burst 2 of 364", subtitle="",
+                                      message="Grüße emoji 🎉 see", date="2026-11-30T10:15:00", complete=True))
+        self.sim("ns", event="modified", uid=140095, session=1093, pre_existing=False)
+        self.sim("cp", session=1093, outcome="accepted", request="notification", uid=140095,
+                 attributes=dict(attributes, **{"3": refetched_message}))
+        self.oracle.advance(self.t + int(1.5 * NS))
+
+    def test_a_modification_the_shown_line_already_carries_is_not_owed(self):
+        self.modification_after_its_answer("Grüße emoji 🎉 see")
+        self.assertEqual(self.oracle.shown["added"], 1)
+
+    def test_a_modification_with_new_text_is_still_owed(self):
+        with self.assertRaises(Violation):
+            self.modification_after_its_answer("something else")
 
 
 if __name__ == "__main__":

@@ -70,5 +70,24 @@ class OutputCaptureTests(unittest.TestCase):
             self.assertTrue(caught_up, "the end of the file was reached while the writer ran")
 
 
+class MemoryFiguresTests(unittest.TestCase):
+    def test_the_trend_is_the_least_squares_slope_in_kb_an_hour(self):
+        """Samples (t, instance, rss_kb, …) every 2 s: 1 kB more every 2 s is 1,800 kB an hour,
+        whatever a sample's swing about the line; a flat run with one spike in the middle is 0."""
+        rising = [(t, 2, 5000 + t // 2 + (40 if t % 4 else -40)) for t in range(0, 600, 2)]
+        self.assertAlmostEqual(soak.rss_trend_kb_per_hour(rising), 1800, delta=30)
+        spike = [(t, 2, 5000 + (3000 if t == 300 else 0)) for t in range(0, 602, 2)]
+        self.assertAlmostEqual(soak.rss_trend_kb_per_hour(spike), 0, delta=1e-6)
+        self.assertIsNone(soak.rss_trend_kb_per_hour(rising[:2]))
+
+    def test_malloc_stats_are_read_per_arena(self):
+        text = ("Arena 0:\nsystem bytes     =     135168\nin use bytes     =      80768\n"
+                "Arena 2:\nsystem bytes     =    8585216\nin use bytes     =    1458496\n"
+                "Total (incl. mmap):\nsystem bytes     =    8855552\nin use bytes     =    1543312\n"
+                "max mmap regions =          3\nmax mmap bytes   =    6889472\n")
+        self.assertEqual(soak.parse_malloc_stats(text), {"arena 0": (135168, 80768), "arena 2": (8585216, 1458496),
+                                                         "total": (8855552, 1543312)})
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

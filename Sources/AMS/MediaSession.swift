@@ -180,6 +180,12 @@ public struct MediaSession: GattServiceSession {
     /// How many requests wait behind the one in flight (a fetch counts once, for its write).
     public var pendingRequestCount: Int { pendingCommands.count + pendingRegistrations.count + pendingFetches.count }
 
+    /// The sizes of the session's tables, for tests that prove nothing grows with time.
+    public var tableSizes: [(name: String, count: Int)] {
+        [("pending commands", pendingCommands.count), ("pending registrations", pendingRegistrations.count),
+         ("pending reads", pendingFetches.count), ("generations", generations.count)]
+    }
+
     /// The phone offers Remote Command: `send(_:now:)` can work.
     public var hasRemoteCommand: Bool { characteristics.contains(AMSUUID.remoteCommand) }
     /// The phone offers Entity Update: the session learns the media state.

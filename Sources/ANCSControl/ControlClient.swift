@@ -22,11 +22,15 @@ public final class ControlClient: Sendable {
     /// The replies and events, in the order the daemon sent them.
     public let incoming: AsyncStream<ControlIncoming>
     private let continuation: AsyncStream<ControlIncoming>.Continuation
+    /// The socket's number, for the calls; `State.socket` owns it.
     private let fd: Int32
     private let loop: EventLoop
     private let state: LoopBound<State>
 
-    private struct State {
+    /// The connection, on the loop. A class: it holds the socket, which is not copyable.
+    private final class State {
+        /// The socket; nil once closed.
+        var socket: FileDescriptor?
         var watch: Watch?
         var input: [UInt8] = []
         var closed = false
@@ -34,12 +38,16 @@ public final class ControlClient: Sendable {
         var lastID = 0
         /// The commands of the requests not answered yet, by `id`.
         var unanswered: [Int: ControlCommand] = [:]
+
+        init(socket: consuming FileDescriptor) {
+            self.socket = consume socket
+        }
     }
 
-    private init(fd: Int32, loop: EventLoop) {
-        self.fd = fd
+    private init(socket: consuming FileDescriptor, loop: EventLoop) {
+        fd = socket.rawValue
         self.loop = loop
-        state = LoopBound(State(), loop: loop)
+        state = LoopBound(State(socket: socket), loop: loop)
         (incoming, continuation) = AsyncStream.makeStream(of: ControlIncoming.self)
     }
 
@@ -52,22 +60,26 @@ public final class ControlClient: Sendable {
             return .failure(.unreachable(path: path, reason: "the control socket path is empty or too long"))
         }
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard raw >= 0 else { return .failure(.unreachable(path: path, reason: "socket: \(Errno.current)")) }
-        let socket = FileDescriptor(adopting: raw)  // closed on the way out unless the client takes it
+        do throws(Errno) {
+            let client = ControlClient(socket: try connectedSocket(address), loop: loop)
+            loop.perform { client.start() }
+            return .success(client)
+        } catch {
+            return .failure(.unreachable(path: path, reason: error.description))
+        }
+    }
+
+    /// A non-blocking socket connected to `address` (closed again if it cannot connect).
+    private static func connectedSocket(_ address: sockaddr_un) throws(Errno) -> FileDescriptor {
+        let socket = try FileDescriptor.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue))
+        var address = address
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 Glibc.connect(socket.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        if connected != 0 {
-            let reason = Errno.current.description
-            try? socket.close()
-            return .failure(.unreachable(path: path, reason: reason))
-        }
-        let client = ControlClient(fd: socket.release(), loop: loop)
-        loop.perform { client.start() }
-        return .success(client)
+        guard connected == 0 else { throw Errno.current }
+        return socket
     }
 
     /// Connects, sends `command` and waits for its answer: what a one-shot client does.
@@ -183,23 +195,23 @@ public final class ControlClient: Sendable {
 
     /// Closes the connection and ends `incoming`; from any thread, again does nothing.
     public func close() {
-        Self.close(fd, state, continuation)
+        Self.close(state, continuation)
     }
 
     /// On the loop, from the parts alone: `deinit` may run anywhere.
-    private static func close(_ fd: Int32, _ state: LoopBound<State>, _ continuation: AsyncStream<ControlIncoming>.Continuation) {
+    private static func close(_ state: LoopBound<State>, _ continuation: AsyncStream<ControlIncoming>.Continuation) {
         state.withValue { state in
             guard !state.closed else { return }
             state.closed = true
             continuation.finish()
             state.watch?.cancel()  // unregistered at once, before the descriptor is closed
             state.watch = nil
-            Glibc.close(fd)
+            state.socket = nil
         }
     }
 
     deinit {
-        Self.close(fd, state, continuation)
+        Self.close(state, continuation)
     }
 }
 

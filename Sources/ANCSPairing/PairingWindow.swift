@@ -71,17 +71,7 @@ public actor PairingWindow {
 
     private func open() async {
         do {
-            let connection = try await DBusConnection.connect(to: options.bus, activatesServices: false)
-            self.connection = connection
-            let owner = try await BlueZOwner.track(on: connection)
-            self.owner = owner
-            guard owner.current != nil else { return finish(.failed("bluetoothd is not running (nobody owns org.bluez)")) }
-            let signals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
-            let owners = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
-            tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service))
-            tasks.append(Task { for await s in signals { self.handle(s) } })
-            tasks.append(Task { for await s in owners { self.ownerChanged(s) } })
-
+            guard let (connection, owner) = try await connectToBlueZ() else { return }
             guard let adapter = chooseAdapter() else { return }
             self.adapter = adapter
             let adapterName = adapter.rawValue.split(separator: "/").last.map(String.init) ?? adapter.rawValue
@@ -101,19 +91,7 @@ public actor PairingWindow {
             // registered (and off when the last one goes), unless AlwaysPairable is set.
             let saved = try await AdapterVisibility.read(adapter, on: connection)
             self.saved = saved
-
-            let agent = PairingAgent(owner: owner) { [weak self] request in
-                guard let self else { throw AgentError.rejected }
-                return try await self.answer(request)
-            }
-            try await connection.export(agent.object, at: Self.agentPath)
-            let advert = Advertisement(localName: name, discoverable: true, accessory: options.accessory)
-            try await connection.export(advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
-
-            let manager = AgentManager(connection: connection)
-            try await manager.register(Self.agentPath, capability: "DisplayYesNo")
-            agentRegistered = true
-            try await manager.requestDefault(Self.agentPath)
+            try await registerAgent(advertisingAs: name, connection: connection, owner: owner)
             guard outcome == nil else { return }
 
             // The timeout makes bluetoothd close the window by itself if ancsd is killed before
@@ -139,26 +117,68 @@ public actor PairingWindow {
             advertised = true
             guard outcome == nil else { return }
 
-            let seconds = options.timeout
-            tasks.append(Task {
-                try? await Task.sleep(for: .seconds(seconds))
-                self.finish(.timedOut)
-            })
-            let hintAfter = options.noPhoneHintAfter
-            if hintAfter < .seconds(seconds) {
-                tasks.append(Task {
-                    guard (try? await Task.sleep(for: hintAfter)) != nil else { return }
-                    self.noPhoneYet(after: hintAfter, name: name)
-                })
-            }
+            startTimers(name: name)
             say("""
-                Pairing window open for \(seconds) s on \(adapterName), advertising as "\(name)".
+                Pairing window open for \(options.timeout) s on \(adapterName), advertising as "\(name)".
                 \(Self.whatToLookFor(options.accessory, name: name))
 
                 """)
             check()
         } catch {
             finish(.failed(describe(error)))
+        }
+    }
+
+    /// Connects to the bus, follows bluetoothd (its signals and who owns its name) and reads its
+    /// objects; nil, with the window finished, when bluetoothd is not running.
+    private func connectToBlueZ() async throws -> (DBusConnection, BlueZOwner)? {
+        let connection = try await DBusConnection.connect(to: options.bus, activatesServices: false)
+        self.connection = connection
+        let owner = try await BlueZOwner.track(on: connection)
+        self.owner = owner
+        guard owner.current != nil else {
+            finish(.failed("bluetoothd is not running (nobody owns org.bluez)"))
+            return nil
+        }
+        let signals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
+        let owners = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
+        tree = BlueZObjectTree(try await connection.getManagedObjects(destination: BlueZ.service))
+        tasks.append(Task { for await s in signals { self.handle(s) } })
+        tasks.append(Task { for await s in owners { self.ownerChanged(s) } })
+        return (connection, owner)
+    }
+
+    /// Exports the pairing agent and the advertisement (advertising as `name`), and makes the
+    /// agent bluetoothd's default.
+    private func registerAgent(advertisingAs name: String, connection: DBusConnection, owner: BlueZOwner) async throws {
+        let agent = PairingAgent(owner: owner) { [weak self] request in
+            guard let self else { throw AgentError.rejected }
+            return try await self.answer(request)
+        }
+        try await connection.export(agent.object, at: Self.agentPath)
+        let advert = Advertisement(localName: name, discoverable: true, accessory: options.accessory)
+        try await connection.export(advert.object(owner: owner) { [weak self] in await self?.advertisementReleased() }, at: Self.advertisementPath)
+
+        let manager = AgentManager(connection: connection)
+        try await manager.register(Self.agentPath, capability: "DisplayYesNo")
+        agentRegistered = true
+        try await manager.requestDefault(Self.agentPath)
+    }
+
+    /// Ends the window at its timeout, and says what else to try if no phone has connected by
+    /// `noPhoneHintAfter`.
+    private func startTimers(name: String) {
+        let seconds = options.timeout
+        tasks.append(Task {
+            try? await Task.sleep(for: .seconds(seconds))
+            self.finish(.timedOut)
+        })
+        let hintAfter = options.noPhoneHintAfter
+        if hintAfter < .seconds(seconds) {
+            tasks.append(Task {
+                guard (try? await Task.sleep(for: hintAfter)) != nil else { return }
+                self.noPhoneYet(after: hintAfter, name: name)
+            })
         }
     }
 

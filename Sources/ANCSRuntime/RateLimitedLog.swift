@@ -81,6 +81,9 @@ public final class RateLimitedLog: Sendable {
     private struct State {
         var limit: LogRateLimit
         var timer: LoopTimer?
+        /// The deadline the timer is armed for, if any: an occurrence that leaves it as it is
+        /// does not arm it again.
+        var armedFor: ContinuousClock.Instant?
     }
 
     /// Lines of `kind` at `level`, through `logger`, on `loop`.
@@ -114,13 +117,15 @@ public final class RateLimitedLog: Sendable {
 
     /// The summary timer, for the deadline the counting has now (made on first use).
     private func armTimer() {
-        guard let deadline = state.value.limit.deadline else { return }
+        guard let deadline = state.value.limit.deadline, deadline != state.value.armedFor else { return }
         let timer = state.value.timer ?? loop.makeTimer { [weak self] in self?.fire() }
         state.value.timer = timer
+        state.value.armedFor = deadline
         timer.schedule(after: max(.zero, deadline - loop.now))
     }
 
     private func fire() {
+        state.value.armedFor = nil
         if let count = state.value.limit.due(at: loop.now) { emit(level, summaryLine(count)) }
         armTimer()
     }
@@ -140,30 +145,45 @@ public final class RateLimitedLogs: Sendable {
     private let interval: Duration
     private let loop: EventLoop
     private let emit: @Sendable (LogLevel, String) -> Void
-    private let limits: LoopBound<[String: RateLimitedLog]>
+    private let isEnabled: @Sendable (LogLevel) -> Bool
+    private let limits: LoopBound<[Key: RateLimitedLog]>
 
-    /// Lines through `logger`, on `loop`.
-    public convenience init(interval: Duration = .seconds(60), logger: Logger, loop: EventLoop) {
-        self.init(interval: interval, loop: loop) { logger.log($0, $1) }
+    /// A kind of line at one level.
+    private struct Key: Hashable {
+        var level: LogLevel
+        var kind: String
     }
 
-    /// Lines handed to `emit` (tests).
-    public init(interval: Duration = .seconds(60), loop: EventLoop, emit: @escaping @Sendable (LogLevel, String) -> Void) {
+    /// Lines through `logger`, on `loop`; a line below the logger's threshold costs nothing.
+    public convenience init(interval: Duration = .seconds(60), logger: Logger, loop: EventLoop) {
+        self.init(interval: interval, loop: loop, isEnabled: { logger.isEnabled($0) }) { logger.log($0, $1) }
+    }
+
+    /// Lines handed to `emit` (tests), those of the levels `isEnabled` accepts (all unless told).
+    public init(
+        interval: Duration = .seconds(60), loop: EventLoop, isEnabled: @escaping @Sendable (LogLevel) -> Bool = { _ in true },
+        emit: @escaping @Sendable (LogLevel, String) -> Void
+    ) {
         self.interval = interval
         self.loop = loop
         self.emit = emit
+        self.isEnabled = isEnabled
         limits = LoopBound([:], loop: loop)
     }
 
     /// `message` at `level`: said, or counted with the others of its kind (`kind`, or the
-    /// message's own fixed part). Debug lines are never limited: they are asked for.
-    public func log(_ level: LogLevel, _ message: String, kind: String? = nil) {
-        guard level > .debug else { return emit(level, message) }
-        var key = "\(level): " + (kind ?? Self.kind(of: message))
-        if limits.value[key] == nil, limits.value.count >= Self.maximumKinds { key = "\(level): other lines" }
-        let limit = limits.value[key] ?? RateLimitedLog(String(key.drop { $0 != " " }.dropFirst()), level: level, interval: interval, loop: loop, emit: emit)
+    /// message's own fixed part). Debug lines are never limited: they are asked for. Below the
+    /// threshold nothing is built or counted (a line the log would drop needs no summary), so a
+    /// line on the hot path is free unless it is written.
+    public func log(_ level: LogLevel, _ message: @autoclosure () -> String, kind: @autoclosure () -> String? = nil) {
+        guard isEnabled(level) else { return }
+        guard level > .debug else { return emit(level, message()) }
+        var key = Key(level: level, kind: kind() ?? Self.kind(of: message()))
+        if let limit = limits.value[key] { return limit(message()) }
+        if limits.value.count >= Self.maximumKinds { key.kind = "other lines" }
+        let limit = limits.value[key] ?? RateLimitedLog(key.kind, level: level, interval: interval, loop: loop, emit: emit)
         limits.value[key] = limit
-        limit(message)
+        limit(message())
     }
 
     /// The fixed part of a message: up to its first ": " (what follows is usually an error's

@@ -22,8 +22,16 @@ public struct FIFO<Element> {
         return element
     }
 
-    public mutating func removeAll() {
-        storage = []
+    /// Room for this many elements without allocating, the popped ones not yet dropped counted.
+    public var capacity: Int { storage.capacity }
+
+    /// Makes room for `minimumCapacity` elements, the popped ones not yet dropped counted.
+    public mutating func reserveCapacity(_ minimumCapacity: Int) {
+        storage.reserveCapacity(minimumCapacity)
+    }
+
+    public mutating func removeAll(keepingCapacity: Bool = false) {
+        storage.removeAll(keepingCapacity: keepingCapacity)
         head = 0
     }
 }

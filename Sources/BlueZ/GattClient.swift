@@ -99,6 +99,58 @@ public struct GattClient: Sendable {
         }
     }
 
+    /// `AcquireNotify` without a task, for code on the connection's loop: `completion` gets the
+    /// socket and the MTU, an error reply, or `DBusError.unexpectedSignature` for a reply that is not `hq`.
+    /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
+    @discardableResult
+    public func startAcquireNotify(
+        _ characteristic: ObjectPath, completion: @escaping @Sendable (Result<(fd: UnixFD, mtu: UInt16), any Error>) -> Void
+    ) throws(DBusError) -> DBusConnection.PendingCall {
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic, interface: Self.interface, member: "AcquireNotify",
+            arguments: [.variantDictionary([:])], timeout: timeout
+        ) { reply in
+            completion(reply.flatMap { message in
+                let arguments = message.arguments
+                guard message.signature.rawValue == "hq", let fd = arguments.first?.unixFDValue, let mtu = arguments.last?.uint16Value else {
+                    return .failure(DBusError.unexpectedSignature(expected: "hq", actual: message.signature.rawValue))
+                }
+                return .success((fd, mtu))
+            })
+        }
+    }
+
+    /// `StartNotify` (`start`) or `StopNotify` without a task, for code on the connection's
+    /// loop: `completion` gets its result there.
+    /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
+    @discardableResult
+    public func startNotifyCall(
+        _ characteristic: ObjectPath, start: Bool, completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) throws(DBusError) -> DBusConnection.PendingCall {
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic, interface: Self.interface, member: start ? "StartNotify" : "StopNotify",
+            timeout: timeout
+        ) { reply in completion(reply.map { _ in () }) }
+    }
+
+    /// The characteristic's `Notifying` property without a task, for code on the connection's
+    /// loop: `completion` gets its value there (nil for a reply that holds no boolean).
+    /// - Throws: `DBusError.invalidArgument` when the call cannot be made (no completion then).
+    @discardableResult
+    public func startReadNotifying(
+        _ characteristic: ObjectPath, completion: @escaping @Sendable (Result<Bool?, any Error>) -> Void
+    ) throws(DBusError) -> DBusConnection.PendingCall {
+        try connection.startCall(
+            destination: BlueZ.service, path: characteristic, interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(BlueZ.gattCharacteristicInterface), .string("Notifying")], timeout: timeout
+        ) { reply in
+            completion(reply.map { message in
+                let value = message.arguments.first
+                return (value?.variantValue ?? value)?.boolValue
+            })
+        }
+    }
+
     private static func writeRequestArguments(_ value: [UInt8]) -> [DBusValue] {
         [.byteArray(value), writeRequestOptions]
     }

@@ -189,7 +189,7 @@ public struct BtsnoopExtractor: Sendable {
     /// Every connection that produced a record, in order of appearance.
     public private(set) var connections: [ConnectionKey] = []
 
-    private struct Connection: Sendable {
+    struct Connection: Sendable {
         var peer: String?
         var discovered = ANCSHandles()
         /// The side that is the GATT server (the phone), once discovery told.
@@ -203,7 +203,7 @@ public struct BtsnoopExtractor: Sendable {
 
     /// What reading AMS values needs of a connection, beside `Connection`: in a table of its
     /// own, as `Connection`'s size is what every ACL packet pays for.
-    private struct ReadState: Sendable {
+    struct ReadState: Sendable {
         /// Reads of an AMS characteristic in progress, per ATT bearer.
         var reads: [UInt16: PendingRead] = [:]
         /// The MTUs of channel 0x0004 that Exchange MTU named: the client's, the server's.
@@ -212,7 +212,7 @@ public struct BtsnoopExtractor: Sendable {
     }
 
     /// A read of an AMS characteristic whose value is not complete yet.
-    private struct PendingRead: Sendable {
+    struct PendingRead: Sendable {
         var characteristic: AMSRecord.Characteristic
         var handle: UInt16
         /// The way the requests go (the client's); the responses come the other way.
@@ -229,15 +229,15 @@ public struct BtsnoopExtractor: Sendable {
         var requestTime: Double
     }
 
-    private var states = ConnectionTable<Connection>()
+    var states = ConnectionTable<Connection>()
     /// The connections' reads and MTUs (`ReadState`), while they last.
-    private var readStates: [ConnectionKey: ReadState] = [:]
+    var readStates: [ConnectionKey: ReadState] = [:]
     /// Handles and server side learnt per controller and peer address.
     private var known: [String: (handles: ANCSHandles, server: HCIDirection?)] = [:]
     private var pendingWarnings: [BtsnoopError] = []
     /// How many AMS reads are in progress on all connections: while none is, no ATT PDU looks
     /// for one (`startRead`, `takeRead`).
-    private var openReads = 0
+    var openReads = 0
     /// How many warnings the file gave so far.
     public private(set) var warningCount = 0
     /// The most warnings kept until `takeWarnings()`; more are only counted.
@@ -343,7 +343,7 @@ public struct BtsnoopExtractor: Sendable {
 
     // MARK: Connections
 
-    private mutating func end(_ key: ConnectionKey, time: Double, record: Int, event: Bool, into out: inout [ExtractedRecord]) {
+    mutating func end(_ key: ConnectionKey, time: Double, record: Int, event: Bool, into out: inout [ExtractedRecord]) {
         guard let state = states[key] else {
             if event { emit(.event(time: time, .disconnected), key: key, record: record, peer: nil, into: &out) }
             return
@@ -358,14 +358,14 @@ public struct BtsnoopExtractor: Sendable {
         readStates[key] = nil
     }
 
-    private mutating func emit(
+    mutating func emit(
         _ record: consuming CaptureRecord, key: ConnectionKey, record number: Int, peer: String?, into out: inout [ExtractedRecord]
     ) {
         emit(.capture(record), key: key, record: number, peer: peer, into: &out)
     }
 
     // The values are consumed, not borrowed: the record is made of them without a copy.
-    private mutating func emit(
+    mutating func emit(
         _ content: consuming ExtractedRecord.Content, key: ConnectionKey, record number: Int, peer: String?,
         into out: inout [ExtractedRecord]
     ) {
@@ -380,7 +380,7 @@ public struct BtsnoopExtractor: Sendable {
 
     /// A write of `bytes` to `handle` (the Control Point's, or an AMS characteristic's) on
     /// `bearer`, held until its answer.
-    private mutating func holdWrite(
+    mutating func holdWrite(
         _ bytes: [UInt8], handle: UInt16, handles: ANCSHandles, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double,
         record: Int, into out: inout [ExtractedRecord]
     ) {
@@ -396,75 +396,6 @@ public struct BtsnoopExtractor: Sendable {
         }
         if !connections.contains(key) { connections.append(key) }
         out += states[key]?.held.hold(HeldRecords.Write(bearer: bearer, direction: direction, handle: handle, record: write)) ?? []
-    }
-
-    // MARK: AMS reads
-
-    /// A read starts on `bearer` (one in progress there is over: the caller gave it first).
-    private mutating func startRead(_ read: PendingRead, bearer: UInt16, key: ConnectionKey) {
-        if readStates[key, default: ReadState()].reads.updateValue(read, forKey: bearer) == nil { openReads += 1 }
-    }
-
-    /// The read in progress on `bearer`, taken out of it.
-    private mutating func takeRead(bearer: UInt16, key: ConnectionKey) -> PendingRead? {
-        guard openReads > 0, let read = readStates[key]?.reads.removeValue(forKey: bearer) else { return nil }
-        openReads -= 1
-        return read
-    }
-
-    /// The read in progress on `bearer`, left there.
-    private func read(on bearer: UInt16, key: ConnectionKey) -> PendingRead? {
-        openReads > 0 ? readStates[key]?.reads[bearer] : nil
-    }
-
-    /// Ends the read in progress on `bearer` (on every bearer when nil), giving its value as it is.
-    private mutating func endReads(key: ConnectionKey, bearer: UInt16? = nil, into out: inout [ExtractedRecord]) {
-        guard openReads > 0, let reads = readStates[key]?.reads, !reads.isEmpty else { return }
-        for readBearer in reads.keys.sorted() where bearer == nil || bearer == readBearer {
-            if let read = takeRead(bearer: readBearer, key: key) { giveRead(read, attError: nil, key: key, into: &out) }
-        }
-    }
-
-    /// A read's value as a record: complete unless a request still waited for its response.
-    private mutating func giveRead(_ read: PendingRead, attError: UInt8?, key: ConnectionKey, into out: inout [ExtractedRecord]) {
-        let answered = read.record != 0
-        let value = AMSRecord(time: answered ? read.time : read.requestTime, characteristic: read.characteristic, direction: .read,
-                              bytes: read.value, attError: attError, complete: attError != nil || !read.asked)
-        emit(.ams(value), key: key, record: answered ? read.record : read.requestRecord, peer: nil, into: &out)
-    }
-
-    /// The ATT MTU of `bearer`, when the capture told it: Exchange MTU on channel 0x0004, the
-    /// channel's setup for an EATT bearer.
-    private func mtu(of bearer: UInt16, key: ConnectionKey) -> Int? {
-        if bearer == 0x0004 {
-            guard let client = readStates[key]?.clientMTU, let server = readStates[key]?.serverMTU else { return nil }
-            return Int(max(23, min(client, server)))
-        }
-        return states[key]?.channels.mtu(of: bearer)
-    }
-
-    /// A response part of a read on `bearer`: joined to the value; the read ends with a part
-    /// shorter than the most a response carries (ATT MTU - 1; with the MTU unknown, 22, the
-    /// least it can be: a longer part waits for the next request on the bearer).
-    private mutating func readPart(
-        _ part: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
-        into out: inout [ExtractedRecord]
-    ) {
-        guard let asked = read(on: bearer, key: key), asked.asked, asked.direction == direction.opposite,
-              var read = takeRead(bearer: bearer, key: key)
-        else { return }
-        if read.record == 0 {
-            read.record = record
-            read.time = time
-        }
-        read.value += part
-        read.asked = false
-        let limit = mtu(of: bearer, key: key).map { $0 - 1 } ?? 22
-        if part.count < limit {
-            giveRead(read, attError: nil, key: key, into: &out)
-        } else {
-            startRead(read, bearer: bearer, key: key)
-        }
     }
 
     private mutating func warn(_ reason: String, key: ConnectionKey, record: Int) {
@@ -506,198 +437,6 @@ public struct BtsnoopExtractor: Sendable {
                 warn("EATT channel \(hex4(cid)) (\(direction)): SDU dropped: \(why)", key: key, record: record)
             }
         }
-    }
-
-    // MARK: ATT
-
-    /// An ATT PDU on `bearer` (0x0004, or the EATT channel's CID on the host's side).
-    private mutating func handleATT(
-        _ pdu: UnsafeBufferPointer<UInt8>, bearer: UInt16, key: ConnectionKey, direction: HCIDirection, time: Double, record: Int,
-        into out: inout [ExtractedRecord]
-    ) throws(BtsnoopError) {
-        guard let opcode = pdu.first else { return }
-        func fail(_ what: String) -> BtsnoopError {
-            BtsnoopError(record: record, reason: "corrupt: \(what) (ATT opcode \(hex2(opcode)), \(pdu.count) bytes)")
-        }
-        func u16(_ index: Int) -> UInt16 { UInt16(pdu[index]) | UInt16(pdu[index + 1]) << 8 }
-        // Read in place (`ConnectionTable` yields the connection; nothing is copied).
-        let handles = defaultHandles.overlaid(with: states[key]?.discovered ?? ANCSHandles())
-        let server = states[key]?.server
-        let fromServer = server.map { $0 == direction } ?? true
-        let fromClient = server.map { $0 != direction } ?? true
-
-        switch opcode {
-        case 0x11:  // Read By Group Type Response: length, {start, end, UUID}
-            guard pdu.count >= 2, pdu[1] >= 6, (pdu.count - 2) % Int(pdu[1]) == 0 else { throw fail("a malformed Read By Group Type Response") }
-            let length = Int(pdu[1])
-            for entry in stride(from: 2, to: pdu.count, by: length) where length == 20 {
-                if let uuid = BluetoothUUID(littleEndianBytes: pdu[entry + 4..<entry + 20]),
-                   uuid == ANCSUUID.service || uuid == AMSAttributeUUID.service {
-                    states[key]?.server = direction
-                }
-            }
-        case 0x09:  // Read By Type Response: length, {handle, value}
-            guard pdu.count >= 2, pdu[1] >= 2, (pdu.count - 2) % Int(pdu[1]) == 0 else { throw fail("a malformed Read By Type Response") }
-            let length = Int(pdu[1])
-            guard length == 21 else { return }  // a characteristic declaration with a 128-bit UUID
-            for entry in stride(from: 2, to: pdu.count, by: length) {
-                let valueHandle = u16(entry + 3)
-                learn(BluetoothUUID(littleEndianBytes: pdu[entry + 5..<entry + 21]), handle: valueHandle, key: key, direction: direction)
-            }
-        case 0x05:  // Find Information Response: format, {handle, UUID}
-            guard pdu.count >= 2, pdu[1] == 1 || pdu[1] == 2 else { throw fail("a malformed Find Information Response") }
-            let length = pdu[1] == 1 ? 4 : 18
-            guard (pdu.count - 2) % length == 0 else { throw fail("a malformed Find Information Response") }
-            guard length == 18 else { return }
-            for entry in stride(from: 2, to: pdu.count, by: length) {
-                learn(BluetoothUUID(littleEndianBytes: pdu[entry + 2..<entry + 18]), handle: u16(entry), key: key, direction: direction)
-            }
-        case 0x1B, 0x1D:  // Handle Value Notification / Indication: handle, value
-            guard pdu.count >= 3 else { throw fail("a Handle Value Notification without its handle") }
-            guard fromServer else { return }
-            notified(handle: u16(1), value: UnsafeBufferPointer(rebasing: pdu[3...]), handles: handles, key: key, time: time, record: record,
-                     into: &out)
-        case 0x23:  // Multiple Handle Value Notification: {handle, length, value}
-            var index = 1
-            var values: [(UInt16, Range<Int>)] = []
-            while index < pdu.count {
-                guard index + 4 <= pdu.count else { throw fail("a Multiple Handle Value Notification cut inside a handle-length pair") }
-                let handle = u16(index), length = Int(u16(index + 2))
-                guard index + 4 + length <= pdu.count else {
-                    throw fail("a Multiple Handle Value Notification whose value for handle \(hex4(handle)) claims \(length) bytes")
-                }
-                values.append((handle, index + 4..<index + 4 + length))
-                index += 4 + length
-            }
-            guard fromServer else { return }
-            for (handle, range) in values {
-                notified(handle: handle, value: UnsafeBufferPointer(rebasing: pdu[range]), handles: handles, key: key, time: time, record: record,
-                         into: &out)
-            }
-        case 0x12, 0x52:  // Write Request / Write Command: handle, value
-            guard pdu.count >= 3 else { throw fail("a write without its handle") }
-            if opcode == 0x12 { endRead(bearer: bearer, key: key, direction: direction, into: &out) }
-            let handle = u16(1)
-            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
-            holdWrite(Array(pdu[3...]), handle: handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
-                      record: record, into: &out)
-            if opcode == 0x52 { out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? [] }  // no answer comes
-        case 0x16:  // Prepare Write Request: handle, offset, part
-            guard pdu.count >= 5 else { throw fail("a Prepare Write Request without its handle and offset") }
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            let handle = u16(1)
-            guard fromClient, handle == handles.controlPoint || handles.amsCharacteristic(handle) != nil else { return }
-            var bytes = states[key]?.prepared[bearer].flatMap { $0.handle == handle ? $0.bytes : nil } ?? []
-            if u16(3) == 0 { bytes = [] }
-            bytes += pdu[5...]
-            states[key]?.prepared[bearer] = (direction, handle, bytes)
-        case 0x18:  // Execute Write Request: flags
-            guard pdu.count >= 2 else { throw fail("an Execute Write Request without its flags") }
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            guard let prepared = states[key]?.prepared[bearer], prepared.direction == direction else { return }
-            states[key]?.prepared[bearer] = nil
-            guard pdu[1] == 1 else { return }
-            holdWrite(prepared.bytes, handle: prepared.handle, handles: handles, bearer: bearer, key: key, direction: direction, time: time,
-                      record: record, into: &out)
-        case 0x13, 0x19:  // Write Response / Execute Write Response
-            guard states[key]?.held.waiting(on: bearer)?.direction == direction.opposite else { return }
-            out += states[key]?.held.answer(bearer: bearer, attError: nil) ?? []
-        case 0x01:  // Error Response: request opcode, handle, error code
-            guard pdu.count >= 5 else { throw fail("an Error Response shorter than 5 bytes") }
-            let request = pdu[1]
-            if request == 0x16 { states[key]?.prepared[bearer] = nil }
-            if request == 0x0A || request == 0x0C {
-                readRefused(bearer: bearer, handle: u16(2), attError: pdu[4], key: key, direction: direction, into: &out)
-                return
-            }
-            guard [0x12, 0x16, 0x18].contains(request), let write = states[key]?.held.waiting(on: bearer), write.direction == direction.opposite,
-                  request != 0x12 || u16(2) == write.handle
-            else { return }
-            out += states[key]?.held.answer(bearer: bearer, attError: pdu[4]) ?? []
-        case 0x0A:  // Read Request: handle
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            guard pdu.count >= 3, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
-            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
-                      bearer: bearer, key: key)
-        case 0x0C:  // Read Blob Request: handle, offset
-            if pdu.count >= 5, let read = read(on: bearer, key: key), read.direction == direction, !read.asked, read.handle == u16(1),
-               Int(u16(3)) == read.value.count {
-                readStates[key]?.reads[bearer]?.asked = true  // the next part of the value
-                return
-            }
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            guard pdu.count >= 5, u16(3) == 0, fromClient, let characteristic = handles.amsCharacteristic(u16(1)) else { return }
-            startRead(PendingRead(characteristic: characteristic, handle: u16(1), direction: direction, requestRecord: record, requestTime: time),
-                      bearer: bearer, key: key)
-        case 0x0B, 0x0D:  // Read Response / Read Blob Response: value
-            guard openReads > 0 else { return }
-            readPart(UnsafeBufferPointer(rebasing: pdu[1...]), bearer: bearer, key: key, direction: direction, time: time, record: record,
-                     into: &out)
-        case 0x02:  // Exchange MTU Request: Client Rx MTU
-            guard bearer == 0x0004, pdu.count >= 3 else { return }
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-            readStates[key, default: ReadState()].clientMTU = u16(1)
-        case 0x03:  // Exchange MTU Response: Server Rx MTU
-            guard bearer == 0x0004, pdu.count >= 3 else { return }
-            readStates[key, default: ReadState()].serverMTU = u16(1)
-        case 0x04, 0x06, 0x08, 0x0E, 0x10, 0x20:  // the other requests
-            endRead(bearer: bearer, key: key, direction: direction, into: &out)
-        default:
-            break
-        }
-    }
-
-    /// A request on `bearer` that is not the next part of the read in progress there: that
-    /// read is over (a bearer carries one request at a time).
-    private mutating func endRead(bearer: UInt16, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]) {
-        guard let open = read(on: bearer, key: key), open.direction == direction, let read = takeRead(bearer: bearer, key: key) else { return }
-        giveRead(read, attError: nil, key: key, into: &out)
-    }
-
-    /// An Error Response to a Read or Read Blob Request on `bearer`. Refusing a Read Blob ends a
-    /// long value (Invalid Offset, Attribute Not Long: the value was a multiple of the part's
-    /// size); any other refusal is the read's answer, with the ATT error.
-    private mutating func readRefused(
-        bearer: UInt16, handle: UInt16, attError: UInt8, key: ConnectionKey, direction: HCIDirection, into out: inout [ExtractedRecord]
-    ) {
-        guard let open = read(on: bearer, key: key), open.asked, open.direction == direction.opposite, open.handle == handle,
-              let read = takeRead(bearer: bearer, key: key)
-        else { return }
-        let ended = read.record != 0 && (attError == 0x07 || attError == 0x0B)
-        var given = read
-        if ended { given.asked = false }
-        giveRead(given, attError: ended ? nil : attError, key: key, into: &out)
-    }
-
-    private mutating func learn(_ uuid: BluetoothUUID?, handle: UInt16, key: ConnectionKey, direction: HCIDirection) {
-        guard let uuid else { return }
-        switch uuid {
-        case ANCSUUID.notificationSource: states[key]?.discovered.notificationSource = handle
-        case ANCSUUID.controlPoint: states[key]?.discovered.controlPoint = handle
-        case ANCSUUID.dataSource: states[key]?.discovered.dataSource = handle
-        default:
-            if uuid == AMSAttributeUUID.remoteCommand { states[key]?.discovered.remoteCommand = handle }
-            else if uuid == AMSAttributeUUID.entityUpdate { states[key]?.discovered.entityUpdate = handle }
-            else if uuid == AMSAttributeUUID.entityAttribute { states[key]?.discovered.entityAttribute = handle }
-            else { return }
-        }
-        states[key]?.server = direction
-    }
-
-    /// A value notified on `handle`: a record if the handle is ANCS's or AMS's (the bytes are
-    /// copied only then: most notifications of a capture are other services').
-    private mutating func notified(
-        handle: UInt16, value: UnsafeBufferPointer<UInt8>, handles: ANCSHandles, key: ConnectionKey, time: Double, record: Int,
-        into out: inout [ExtractedRecord]
-    ) {
-        let characteristic: CaptureCharacteristic
-        if handle == handles.notificationSource { characteristic = .ns }
-        else if handle == handles.dataSource { characteristic = .ds }
-        else if let ams = handles.amsCharacteristic(handle) {
-            let value = AMSRecord(time: time, characteristic: ams, direction: .notification, bytes: Array(value))
-            return emit(.ams(value), key: key, record: record, peer: nil, into: &out)
-        } else { return }
-        emit(.value(time: time, characteristic: characteristic, bytes: Array(value), attError: nil), key: key, record: record, peer: nil, into: &out)
     }
 }
 

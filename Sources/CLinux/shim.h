@@ -23,6 +23,14 @@ static inline long ancsd_write_nowait(int fd, const void *bytes, size_t count) {
     return pwritev2(fd, (const struct iovec *)(const void *)&iov, 1, -1, ANCSD_RWF_NOWAIT);
 }
 
+/* mallopt(3), from <malloc.h>, which Swift's Glibc module leaves out. */
+int mallopt(int param, int value);
+
+/* Fixes glibc's mmap threshold (M_MMAP_THRESHOLD, -3) and trim threshold (M_TRIM_THRESHOLD, -1)
+ * at `bytes` each; 1 when both are set. Setting them turns off glibc's dynamic threshold, which
+ * otherwise raises both after every free of a block mmap gave (up to 32 MiB and twice that). */
+static inline int ancsd_fix_malloc_thresholds(int bytes) { return mallopt(-3, bytes) && mallopt(-1, bytes); }
+
 /* accept4, declared only under _GNU_SOURCE: a new connection that is close-on-exec and
  * non-blocking from the start (SOCK_CLOEXEC 02000000, SOCK_NONBLOCK 04000 on Linux). */
 struct sockaddr;

@@ -169,7 +169,7 @@ public struct Replayer {
             case .sharingChanged(let allowed):
                 print(EventFormatter.line(.sharing(device: device, allowed: allowed), format: format))
             case .resubscribe:
-                // ancsd started a new session of the phone at once (Daemon.renewSubscriptions).
+                // ancsd started a new session of the phone at once (LinkMachine.renew).
                 perform(session.resubscribed(now: now))
             case .log(let level, let message):
                 if level >= .warning { writeStandardError("ancsd: replay: \(device): \(message)\n") }

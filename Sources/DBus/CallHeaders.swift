@@ -1,9 +1,9 @@
 import CDBus
 import Synchronization
 
-/// The method calls a connection made recently, without arguments, each copied
-/// (`dbus_message_copy`) to start the next call of the same method: every call is built this way,
-/// and only where its header comes from differs from building it anew.
+/// The method calls a connection made recently, each copied (`dbus_message_copy`) to start the
+/// next call to the same method: every call is built this way, and only where it comes from
+/// differs from building it anew.
 ///
 /// libdbus sets a header field by walking the fields already there with its type reader and
 /// writing the new one behind them, so `dbus_message_new_method_call`'s destination, path,
@@ -12,6 +12,13 @@ import Synchronization
 /// which appending the arguments then uses instead of walking the fields again (callgrind, the
 /// message of a Control Point write in `ancsd run`: 54,300 instructions built anew, 43,000 from
 /// a copy).
+///
+/// Appending the arguments is most of the rest: libdbus rewrites the header's signature field
+/// after each top-level argument, walking every field again (a Control Point write's `ay` and
+/// empty `a{sv}`: about 35,000 instructions). So the last call to each address is kept whole
+/// too, and a call whose arguments differ from its arguments only in the bytes of top-level
+/// byte arrays of the same lengths (the next Control Point request) is a copy of it with
+/// those bytes written over (`Marshal.overwriteByteArrays`: about 2,000).
 final class CallHeaders: Sendable {
     /// Where a call goes: what its header holds besides the flags, which are set on each copy.
     struct Address: Equatable {
@@ -24,10 +31,16 @@ final class CallHeaders: Sendable {
     /// How many addresses are kept, the oldest replaced first: a daemon calls a handful of
     /// methods (each phone's characteristics, the bus's own) over and over.
     static let capacity = 16
+    /// The largest body kept whole (bytes, the bound `DBusValue.validate` gives): a call's
+    /// arguments are small unless they carry data, which is not sent over and over.
+    static let largestKeptBody = 1024
 
     private struct Entry {
         let address: Address
         let header: OwnedMessage
+        /// The last call to the address whose arguments could be kept (no descriptor, a small
+        /// body), whole and unsent, with those arguments.
+        var lastCall: (arguments: [DBusValue], message: OwnedMessage)?
     }
 
     private struct Recent {
@@ -37,11 +50,11 @@ final class CallHeaders: Sendable {
         /// The entry found last: looked at first, since a burst calls one method over and over.
         var lastFound = 0
 
-        mutating func find(_ address: Address) -> Entry? {
-            if lastFound < entries.count, entries[lastFound].address == address { return entries[lastFound] }
+        mutating func find(_ address: Address) -> Int? {
+            if lastFound < entries.count, entries[lastFound].address == address { return lastFound }
             guard let index = entries.firstIndex(where: { $0.address == address }) else { return nil }
             lastFound = index
-            return entries[index]
+            return index
         }
     }
 
@@ -49,25 +62,86 @@ final class CallHeaders: Sendable {
 
     init() {}
 
-    /// A new method call to `address`, unlocked and without arguments.
-    func methodCall(to address: Address) throws(DBusError) -> OwnedMessage {
-        let copy = recent.withLock { recent -> OpaquePointer? in
-            recent.find(address).flatMap { dbus_message_copy($0.header.raw) }
+    /// A new method call to `address` with `arguments` (validated already; `bodySize` the bound
+    /// `DBusValue.validate(arguments:)` gave), unlocked, its flags the defaults.
+    func methodCall(to address: Address, arguments: [DBusValue], bodySize: Int) throws(DBusError) -> OwnedMessage {
+        enum Start {
+            case lastCall(OpaquePointer)
+            case header(OpaquePointer)
+            case nothing
         }
-        if let copy { return OwnedMessage(adopting: copy) }
+        let start = recent.withLock { recent -> Start in
+            guard let index = recent.find(address) else { return .nothing }
+            let entry = recent.entries[index]
+            if let lastCall = entry.lastCall, Self.differOnlyInByteArrays(lastCall.arguments, arguments),
+               let copy = dbus_message_copy(lastCall.message.raw) {
+                return .lastCall(copy)
+            }
+            return dbus_message_copy(entry.header.raw).map { .header($0) } ?? .nothing
+        }
+        if case .lastCall(let copy) = start {
+            let message = OwnedMessage(adopting: copy)
+            if Marshal.overwriteByteArrays(arguments, in: copy) { return message }
+        }
+        let message: OwnedMessage
+        if case .header(let copy) = start {
+            message = OwnedMessage(adopting: copy)
+        } else {
+            message = try header(for: address)
+        }
+        try Marshal.append(arguments, to: message.raw)
+        if bodySize <= Self.largestKeptBody, !arguments.contains(where: \.holdsUnixFD) {
+            try keep(message, of: arguments, to: address)
+        }
+        return message
+    }
+
+    /// True if `new` is `old` but for the bytes of top-level byte arrays, of the same lengths.
+    private static func differOnlyInByteArrays(_ old: [DBusValue], _ new: [DBusValue]) -> Bool {
+        guard old.count == new.count else { return false }
+        for (was, now) in zip(old, new) {
+            if case .byteArray(let oldBytes) = was, case .byteArray(let newBytes) = now {
+                guard oldBytes.count == newBytes.count else { return false }
+            } else if was != now {
+                return false
+            }
+        }
+        return true
+    }
+
+    /// A copy of the header kept for `address`, made and kept first if there is none.
+    private func header(for address: Address) throws(DBusError) -> OwnedMessage {
+        let kept = recent.withLock { recent -> OpaquePointer? in
+            recent.find(address).flatMap { dbus_message_copy(recent.entries[$0].header.raw) }
+        }
+        if let kept { return OwnedMessage(adopting: kept) }
         let header = try Self.makeHeader(address)
         guard let copy = dbus_message_copy(header.raw) else { throw Marshal.outOfMemory }
         recent.withLock { recent in
             // Another thread may have added the same address meanwhile: two entries for it are
             // harmless (the first is found), and the slot is reused in turn.
+            let entry = Entry(address: address, header: header)
             if recent.entries.count < Self.capacity {
-                recent.entries.append(Entry(address: address, header: header))
+                recent.entries.append(entry)
             } else {
-                recent.entries[recent.nextSlot] = Entry(address: address, header: header)
+                recent.entries[recent.nextSlot] = entry
                 recent.nextSlot = (recent.nextSlot + 1) % Self.capacity
             }
         }
         return OwnedMessage(adopting: copy)
+    }
+
+    /// Keeps a copy of `message`, just built from `arguments`, as the last call to `address`.
+    private func keep(_ message: OwnedMessage, of arguments: [DBusValue], to address: Address) throws(DBusError) {
+        guard let copy = dbus_message_copy(message.raw) else { throw Marshal.outOfMemory }
+        // Setting the signature forgot libdbus's index of the fields; reading one makes it
+        // again, and the copies inherit it.
+        _ = dbus_message_get_signature(copy)
+        let kept = OwnedMessage(adopting: copy)
+        recent.withLock { recent in
+            guard let index = recent.find(address) else { return }
+            recent.entries[index].lastCall = (arguments, kept)
+        }
     }
 
     /// The header of a call to `address`, made by libdbus, with its fields indexed.

@@ -136,6 +136,31 @@ enum Marshal {
         }
     }
 
+    /// Writes the bytes of each top-level `ay` of `arguments` over those of the same argument in
+    /// `message`: an unsent copy of a call built from arguments that differ from these only in
+    /// those bytes, the lengths the same (`CallHeaders`). libdbus has no call that replaces an
+    /// argument; the body belongs to the copy alone until it is sent, and
+    /// `dbus_message_iter_get_fixed_array` points into it. False if `message` does not have an
+    /// array of that length where `arguments` has one (the copy is then of no use).
+    static func overwriteByteArrays(_ arguments: [DBusValue], in message: OpaquePointer) -> Bool {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(message, &iter) != 0 else { return arguments.isEmpty }
+        for (index, argument) in arguments.enumerated() {
+            if index > 0, dbus_message_iter_next(&iter) == 0 { return false }
+            guard case .byteArray(let bytes) = argument, !bytes.isEmpty else { continue }
+            guard dbus_message_iter_get_arg_type(&iter) == CDBUS_TYPE_ARRAY,
+                  dbus_message_iter_get_element_type(&iter) == CDBUS_TYPE_BYTE else { return false }
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            var start: UnsafeRawPointer?
+            var count: Int32 = 0
+            dbus_message_iter_get_fixed_array(&sub, &start, &count)
+            guard let start, Int(count) == bytes.count else { return false }
+            UnsafeMutableRawPointer(mutating: start).copyMemory(from: bytes, byteCount: bytes.count)
+        }
+        return true
+    }
+
     /// Writes arrays of fixed-size numbers as one block. Returns false for other element types.
     private static func appendFixedElements(
         _ sub: inout DBusMessageIter, _ element: String, _ items: [DBusValue]

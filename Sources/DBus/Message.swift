@@ -93,22 +93,22 @@ final class OwnedMessage: @unchecked Sendable {
 
     deinit { dbus_message_unref(raw) }
 
-    /// A method call, its header copied from `headers`. Everything is validated by the parameter
-    /// types and `arguments` is validated here, before libdbus sees any of it. Without
+    /// A method call, copied from a recent one (`headers`). Everything is validated by the
+    /// parameter types and `arguments` is validated here, before libdbus sees any of it. Without
     /// `autoStart` the message carries NO_AUTO_START: the bus answers NameHasNoOwner at once
     /// rather than activating the service.
     static func methodCall(
         headers: CallHeaders, destination: BusName?, path: ObjectPath, interface: InterfaceName?, member: MemberName,
         arguments: [DBusValue], noReply: Bool = false, autoStart: Bool = true
     ) throws(DBusError) -> OwnedMessage {
-        try DBusValue.validate(arguments: arguments)
+        let bodySize = try DBusValue.validate(arguments: arguments)
         let message = try headers.methodCall(
             to: CallHeaders.Address(
                 destination: destination?.rawValue, path: path.rawValue, interface: interface?.rawValue,
-                member: member.rawValue))
+                member: member.rawValue),
+            arguments: arguments, bodySize: bodySize)
         if noReply { dbus_message_set_no_reply(message.raw, 1) }
         if !autoStart { dbus_message_set_auto_start(message.raw, 0) }
-        try Marshal.append(arguments, to: message.raw)
         return message
     }
 

@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import SystemCalls
 
 /// An owned unix file descriptor carried in a D-Bus message (type `h`).
 ///
@@ -10,11 +11,12 @@ import Synchronization
 /// dups on read), so freeing the message never closes ours. Sending dups again inside
 /// libdbus, so an `UnixFD` stays open and owned by the sender after the message is sent.
 public final class UnixFD: Sendable, Hashable, CustomStringConvertible {
-    private let state: Mutex<Int32>
+    /// The descriptor while it is owned here; nil once closed or taken.
+    private let state: Mutex<FileDescriptor?>
 
-    /// Takes ownership of `fd`; it will be closed exactly once.
+    /// Takes ownership of `fd` (a negative one: none); it will be closed exactly once.
     public init(adopting fd: Int32) {
-        state = Mutex(fd)
+        state = Mutex(fd >= 0 ? FileDescriptor(adopting: fd) : nil)
     }
 
     /// Duplicates `fd` (with close-on-exec) and owns the duplicate; `fd` stays the caller's.
@@ -22,32 +24,28 @@ public final class UnixFD: Sendable, Hashable, CustomStringConvertible {
     public convenience init(duplicating fd: Int32) throws(DBusError) {
         let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else {
-            throw .invalidArgument("cannot duplicate file descriptor \(fd): errno \(errno)")
+            throw .invalidArgument("cannot duplicate file descriptor \(fd): \(Errno.current)")
         }
         self.init(adopting: copy)
     }
 
     /// The descriptor while it is still owned here, else nil. Do not close it yourself.
     public var fileDescriptor: Int32? {
-        state.withLock { $0 >= 0 ? $0 : nil }
+        state.withLock { $0?.rawValue }
     }
 
     /// Hands ownership to the caller: returns the descriptor (nil if already closed or
     /// taken) and forgets it, so it will not be closed here.
     public func take() -> Int32? {
-        state.withLock { fd in
-            defer { fd = -1 }
-            return fd >= 0 ? fd : nil
+        state.withLock { owned -> Int32? in
+            guard let taken = owned.take() else { return nil }
+            return taken.release()
         }
     }
 
     /// Closes the descriptor if it is still owned here. Safe to call more than once.
     public func close() {
-        if let fd = take() { _ = Glibc.close(fd) }
-    }
-
-    deinit {
-        close()
+        state.withLock { $0 = nil }
     }
 
     public static func == (a: UnixFD, b: UnixFD) -> Bool { a === b }

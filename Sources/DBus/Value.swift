@@ -95,6 +95,19 @@ extension DBusValue {
     public var objectPathValue: ObjectPath? { if case .objectPath(let v) = self { v } else { nil } }
     /// The payload of `.signature`.
     public var signatureValue: Signature? { if case .signature(let v) = self { v } else { nil } }
+    /// True if this value is or contains a file descriptor.
+    var holdsUnixFD: Bool {
+        switch self {
+        case .unixFD: true
+        case .array(_, let items), .structure(let items): items.contains(where: \.holdsUnixFD)
+        case .dictionary(_, _, let entries): entries.contains { $0.key.holdsUnixFD || $0.value.holdsUnixFD }
+        case .variant(let inner): inner.holdsUnixFD
+        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .string, .objectPath, .signature,
+            .byteArray:
+            false
+        }
+    }
+
     /// The payload of `.unixFD`.
     public var unixFDValue: UnixFD? { if case .unixFD(let v) = self { v } else { nil } }
     /// The contents of an `ay` (either representation).
@@ -369,8 +382,10 @@ extension DBusValue {
 
     static let maximumArrayLength: Int32 = 67_108_864
 
-    /// Validates a whole argument list: each value, and their concatenated signature.
-    static func validate(arguments: [DBusValue]) throws(DBusError) {
+    /// Validates a whole argument list: each value, and their concatenated signature. Returns
+    /// an upper bound of the body's marshalled size.
+    @discardableResult
+    static func validate(arguments: [DBusValue]) throws(DBusError) -> Int {
         // The signature is written into a buffer on the stack, not built as a string: one byte
         // more than a valid signature may have, so that a longer one is seen to be too long.
         let valid = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: SignatureParser.maximumLength + 1) { storage in
@@ -389,6 +404,7 @@ extension DBusValue {
         guard size <= 128 * 1024 * 1024 - 65536 else {
             throw .invalidArgument("message body of about \(size) bytes exceeds the D-Bus maximum of 128 MiB")
         }
+        return size
     }
 }
 

@@ -4,25 +4,6 @@ import EventLoop
 import Glibc
 import SystemCalls
 
-/// A loop watch on a descriptor it owns: when it ends, the watch is cancelled (at once: the
-/// handler is not called again), then the descriptor closed.
-final class OwnedWatch {
-    let watch: Watch
-    let descriptor: FileDescriptor
-
-    init(
-        _ descriptor: consuming FileDescriptor, on loop: EventLoop, interest: Watch.Events,
-        handler: @escaping @Sendable (Watch.Events) -> Void
-    ) throws(EventLoop.Failure) {
-        watch = try loop.watch(fd: descriptor.rawValue, interest: interest, handler: handler)
-        self.descriptor = descriptor
-    }
-
-    deinit {
-        watch.cancel()
-    }
-}
-
 /// The glue between libdbus and the connection's `EventLoop`: libdbus's watches become loop
 /// watches, and its timeouts and the calls' deadlines share one timer.
 extension ConnectionCore {

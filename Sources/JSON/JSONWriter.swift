@@ -172,12 +172,24 @@ public struct JSONWriter: ~Copyable, @unchecked Sendable {
             used += count + 2
             return true
         }
+        return writeEscapedString(text, from: index)
+    }
+
+    /// Writes `text` quoted, its bytes before `plainEnd` known to need no escape: escapes what
+    /// needs it and repairs invalid UTF-8 (see `writeString(utf8:)`); false if it had to repair.
+    /// Always inlined: as a call (out of line, or as the optimizer chose), `writeString`'s
+    /// fast paths before it, which most strings take, cost more (callgrind, `make bench`).
+    @inline(__always)
+    private mutating func writeEscapedString(_ text: UnsafeBufferPointer<UInt8>, from plainEnd: Int) -> Bool {
+        guard let source = text.baseAddress else { return true }  // empty: `writeString` wrote it
+        let count = text.count
+        var index = plainEnd
         var valid = true
         append(UInt8(ascii: "\""))
         var runStart = 0
         while index < count {
             // Eight plain ASCII bytes at a time.
-            while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(base + index)) { index += 8 }
+            while index + 8 <= count, !ByteScan.needsCare(ByteScan.load(source + index)) { index += 8 }
             guard index < count else { break }
             let byte = text[index]
             if byte >= 0x20 && byte < 0x7F {

@@ -15,7 +15,7 @@ enum AMSError {
 
 /// The Apple Media Service on D-Bus: the writes and reads of its characteristics, the values it
 /// notifies, and the `media_*` steps (docs/simulator.md, "The Apple Media Service"). Its
-/// subscriptions (StartNotify, AcquireNotify, StopNotify) are ANCS's code in Exports.swift.
+/// subscriptions (StartNotify, AcquireNotify, StopNotify) are ANCS's code in CharacteristicExports.swift.
 extension PhoneSimulator {
     /// The simulator's time, which the player's elapsed time follows.
     func mediaNow() -> ContinuousClock.Instant { loop?.now ?? .now }

@@ -67,26 +67,9 @@ extension PhoneSimulator {
     /// Performs one action on phone `device` (an index into `settings.devices`).
     public func execute(_ action: ScenarioAction, device: Int = 0) async throws {
         guard settings.devices.indices.contains(device) else { throw SimulatorError.bus("there is no device \(device)") }
-        let name = settings.devices[device].name
         switch action {
-        case .add(let spec):
-            await mutateModel(device) { model in [model.add(spec)] }
-        case .modify(let key, let change):
-            await mutateModel(device) { model in
-                guard let event = model.modify(key: key, change) else {
-                    self.log("\(name): modify of unknown notification \(key) ignored")
-                    return []
-                }
-                return [event]
-            }
-        case .remove(let key):
-            await mutateModel(device) { model in
-                guard let event = model.remove(key: key) else {
-                    self.log("\(name): remove of unknown notification \(key) ignored")
-                    return []
-                }
-                return [event]
-            }
+        case .add, .modify, .remove:
+            await changeNotifications(action, device: device)
         case .burst(let count, let start, let rate, let category, let app):
             try await burst(device, count: count, start: start, rate: rate, category: category, app: app)
         case .disconnect:
@@ -99,45 +82,13 @@ extension PhoneSimulator {
             }
         case .restartBlueZ(let downtime):
             try await restartBlueZ(downtime: downtime)
-        case .cpError(let code, let count):
-            state.withLock { $0.devices[device].model.injectedError = (ATTErrorCode(rawValue: code), count) }
-        case .denySharing:
-            state.withLock { $0.devices[device].model.sharingDenied = true }
-        case .allowSharing:
-            state.withLock { $0.devices[device].model.sharingDenied = false }
+        case .cpError, .denySharing, .allowSharing, .slow, .omit, .midResponseDisconnect, .cpTimeout, .disconnectOnWrite,
+             .refuseSubscribe, .staleSockets, .heal:
+            applyFault(action, device: device)
         case .silentDrop, .silentDropAll, .sharingOff, .sharingOn:
             applySilence(action, device: device)
-        case .slow(let delay):
-            state.withLock { $0.devices[device].slowDelay = delay }
         case .garbage(let seconds, let rate, let seed):
             await garbage(device, seconds: seconds, rate: rate, seed: seed)
-        case .omit(let id):
-            state.withLock { s in
-                if let id { s.devices[device].model.omitted.insert(id) } else { s.devices[device].model.omitted = [] }
-            }
-        case .midResponseDisconnect:
-            state.withLock { $0.devices[device].midResponseDisconnect = true }
-        case .cpTimeout(let count):
-            state.withLock { $0.devices[device].silentRequests = count }
-        case .disconnectOnWrite:
-            state.withLock { $0.devices[device].disconnectOnWrite = true }
-        case .refuseSubscribe(let count):
-            state.withLock { $0.devices[device].refusedSubscriptions = count }
-        case .staleSockets:
-            state.withLock { $0.devices[device].staleSocketsOnDrop = true }
-        case .heal:
-            state.withLock { s in
-                s.devices[device].model.injectedError = nil
-                s.devices[device].model.sharingDenied = false
-                s.devices[device].model.omitted = []
-                s.devices[device].silentRequests = 0
-                s.devices[device].disconnectOnWrite = false
-                s.devices[device].midResponseDisconnect = false
-                s.devices[device].slowDelay = 0
-                s.devices[device].refusedSubscriptions = 0
-                s.devices[device].staleSocketsOnDrop = false
-                s.devices[device].silence = Silence()
-            }
         case .waitSubscribed(let timeout):
             try await waitSubscribed(device, timeout: timeout)
         case .appear:
@@ -160,6 +111,76 @@ extension PhoneSimulator {
             try await media(step, device: device)
         case .end:
             break
+        }
+    }
+
+    /// An `add`, `modify` or `remove` step: phone `device`'s notifications change (a modify or
+    /// remove of a notification it does not have is ignored, and logged).
+    private func changeNotifications(_ action: ScenarioAction, device: Int) async {
+        let name = settings.devices[device].name
+        switch action {
+        case .add(let spec):
+            await mutateModel(device) { model in [model.add(spec)] }
+        case .modify(let key, let change):
+            await mutateModel(device) { model in
+                guard let event = model.modify(key: key, change) else {
+                    self.log("\(name): modify of unknown notification \(key) ignored")
+                    return []
+                }
+                return [event]
+            }
+        case .remove(let key):
+            await mutateModel(device) { model in
+                guard let event = model.remove(key: key) else {
+                    self.log("\(name): remove of unknown notification \(key) ignored")
+                    return []
+                }
+                return [event]
+            }
+        default:
+            break
+        }
+    }
+
+    /// A step that makes phone `device` misbehave from now on (`cp_error`, `deny_sharing`, `slow`,
+    /// `omit`, …), or behave again (`allow_sharing`, `heal`).
+    private func applyFault(_ action: ScenarioAction, device: Int) {
+        state.withLock { s in
+            switch action {
+            case .cpError(let code, let count):
+                s.devices[device].model.injectedError = (ATTErrorCode(rawValue: code), count)
+            case .denySharing:
+                s.devices[device].model.sharingDenied = true
+            case .allowSharing:
+                s.devices[device].model.sharingDenied = false
+            case .slow(let delay):
+                s.devices[device].slowDelay = delay
+            case .omit(let id):
+                if let id { s.devices[device].model.omitted.insert(id) } else { s.devices[device].model.omitted = [] }
+            case .midResponseDisconnect:
+                s.devices[device].midResponseDisconnect = true
+            case .cpTimeout(let count):
+                s.devices[device].silentRequests = count
+            case .disconnectOnWrite:
+                s.devices[device].disconnectOnWrite = true
+            case .refuseSubscribe(let count):
+                s.devices[device].refusedSubscriptions = count
+            case .staleSockets:
+                s.devices[device].staleSocketsOnDrop = true
+            case .heal:
+                s.devices[device].model.injectedError = nil
+                s.devices[device].model.sharingDenied = false
+                s.devices[device].model.omitted = []
+                s.devices[device].silentRequests = 0
+                s.devices[device].disconnectOnWrite = false
+                s.devices[device].midResponseDisconnect = false
+                s.devices[device].slowDelay = 0
+                s.devices[device].refusedSubscriptions = 0
+                s.devices[device].staleSocketsOnDrop = false
+                s.devices[device].silence = Silence()
+            default:
+                break
+            }
         }
     }
 

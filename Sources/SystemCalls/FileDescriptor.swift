@@ -25,6 +25,12 @@ public struct FileDescriptor: ~Copyable, Sendable {
         FileDescriptor(adopting: try Errno.retrying { Glibc.open(path, flags, permissions) })
     }
 
+    /// Makes a socket (`socket(2)`): `type` with its flags, e.g. `SOCK_STREAM | SOCK_CLOEXEC |
+    /// SOCK_NONBLOCK` (close-on-exec is not implied).
+    public static func socket(_ domain: Int32, _ type: Int32, _ protocol: Int32 = 0) throws(Errno) -> FileDescriptor {
+        FileDescriptor(adopting: try Errno.retrying { Glibc.socket(domain, type, `protocol`) })
+    }
+
     /// Closes the descriptor now, and reports what `close(2)` said (the descriptor is gone
     /// either way: close is never retried, as Linux frees the number even on EINTR).
     public consuming func close() throws(Errno) {

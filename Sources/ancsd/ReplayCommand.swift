@@ -1,3 +1,4 @@
+import ANCSSession
 import ANCSDaemon
 import CaptureTools
 

@@ -121,6 +121,51 @@ enum ReportCommand {
         // each line as it is said (a pipe's buffer held "reproduce the problem now" until the end).
         let say: (String) -> Void = toStdout ? { writeStandardError($0 + "\n") } : { print($0); fflush(nil) }
 
+        let contents = await gather(options, say: say, loop: loop)
+        let members = contents.members
+        let capture = contents.capture, captureNote = contents.captureNote
+
+        var tar = TarWriter()
+        let now = Int64(time(nil))
+        do throws(TarError) {
+            for (name, bytes) in members { try tar.add(name: "\(base)/\(name)", contents: bytes, modified: now) }
+        } catch {
+            logError("cannot build the archive: \(error)")
+            return 1
+        }
+        do throws(ReportError) {
+            try write(tar.finish(), to: path)
+        } catch {
+            logError("\(error)")
+            return 1
+        }
+        say("wrote \(toStdout ? "the report to standard output" : path): \(base)/")
+        for (name, size) in tar.members {
+            say("  \(String(name.dropFirst(base.count + 1)).padding(to: 22))\(size) bytes")
+        }
+        say("names (the phones', the computer's) are replaced by \"<name: N bytes>\"; no key is included")
+        if let capture {
+            say("removed from the capture:")
+            for (kind, count) in capture.counts.lines where count > 0 { say("  \(kind): \(count)") }
+            if capture.masked > 0 { say("  known names found elsewhere: \(capture.masked)") }
+        } else if let captureNote {
+            say(captureNote.trimmingWhitespace)
+        }
+        say("look through it before you send it: tar -xzf \(toStdout ? "FILE" : path)")
+        return 0
+    }
+
+    /// What a report holds: its members in order (README.txt first), and how its capture went.
+    private struct Contents {
+        var members: [(String, [UInt8])]
+        var capture: (bytes: [UInt8], counts: ScrubCounts, masked: Int)?
+        var captureNote: String?
+    }
+
+    /// Collects the report's members: what each source says, the capture if one was asked for
+    /// (`say` tells the user when to reproduce the problem), and the README that describes them;
+    /// the names found on the way are replaced in every member.
+    private static func gather(_ options: Options, say: (String) -> Void, loop: EventLoop) async -> Contents {
         var names: [String] = []
         var handles = ANCSHandles()
         let versions = ReportVersions.collect()
@@ -164,35 +209,7 @@ enum ReportCommand {
         let readme = readmeText(members: members, capture: capture.map { ($0.counts, $0.masked) }, captureNote: captureNote,
                                 asked: options.capture, handles: handles)
         members.insert(("README.txt", Array(readme.utf8)), at: 0)
-
-        var tar = TarWriter()
-        let now = Int64(time(nil))
-        do throws(TarError) {
-            for (name, bytes) in members { try tar.add(name: "\(base)/\(name)", contents: bytes, modified: now) }
-        } catch {
-            logError("cannot build the archive: \(error)")
-            return 1
-        }
-        do throws(ReportError) {
-            try write(tar.finish(), to: path)
-        } catch {
-            logError("\(error)")
-            return 1
-        }
-        say("wrote \(toStdout ? "the report to standard output" : path): \(base)/")
-        for (name, size) in tar.members {
-            say("  \(String(name.dropFirst(base.count + 1)).padding(to: 22))\(size) bytes")
-        }
-        say("names (the phones', the computer's) are replaced by \"<name: N bytes>\"; no key is included")
-        if let capture {
-            say("removed from the capture:")
-            for (kind, count) in capture.counts.lines where count > 0 { say("  \(kind): \(count)") }
-            if capture.masked > 0 { say("  known names found elsewhere: \(capture.masked)") }
-        } else if let captureNote {
-            say(captureNote.trimmingWhitespace)
-        }
-        say("look through it before you send it: tar -xzf \(toStdout ? "FILE" : path)")
-        return 0
+        return Contents(members: members, capture: capture, captureNote: captureNote)
     }
 
     /// `ancsd status --json`'s object, names replaced; or why the daemon did not answer.

@@ -112,29 +112,13 @@ enum RunCommand {
     /// global executor, whose first use starts libdispatch's 1 Hz workqueue monitor.
     static func run(_ arguments: [String], bus: String?, executor: DaemonExecutor) async -> Int32 {
         let commandLine: CommandLineSettings
-        do {
-            guard let parsed = try parse(arguments, bus: bus) else {
-                print(help)
-                return 0
-            }
-            commandLine = parsed
-        } catch {
-            return usageFailure(error, command: "run")
-        }
         let settings: RunSettings
-        do {
-            settings = try load(commandLine)
-        } catch {
-            logError("\(error)")
-            return 2
-        }
-        if let directory = settings.options.recording.directory, let problem = unusableDirectory(directory) {
-            logError("cannot record into \(directory): \(problem)")
-            return 2
-        }
-        if let directory = settings.options.stateDirectory, let problem = unusableDirectory(directory) {
-            logError("cannot keep state in \(directory): \(problem)")
-            return 2
+        switch start(arguments, bus: bus) {
+        case .run(let parsed, let loaded):
+            commandLine = parsed
+            settings = loaded
+        case .exit(let status):
+            return status
         }
         signal(SIGPIPE, SIG_IGN)
         let logger = Logger(threshold: settings.logLevel)
@@ -158,17 +142,10 @@ enum RunCommand {
             })
         var control: ControlServer?
         if let path = settings.controlPath {
-            do {
-                let server = try ControlServer(
-                    path: path, group: settings.controlGroup, handler: daemon, logger: logger, loop: executor)
-                await daemon.attach(control: server)
-                server.start()
-                control = server
-                logger.info("control socket at \(path)")
-            } catch {
-                logger.error("\(error)")
-                return 2  // a setting that cannot work, as the man page says of --control
-            }
+            // Nil: a setting that cannot work, as the man page says of --control.
+            guard let server = await openControl(at: path, settings: settings, daemon: daemon, logger: logger, executor: executor)
+            else { return 2 }
+            control = server
         }
         defer { control?.stop() }
         let task = Task(executorPreference: executor) { try await daemon.run() }
@@ -186,15 +163,7 @@ enum RunCommand {
         else { return 1 }
         defer { signals.cancel() }
 
-        // The watchdog is answered on the daemon's executor, so a wedged daemon stops answering.
-        // Its timer is the only periodic wakeup, and only when systemd asks for it.
-        let watchdog = notifier.watchdogInterval.map { interval -> LoopTimer in
-            let timer = executor.makeTimer {
-                daemon.assumeIsolated { daemon in if daemon.ping() { notifier.watchdog() } }
-            }
-            timer.schedule(after: interval / 2, repeating: interval / 2)
-            return timer
-        }
+        let watchdog = startWatchdog(notifier, daemon: daemon, executor: executor)
         defer { watchdog?.cancel() }
 
         let status: Int32
@@ -209,6 +178,73 @@ enum RunCommand {
         _ = await finalOutput.flush(timeout: .seconds(2))
         finalOutput.stop()
         return status
+    }
+
+    /// What `ancsd run` starts with: the command line and the settings, or the status to exit
+    /// with at once (the help was printed, or what is wrong was said).
+    private enum Start {
+        case run(CommandLineSettings, RunSettings)
+        case exit(Int32)
+    }
+
+    /// Parses the command line, loads the settings, and checks the directories they name.
+    private static func start(_ arguments: [String], bus: String?) -> Start {
+        let commandLine: CommandLineSettings
+        do {
+            guard let parsed = try parse(arguments, bus: bus) else {
+                print(help)
+                return .exit(0)
+            }
+            commandLine = parsed
+        } catch {
+            return .exit(usageFailure(error, command: "run"))
+        }
+        let settings: RunSettings
+        do {
+            settings = try load(commandLine)
+        } catch {
+            logError("\(error)")
+            return .exit(2)
+        }
+        if let directory = settings.options.recording.directory, let problem = unusableDirectory(directory) {
+            logError("cannot record into \(directory): \(problem)")
+            return .exit(2)
+        }
+        if let directory = settings.options.stateDirectory, let problem = unusableDirectory(directory) {
+            logError("cannot keep state in \(directory): \(problem)")
+            return .exit(2)
+        }
+        return .run(commandLine, settings)
+    }
+
+    /// The control socket at `path`, attached to `daemon` and listening; nil when it cannot be
+    /// made (the log says why).
+    private static func openControl(
+        at path: String, settings: RunSettings, daemon: Daemon, logger: Logger, executor: DaemonExecutor
+    ) async -> ControlServer? {
+        do {
+            let server = try ControlServer(
+                path: path, group: settings.controlGroup, handler: daemon, logger: logger, loop: executor)
+            await daemon.attach(control: server)
+            server.start()
+            logger.info("control socket at \(path)")
+            return server
+        } catch {
+            logger.error("\(error)")
+            return nil
+        }
+    }
+
+    /// The watchdog's timer, when systemd asks for one: answered on the daemon's executor, so a
+    /// wedged daemon stops answering. It is the only periodic wakeup.
+    private static func startWatchdog(_ notifier: SystemdNotifier, daemon: Daemon, executor: DaemonExecutor) -> LoopTimer? {
+        notifier.watchdogInterval.map { interval -> LoopTimer in
+            let timer = executor.makeTimer {
+                daemon.assumeIsolated { daemon in if daemon.ping() { notifier.watchdog() } }
+            }
+            timer.schedule(after: interval / 2, repeating: interval / 2)
+            return timer
+        }
     }
 
     /// The outputs the settings ask for: standard output, and the FIFO if one is named.
@@ -247,7 +283,7 @@ enum RunCommand {
                     if let warning = read.warning { logger.warning(warning) }
                 }
                 if let warning = MQTTCredentials.plainTextWarning(mqtt.endpoint, hasPassword: password != nil) { logger.warning(warning) }
-                sinks.append(MQTTSink(
+                sinks.append(try MQTTSink(
                     settings: mqtt, password: password, version: ancsdVersion, logger: logger,
                     clientID: "ancsd-\(hostName())-\(getpid())", executor: executor))
             }
@@ -261,7 +297,7 @@ enum RunCommand {
                 sinks.append(ExecSink(command: command, timeout: settings.execTimeout, logger: logger, loop: executor))
             }
         }
-        return OutputRouter(sinks: sinks)
+        return OutputRouter(sinks: sinks, loop: executor)
     }
 
     /// This machine's host name, for the MQTT client id.

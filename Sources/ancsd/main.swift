@@ -129,6 +129,12 @@ for number in [SIGTERM, SIGINT, SIGHUP, SIGPIPE] where !watchedSignals.contains(
 pthread_sigmask(SIG_UNBLOCK, &receivedSignals, nil)
 SignalWatch.block(watchedSignals)
 
+// The long-running commands keep malloc's thresholds fixed (ProcessMemory), set before any
+// thread allocates.
+if ["run", "desktop"].contains(subcommand(of: Array(CommandLine.arguments.dropFirst()))) {
+    ProcessMemory.fixMallocThresholds()
+}
+
 // All asynchronous work runs on one event loop (see DaemonExecutor), never on Swift's global
 // executor: an idle daemon then makes no wakeups.
 let executor: DaemonExecutor

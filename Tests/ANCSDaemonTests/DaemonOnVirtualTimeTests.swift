@@ -2,6 +2,7 @@ import ANCS
 @testable import ANCSDaemon
 import ANCSSession
 import DBus
+import LinkMachine
 import PhoneSimulator
 import Testing
 import TestSupport
@@ -35,9 +36,9 @@ struct DaemonOnVirtualTimeTests {
 
     /// How many links the daemon has made, and whether the phone's failed.
     static func attempts(_ daemon: isolated Daemon) -> (made: UInt64, failed: Bool) {
-        guard let link = Harness.link(daemon) else { return (daemon.nextLinkID, false) }
-        if case .failed = link.state { return (daemon.nextLinkID, true) }
-        return (daemon.nextLinkID, false)
+        let made = daemon.machine.linksStarted
+        guard let link = Harness.link(daemon) else { return (made, false) }
+        return (made, daemon.machine.status(of: link.id, at: link.device.path.rawValue)?.failure != nil)
     }
 
     @Test(arguments: [true, false]) func aNotificationIsShownEndToEnd(acquire: Bool) async throws {
@@ -72,7 +73,7 @@ struct DaemonOnVirtualTimeTests {
                     try await h.until("attempt \(attempt) failed") { Self.attempts($0) == (UInt64(attempt), true) }
                     #expect(h.phoneSaid("refused") == attempt)
                 } else {
-                    try await h.until("attempt 4 subscribed") { Harness.settled($0) && $0.nextLinkID == 4 }
+                    try await h.until("attempt 4 subscribed") { Harness.settled($0) && $0.machine.linksStarted == 4 }
                 }
             }
             #expect(h.phoneSaid("refused") == 3)
@@ -88,7 +89,7 @@ struct DaemonOnVirtualTimeTests {
     @Test func aClosedSocketOnAConnectedPhoneWaitsItsPauseForANewSession() async throws {
         try await Harness.with(phoneFirst: [.add(Self.grace)]) { h in
             try await h.until("subscribed, the replay shown") { Harness.settled($0) && h.events.notifications.count == 1 }
-            guard let source = await h.read({ Harness.link($0)?.characteristics.notificationSource }) else {
+            guard let source = await h.read({ Harness.link($0)?.ancsLink.path(of: ANCSSession.notificationSourceUUID) }) else {
                 throw TestFailure("no link to the phone")
             }
             let other = try await DBusConnection.connect(to: .address(h.bus.address))
@@ -102,10 +103,10 @@ struct DaemonOnVirtualTimeTests {
             await other.close()
             try await h.until("the daemon saw the phone change") { $0.tree.device(at: Harness.phonePath)?.trusted == false }
             #expect(await h.read { Self.attempts($0) } == (1, false) && h.events.connections == 1, "no session at once")
-            await h.advance(by: Daemon.socketClosedPause - .milliseconds(1))
+            await h.advance(by: LinkMachine.socketClosedPause - .milliseconds(1))
             #expect(await h.read { Self.attempts($0) } == (1, false) && h.events.connections == 1, "no session within the pause")
             await h.advance(by: .milliseconds(1))
-            try await h.until("a new session") { Harness.settled($0) && $0.nextLinkID == 2 }
+            try await h.until("a new session") { Harness.settled($0) && $0.machine.linksStarted == 2 }
             #expect(h.events.connections == 2)
             // The phone replayed its notification to the new session: not shown again (--replays unseen).
             #expect(h.events.shown(titled: "Grace Hopper") == [.added])
@@ -137,7 +138,7 @@ struct DaemonOnVirtualTimeTests {
             #expect(await h.read { Harness.link($0)?.session.resubscriptions } == 1, "renewed once the probe timed out")
             try await h.until("subscribed again") { Harness.settled($0) && Harness.link($0)?.session.resubscriptions == 1 }
             #expect(h.phoneSaid("CCCD was rewritten") == 2, "both CCCDs written again")
-            #expect(await h.read { $0.nextLinkID } == 1, "the same link, renewed")
+            #expect(await h.read { $0.machine.linksStarted } == 1, "the same link, renewed")
             try await h.phone(.add(Self.grace))
             try await h.until("the phone's next notification is shown") { _ in h.events.shown(titled: "Grace Hopper") == [.added] }
         }

@@ -92,7 +92,7 @@ final class InProcessDaemon: Sendable {
             heard.onPhoneLine.withLock { $0 }?()
         })
         daemon = Daemon(
-            options: options, output: OutputRouter(sinks: [events]), logger: Logger(threshold: level, journald: false),
+            options: options, output: OutputRouter(sinks: [events], loop: loop), logger: Logger(threshold: level, journald: false),
             executor: loop, onReady: { heard.ready.store(true, ordering: .releasing) })
         heard.onPhoneLine.withLock {
             $0 = { [weak self] in
@@ -212,7 +212,8 @@ final class InProcessDaemon: Sendable {
     /// True while the phone has a subscribed session that nothing is being asked of.
     static func settled(_ daemon: isolated Daemon) -> Bool {
         guard let link = daemon.links[phonePath] else { return false }
-        return link.state == .running && !link.renewing && link.write == nil && link.session.queuedFetchCount == 0
+        let renewing = daemon.machine.status(of: link.id, at: link.device.path.rawValue)?.renewing ?? false
+        return link.state == .running && !renewing && link.write == nil && link.session.queuedFetchCount == 0
     }
 }
 

@@ -116,7 +116,7 @@ let sinkTestLoop: EventLoop = {
         let data = handle.availableData
         let lines = String(decoding: data, as: UTF8.self).split(separator: "\n")
         #expect(lines.count == 100 && lines.first == "line 0" && lines.last == "line 99")
-        #expect(sink.writtenCount == 100 && sink.droppedCount == 0)
+        #expect(await sink.counts == (written: 100, dropped: 0))
     }
 
     /// Lines written at once while the pipe has room, then cut where it filled (the rest of that
@@ -137,11 +137,11 @@ let sinkTestLoop: EventLoop = {
         }
         #expect(await sink.flush(timeout: .seconds(5)))
         #expect(String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) == lines)
-        #expect(sink.writtenCount == 300 && sink.droppedCount == 0)
+        #expect(await sink.counts == (written: 300, dropped: 0))
     }
 
     /// No reader at all: the FIFO fills, the sink keeps a bounded backlog and never blocks the caller.
-    @Test func fifoWithoutReaderNeverBlocksAndBoundsTheBacklog() throws {
+    @Test func fifoWithoutReaderNeverBlocksAndBoundsTheBacklog() async throws {
         let path = NSTemporaryDirectory() + "ancsd-fifo-\(UUID().uuidString)"
         defer { unlink(path) }
         let fifo = try openOutputFIFO(path: path, mode: 0o600)
@@ -152,7 +152,7 @@ let sinkTestLoop: EventLoop = {
         let start = ContinuousClock.now
         for _ in 0..<20_000 { sink.send(line) }  // 20 MB: far more than the pipe and the backlog hold
         #expect(ContinuousClock.now - start < .seconds(5), "sending never blocks")
-        #expect(sink.droppedCount > 10_000)
+        #expect(await sink.counts.dropped > 10_000)
 
         // A reader that attaches now gets the oldest kept events, whole lines.
         let reader = open(path, O_RDONLY | O_NONBLOCK)
@@ -238,7 +238,7 @@ let sinkTestLoop: EventLoop = {
         }
         #expect(await sink.flush(timeout: .seconds(5)))
         #expect(String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) == lines)
-        #expect(sink.writtenCount == 200 && sink.droppedCount == 0)
+        #expect(await sink.counts == (written: 200, dropped: 0))
         #expect(fcntl(terminal, F_GETFL) == flags, "the shared description keeps its flags (no O_NONBLOCK)")
     }
 
@@ -253,7 +253,7 @@ let sinkTestLoop: EventLoop = {
         for line in lines { sink.send(line) }
         #expect(await sink.flush(timeout: .seconds(5)))
         #expect(try String(contentsOfFile: path, encoding: .utf8) == lines.map { $0 + "\n" }.joined())
-        #expect(sink.writtenCount == 1000 && sink.droppedCount == 0)
+        #expect(await sink.counts == (written: 1000, dropped: 0))
     }
 
     @Test func aReaderThatLeavesEndsTheSinkQuietly() async throws {
@@ -266,7 +266,7 @@ let sinkTestLoop: EventLoop = {
         _ = await sink.flush(timeout: .seconds(5))
         sink.send("b")
         _ = await sink.flush(timeout: .seconds(5))
-        #expect(sink.writtenCount == 0)
+        #expect(await sink.counts.written == 0)
     }
 }
 
@@ -291,9 +291,9 @@ private struct NoActions: PhoneActions {
 @Suite struct OutputRouterTests {
     @Test func everySinkGetsTheSameRecordFormattedOnce() throws {
         let a = RecordingSink("a"), b = RecordingSink("b")
-        let router = OutputRouter(sinks: [a, b])
         let executor = try DaemonExecutor(name: "test")
         defer { executor.shutdown() }
+        let router = OutputRouter(sinks: [a, b], loop: executor)
         router.start(OutputContext(actions: NoActions(), executor: executor))
         router.start(OutputContext(actions: NoActions(), executor: executor))
         #expect(a.started == 1 && b.started == 1, "started once")
@@ -309,35 +309,36 @@ private struct NoActions: PhoneActions {
         #expect(a.events[1].device == "AA:BB")
     }
 
-    @Test func attachedSinksComeGoAndMoveToANewRouter() {
+    @Test func attachedSinksComeGoAndMoveToANewRouter() async {
         let fixed = RecordingSink("fixed"), client = RecordingSink("client")
-        let router = OutputRouter(sinks: [fixed])
+        let router = OutputRouter(sinks: [fixed], loop: sinkTestLoop)
         router.attach(client, key: "control client 1")
         router.emit(.connected(device: "A", name: nil))
-        let next = OutputRouter(sinks: [])
+        let next = OutputRouter(sinks: [], loop: sinkTestLoop)
         router.moveAttached(to: next)
         router.stop()
         #expect(fixed.stopped == 1 && client.stopped == 0)
         router.emit(.connected(device: "B", name: nil))
         next.emit(.connected(device: "C", name: nil))
         #expect(client.events.map(\.device) == ["A", "C"])
-        #expect(next.attachedKeys == ["control client 1"])
+        #expect(await next.attachedKeys == ["control client 1"])
         next.detach(key: "control client 1")
         next.emit(.connected(device: "D", name: nil))
-        #expect(client.events.count == 2 && client.stopped == 1 && next.attachedKeys.isEmpty)
+        #expect(client.events.count == 2 && client.stopped == 1)
+        #expect(await next.attachedKeys.isEmpty)
     }
 
     /// A sink whose reader never reads does not hold up the others.
-    @Test func aStuckSinkDoesNotBlockTheRouter() throws {
+    @Test func aStuckSinkDoesNotBlockTheRouter() async throws {
         signal(SIGPIPE, SIG_IGN)  // the read end closes while the sink may still be writing
         var fds: [Int32] = [0, 0]
         #expect(pipe(&fds) == 0)
         defer { close(fds[0]) }
         let stuck = LineSink(fd: fds[1], name: "stuck", ownsDescriptor: true, format: .json, maxPendingBytes: 64 * 1024, logger: Logger(threshold: .error, journald: false), loop: sinkTestLoop)
         let other = RecordingSink("other")
-        let router = OutputRouter(sinks: [stuck, other])
+        let router = OutputRouter(sinks: [stuck, other], loop: sinkTestLoop)
         for _ in 0..<5_000 { router.emit(.notification(sample(), device: "AA:BB")) }  // ~2.5 MB, far more than the pipe holds
         #expect(other.events.count == 5_000)
-        #expect(stuck.droppedCount > 0)
+        #expect(await stuck.counts.dropped > 0)
     }
 }

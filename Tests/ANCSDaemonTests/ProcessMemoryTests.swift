@@ -36,6 +36,12 @@ import Testing
         ])
     }
 
+    /// The mangled name the release binds libstdc++'s string functions with is a labelled tuple
+    /// the runtime can build (a wrong name would build nothing, and bind nothing).
+    @Test func theTupleBuiltBeforeTheReleaseIsTheLabelledOne() {
+        #expect(ProcessMemory.bindTupleMetadataPath() == (event: Int, seenBefore: Bool).self)
+    }
+
     @Test func malformedHeadersAreSkipped() {
         let smaps = """
             zz-55f1f88c8000 r-xp 00000000 fe:00 123 /usr/bin/ancsd
@@ -57,6 +63,31 @@ import Testing
         #expect(release.bytes > 0)
         #expect(after < before, "RssFile \(before) kB before, \(after) kB after")
         #expect((1...1000).reduce(0, +) == 500_500)
+    }
+
+    /// After a free of a large mapped block, a block of a quarter its size still gets a mapping
+    /// of its own (given back whole when freed): glibc's dynamic threshold would have raised the
+    /// mmap threshold to 256 MiB and carved it out of a heap. The sizes are far past any free
+    /// chunk a long test process may hold in its heaps (malloc serves a block from a free chunk
+    /// before it maps one, whatever the threshold); the blocks are never touched, so they cost
+    /// no memory.
+    @Test func aBlockPastTheThresholdIsMappedAfterALargerOneWasFreed() throws {
+        #expect(ProcessMemory.fixMallocThresholds())
+        let large = try #require(malloc(256 << 20))
+        #expect(isMapped(large))
+        free(large)
+        let block = try #require(malloc(64 << 20))
+        defer { free(block) }
+        #expect(isMapped(block), "a 64 MiB block after a 256 MiB one was freed")
+        let small = try #require(malloc(ProcessMemory.mallocThreshold / 4))
+        defer { free(small) }
+        #expect(!isMapped(small), "below the threshold, from a heap")
+    }
+
+    /// Whether glibc mapped the block for itself rather than carving it out of a heap: the
+    /// IS_MMAPPED bit (2) of the chunk's size, the word before the block (glibc's malloc.c).
+    private func isMapped(_ block: UnsafeMutableRawPointer) -> Bool {
+        (block - MemoryLayout<UInt>.size).load(as: UInt.self) & 2 != 0
     }
 
     private func residentFileKB() throws -> Int {

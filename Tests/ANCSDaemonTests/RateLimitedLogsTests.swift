@@ -47,6 +47,34 @@ import Testing
                                    "AA: ignored an Entity Update value: 999 more in the last 60 s"])
     }
 
+    /// Lines below the logger's threshold (the info line per notification at --log-level
+    /// warning) are neither built nor counted: no line, no summary, no timer; those at or above
+    /// it are rate-limited as before.
+    @Test func linesBelowTheThresholdAreNeitherBuiltNorCounted() async throws {
+        let loop = try EventLoop(name: "rate-limits-threshold", clock: .virtual)
+        defer { loop.shutdown() }
+        let lines = Mutex<[String]>([])
+        let built = Mutex(0)
+        let log = RateLimitedLogs(interval: .seconds(60), loop: loop, isEnabled: { $0 >= .warning }) { _, line in
+            lines.withLock { $0.append(line) }
+        }
+        @Sendable func line(_ text: String) -> String {
+            built.withLock { $0 += 1 }
+            return text
+        }
+        await onLoop(loop) {
+            for i in 0..<100 {
+                log.log(.info, line("AA: notification \(i) added"), kind: line("AA: notification # added"))
+                log.log(.debug, line("AA: value \(i)"))
+            }
+            log.log(.warning, line("AA: ignored a value: 1"), kind: "AA: ignored a value")
+            log.log(.warning, line("AA: ignored a value: 2"), kind: "AA: ignored a value")
+        }
+        #expect(built.withLock { $0 } == 1, "only the warning that is said is built")
+        await loop.advance(by: .seconds(60))
+        #expect(lines.withLock { $0 } == ["AA: ignored a value: 1", "AA: ignored a value: 1 more in the last 60 s"])
+    }
+
     /// A peer that makes a new kind per message (a new topic, a new uid each time) fills the
     /// table's places, then shares one limit: the lines stay bounded.
     @Test func kindsPastTheBoundShareOneLimit() async throws {

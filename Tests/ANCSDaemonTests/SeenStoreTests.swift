@@ -1,5 +1,5 @@
 import ANCS
-import ANCSDaemon
+@testable import ANCSDaemon
 import ANCSSession
 import Foundation
 import Testing
@@ -215,6 +215,27 @@ private let ada = "AA:BB:CC:DD:EE:01"
         #expect(reread.count(device: ada) == SeenStore.defaultCapacity)
         #expect(recent.allSatisfy { reread.contains($0, device: ada) }, "the most recent are the ones kept")
         #expect(!reread.contains(NotificationFingerprint(value: 0), device: ada), "the oldest are gone")
+    }
+
+    /// Once full, the set's memory stays as it is: new notifications and ones seen again, for
+    /// many rebuilds of its queue, never grow or shrink its storage past the bound.
+    @Test func aFullSetKeepsItsMemory() throws {
+        let capacity = 64
+        var set = SeenSet(capacity: capacity)
+        var generator = SystemRandomNumberGenerator()
+        var room: Int?
+        var changes = 0
+        for value in 0..<UInt64(20_000) {
+            // Half new, half one of the recent ones again (stale entries in the queue).
+            let recent = value - UInt64.random(in: 0...min(value, UInt64(capacity - 1)), using: &generator)
+            set.insert(NotificationFingerprint(value: value % 2 == 0 ? value : recent))
+            if let room, set.orderCapacity != room { changes += 1 }
+            if set.count == capacity, room == nil { room = set.orderCapacity }
+        }
+        let reserved = try #require(room)
+        #expect(changes == 0, "the queue's room changed \(changes) times after the set filled")
+        #expect(reserved >= SeenSet.orderBound(capacity: capacity))
+        #expect(set.count == capacity)
     }
 
     @Test func seeingAgainKeepsANotificationRecent() {

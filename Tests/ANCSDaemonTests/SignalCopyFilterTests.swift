@@ -104,6 +104,38 @@ import Testing
         #expect(copies == [true, false, true, true, true, false] && filter.sourceCopies == 2)
     }
 
+    /// Two losses the month in a minute found with one subscriber (StartNotify; seed 20270301,
+    /// docs/soak.md).
+    ///
+    /// The phone answered a request written again for the same notification with the same
+    /// bytes (it said the same): the new answer's first value equals the last value of the
+    /// previous answer, and was taken for its copy; the session waited 5 s for it (day 24
+    /// 10:05:46). A value that begins the answer to the request just written is no copy.
+    @Test func anAnswerLikeTheLastIsNoCopy() {
+        var filter = SignalCopyFilter()
+        let answer: [UInt8] = [0, 7, 0, 0, 0, 1, 3, 0, 0x41, 0x64, 0x61]
+        filter.expectResponse(to: request)
+        let first = filter.admitDataSource(answer)
+        filter.expectResponse(to: request)
+        let second = filter.admitDataSource(answer)
+        #expect(first)
+        #expect(second, "the answer to the request written again")
+    }
+
+    /// The phone modified a notification twice 33 ms apart, after it had answered the first
+    /// modification's fetch: the second event, equal to the first, was dropped as its copy, so
+    /// the new text was never fetched (day 28 14:04:21). Copies come back to back: an event after
+    /// an answer's values is no copy of the one before them.
+    @Test func aModificationAfterTheAnswerIsNoCopy() {
+        var filter = SignalCopyFilter()
+        let first = filter.admitNotificationSource(modified, now: .seconds(1))
+        filter.expectResponse(to: request)
+        let answer = fragments.map { filter.admitDataSource($0) }
+        let second = filter.admitNotificationSource(modified, now: .seconds(1) + .milliseconds(33))
+        #expect(first && answer.allSatisfy { $0 })
+        #expect(second, "the second modification")
+    }
+
     @Test func responsesBeginWithTheRequestsCommandAndSubject() {
         #expect(SignalCopyFilter.responseStart(of: request) == [0, 7, 0, 0, 0])
         #expect(SignalCopyFilter.responseStart(of: [1] + Array("com.apple.MobileSMS".utf8) + [0, 0]) == [1] + Array("com.apple.MobileSMS".utf8) + [0])

@@ -307,13 +307,3 @@ struct MPRISBusTests {
         await setup.stop()
     }
 }
-
-/// Waits until `condition` holds, checking every 50 ms, failing after `seconds`.
-func eventually(_ what: String, within seconds: Double = 10, _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(50))
-    }
-    throw TestFailure("\(what): not within \(seconds) s")
-}

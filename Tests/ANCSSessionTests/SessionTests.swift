@@ -104,6 +104,45 @@ import Testing
         #expect(h.writes.count == 1, "no app request for a dropped answer")
     }
 
+    /// The phone removed the notification while its attributes were asked for and added another
+    /// under the same UID before it answered: the answer (or the error) is the removed one's
+    /// and shows nothing; the new one is asked for itself (the soak, seed 2026, 7.7 s: the
+    /// removed one's AppIdentifier, asked alone for the app filter, was shown on the new one).
+    @Test(arguments: [false, true]) func anAnswerForARemovedNotificationIsNotTheNextOnesUnderItsUID(appFilter: Bool) throws {
+        let never = try #require(AppPattern("com.example.never"))
+        var h = Harness { if appFilter { $0.filter = NotificationFilter(ignoredApps: [never]) } }
+        h.ns(.notificationAdded, uid: 5)
+        h.ns(.notificationRemoved, uid: 5)
+        h.ns(.notificationAdded, uid: 5)
+        let old: [(NotificationAttributeID, String)] = [(.appIdentifier, "com.example.old"), (.title, "Old"), (.subtitle, ""),
+                                                        (.message, "gone"), (.messageSize, "4"), (.date, "")]
+        h.answer(notificationResponse(uid: 5, appFilter ? Array(old.prefix(1)) : old))
+        #expect(h.events.isEmpty, "nothing of the removed one is shown")
+        #expect(h.writes.count == 2)
+        let asked = try #require(h.lastRequest)
+        guard case .getNotificationAttributes(uid: 5, let attributes) = asked else { Issue.record("\(asked)"); return }
+        #expect(attributes.first?.id == .appIdentifier, "the new one's app is asked for, not taken from the removed one's answer")
+        if appFilter {
+            h.answer(notificationResponse(uid: 5, [(.appIdentifier, "com.apple.MobileSMS")]))
+        }
+        h.answer(notificationResponse(uid: 5, appFilter ? Array(basicAttributes.dropFirst()) : basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        #expect(h.events.map(\.kind) == [.added])
+        #expect(h.events.first?.notification.appIdentifier == "com.apple.MobileSMS" && h.events.first?.notification.title == "Ada")
+    }
+
+    @Test func anErrorForARemovedNotificationLeavesTheNextOneUnderItsUID() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 5)
+        h.ns(.notificationRemoved, uid: 5)
+        h.ns(.notificationAdded, uid: 5)
+        h.written(.attError(.invalidParameter))
+        #expect(h.events.isEmpty && h.writes.count == 2, "the new one is asked for")
+        h.answer(notificationResponse(uid: 5, basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        #expect(h.events.map(\.kind) == [.added] && h.events.first?.notification.title == "Ada")
+    }
+
     @Test func removedAfterShownCarriesWhatWasKnown() throws {
         var h = Harness()
         h.ns(.notificationAdded, uid: 1, count: 3)
@@ -139,8 +178,44 @@ import Testing
             .init(.appIdentifier), .init(.title, maxLength: 128), .init(.subtitle, maxLength: 128),
             .init(.message, maxLength: 2048), .init(.messageSize), .init(.date),
         ]))
-        h.answer(notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst()))
+        h.answer(notificationResponse(uid: 1, [(.appIdentifier, ""), (.title, "Ada"), (.subtitle, ""), (.message, "Tea at six?"),
+                                               (.messageSize, "11"), (.date, "20261130T101500")]))
         #expect(h.events.map(\.kind) == [.added, .modified])
+        #expect(h.events.last?.notification.message == "Tea at six?")
+    }
+
+    /// The phone modified it after the first fetch was written and before it answered: the
+    /// answer already says the new text, and the fetch again says the same. It is shown once,
+    /// not once more as `modified` (the month in a minute, seed 20270301, day 4 11:39:38: two
+    /// messages 24 ms apart in one thread; seed 10, day 2 17:02:16: the modification's event
+    /// came after the answer, which came from a socket while the event was signalled).
+    @Test func aFetchAgainThatSaysTheSameShowsNothingMore() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        h.ns(.notificationModified, uid: 1)
+        let latest = notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst())
+        h.answer(latest)
+        h.answer(latest)
+        #expect(h.events.map(\.kind) == [.added])
+        h.ns(.notificationModified, uid: 1)
+        h.answer(latest)
+        #expect(h.events.map(\.kind) == [.added], "the modification's event after the answer that had it")
+        // Nor when the fetch again goes unanswered: what the first said was shown already.
+        func response(_ message: String) -> [UInt8] {
+            notificationResponse(uid: 1, [(.appIdentifier, ""), (.title, "Ada"), (.subtitle, ""), (.message, message),
+                                          (.messageSize, "\(message.utf8.count)"), (.date, "20261130T101500")])
+        }
+        h.ns(.notificationModified, uid: 1)
+        h.ns(.notificationModified, uid: 1)
+        h.answer(response("Tea at six?"))
+        h.advance(.seconds(5))
+        #expect(h.logs.contains { $0.0 == .warning && $0.1.contains("no answer") })
+        #expect(h.events.map(\.kind) == [.added, .modified])
+        // A later change is shown.
+        h.ns(.notificationModified, uid: 1)
+        h.answer(response("Tea at seven?"))
+        #expect(h.events.map(\.kind) == [.added, .modified, .modified])
+        #expect(h.events.last?.notification.message == "Tea at seven?")
     }
 }
 
@@ -451,5 +526,67 @@ struct Failure: Error, CustomStringConvertible {
         guard case .getNotificationAttributes(1, let again)? = h.lastRequest else { throw Failure("no request") }
         #expect(again.first { $0.id == .message }?.maxLength == 8)
         #expect(h.session.fetchFullMessage(of: 99, now: h.now).isEmpty)
+    }
+
+    /// A message that was whole already: the answer says the same, and still comes as
+    /// `modified` (`ancsd` waits for the event to answer its client).
+    @Test func theWholeMessageComesEvenIfItSaysTheSame() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 1)
+        let whole = notificationResponse(uid: 1, [(.appIdentifier, "")] + basicAttributes.dropFirst())
+        h.answer(whole)
+        h.record(h.session.fetchFullMessage(of: 1, now: h.now))
+        h.answer(whole)
+        #expect(h.events.map(\.kind) == [.added, .modified])
+    }
+}
+
+/// A session may last days (a phone that stays connected): nothing it keeps may grow with the
+/// notifications that came and went, only with those the phone holds.
+extension SessionBoundsTests {
+    static func size(_ table: String, of session: ANCSSession) -> Int {
+        session.tableSizes.first { $0.name == table }?.count ?? -1
+    }
+
+    /// The month in a minute, seed 20270301: the order of the notifications kept the UID of each
+    /// one removed (157 entries for none held at the end of day 30, more on days at home).
+    @Test func tenThousandNotificationsThatCameAndWentLeaveNothing() {
+        var h = Harness()
+        h.ns(.notificationAdded, uid: 0)
+        h.answer(notificationResponse(uid: 0, basicAttributes))
+        h.answer(appResponse("com.apple.MobileSMS", name: "Messages"))
+        for uid in UInt32(1)...10_000 {
+            h.ns(.notificationAdded, uid: uid)
+            h.answer(notificationResponse(uid: uid, basicAttributes))
+            h.ns(.notificationRemoved, uid: uid)
+            #expect(Self.size("notification order", of: h.session) <= 2 * h.session.notificationCount + 64)
+        }
+        #expect(h.events.count == 20_001)
+        #expect(h.session.notificationCount == 1)
+        #expect(Self.size("notification order", of: h.session) <= 66)
+    }
+
+    /// The oldest notification is still the first forgotten past `maxKnownNotifications`, after compactions.
+    @Test func theOldestIsForgottenFirstAfterCompactions() {
+        var h = Harness { $0.maxKnownNotifications = 4 }
+        h.ns(.notificationAdded, uid: 1_000)
+        for uid in UInt32(1)...200 {
+            h.ns(.notificationAdded, uid: uid)
+            h.ns(.notificationRemoved, uid: uid)
+        }
+        for uid in UInt32(2_000)...2_003 { h.ns(.notificationAdded, uid: uid) }
+        #expect(h.session.notification(uid: 1_000) == nil, "the oldest went first")
+        #expect(h.session.notifications.map(\.uid) == [2_000, 2_001, 2_002, 2_003])
+    }
+
+    @Test func filteredNotificationsThatCameAndWentLeaveNothing() {
+        var h = Harness { $0.filter = NotificationFilter(ignoredCategories: [CategoryRule("email")!]) }
+        for uid in UInt32(1)...10_000 {
+            h.ns(.notificationAdded, uid: uid, category: .email)
+            h.ns(.notificationRemoved, uid: uid, category: .email)
+        }
+        #expect(h.session.filteredCount == 10_000)
+        #expect(Self.size("filtered", of: h.session) == 0)
+        #expect(Self.size("filtered order", of: h.session) <= 64)
     }
 }

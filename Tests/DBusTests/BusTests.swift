@@ -1,4 +1,4 @@
-import DBus
+@testable import DBus
 import Foundation
 import Synchronization
 import Testing
@@ -76,7 +76,7 @@ extension DBusTests {
                     arguments: [.uint32(10_000)])
             }
             let disconnected = Task { await client.waitUntilDisconnected() }
-            try await Task.sleep(for: .milliseconds(50))
+            try await eventually("the call sent") { await client.pendingCallCount == 1 }
             #expect(await client.isConnected)
 
             bus.stop(signal: SIGKILL)
@@ -114,7 +114,7 @@ extension DBusTests {
                         destination: dest, path: trickyPath, interface: "com.example.Tricky", member: "Sleep",
                         arguments: [.uint32(10_000)])
                 }
-                try await Task.sleep(for: .milliseconds(30))
+                try await eventually("the call sent") { await client.pendingCallCount == 1 }
                 await client.close()
                 await #expect(throws: DBusError.disconnected) { _ = try await withTimeout(2) { try await pending.value } }
                 await client.close()

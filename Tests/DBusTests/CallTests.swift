@@ -1,4 +1,4 @@
-import DBus
+@testable import DBus
 import EventLoop
 import Foundation
 import Synchronization
@@ -125,7 +125,7 @@ extension DBusTests {
                         destination: server, path: trickyPath, interface: "com.example.Tricky", member: "Sleep",
                         arguments: [.uint32(5000)])
                 }
-                try await Task.sleep(for: .milliseconds(50))
+                try await eventually("the call sent") { await client.pendingCallCount == 1 }
                 let cancelledAt = ContinuousClock.now
                 task.cancel()
                 do {
@@ -317,7 +317,7 @@ extension DBusTests {
                 _ = try await call(pair, "SlowEcho", [.string("c")], timeout: .milliseconds(300))
                 // Nothing pending: the loop sleeps, even past every deadline used above.
                 let tid = try #require(threadID(named: "lazy-timer"))
-                try await Task.sleep(for: .milliseconds(50))
+                try await eventually("the loop back in epoll_wait") { isWaitingInEpoll(thread: tid) }
                 let before = try #require(voluntarySwitches(ofThread: tid))
                 try await Task.sleep(for: .milliseconds(700))
                 let after = try #require(voluntarySwitches(ofThread: tid))

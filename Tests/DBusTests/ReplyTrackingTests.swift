@@ -124,8 +124,7 @@ extension DBusTests {
                     }
                 }
                 let awaited = Task { try await echo(pair, after: 5000, "x") }
-                try await Task.sleep(for: .milliseconds(50))
-                #expect(await pair.client.pendingCallCount == 6)
+                try await eventually("six calls sent") { await pair.client.pendingCallCount == 6 }
                 await pair.client.close()
                 await #expect(throws: DBusError.disconnected) { _ = try await withTimeout(2) { try await awaited.value } }
                 let failed = outcomes.withLock { $0 }

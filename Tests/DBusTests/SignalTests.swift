@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 
@@ -128,13 +129,13 @@ extension DBusTests {
         @Test func streamsEndWhenTheConnectionCloses() async throws {
             try await withPair { pair in
                 let stream = try await pair.client.signals(matching: MatchRule(interface: "com.example.Signals"))
+                let received = Mutex(0)
                 let consumer = Task {
-                    var n = 0
-                    for await _ in stream { n += 1 }
-                    return n
+                    for await _ in stream { received.withLock { $0 += 1 } }
+                    return received.withLock { $0 }
                 }
                 try await emit(pair.server)
-                try await Task.sleep(for: .milliseconds(20))
+                try await eventually("the signal received") { received.withLock { $0 } == 1 }
                 await pair.client.close()
                 let count = try await withTimeout(2, "stream end") { await consumer.value }
                 #expect(count == 1)

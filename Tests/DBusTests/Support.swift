@@ -61,15 +61,10 @@ final class Collector: Sendable {
     var handler: @Sendable (Signal) -> Void { { [self] s in items.withLock { $0.append(s) } } }
     var signals: [Signal] { items.withLock { $0 } }
 
-    /// Waits until at least `count` signals arrived, failing after `seconds`.
-    func wait(for count: Int, within seconds: Double = 5) async throws -> [Signal] {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-        while ContinuousClock.now < deadline {
-            let s = signals
-            if s.count >= count { return s }
-            try await Task.sleep(for: .milliseconds(2))
-        }
-        throw TestFailure("only \(signals.count) of \(count) signals arrived")
+    /// Waits until at least `count` signals arrived.
+    func wait(for count: Int) async throws -> [Signal] {
+        try await eventually("\(count) signals (\(signals.count) so far)") { signals.count >= count }
+        return signals
     }
 }
 

@@ -159,18 +159,9 @@ final class FakeBlueZ: Sendable {
     }
 }
 
-/// Polls `condition` every 20 ms without blocking a thread, failing after `seconds`.
-func eventually(_ what: String, within seconds: Double = 20, _ condition: () -> Bool) async throws {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while !condition() {
-        guard ContinuousClock.now < deadline else { throw TestFailure("timed out waiting for \(what)") }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-}
-
 /// Waits for a child to exit without blocking a cooperative thread.
-func exitStatus(of child: ChildProcess, within seconds: Double = 30) async throws -> Int32 {
-    try await eventually("\(child) to exit", within: seconds) { !child.isRunning }
+func exitStatus(of child: ChildProcess, timeout: Duration = .seconds(30)) async throws -> Int32 {
+    try await eventually("\(child) to exit", timeout: timeout) { !child.isRunning }
     return try child.wait(timeout: .seconds(5))
 }
 
@@ -329,7 +320,8 @@ extension RunAccessoryStatusTests {
         let objects = try #require(bluez.application)
         #expect(objects["/org/ancsd/accessory/hid/protocol_mode"] == nil, "the keyboard's objects are gone")
         #expect(objects["/org/ancsd/accessory/hid/report_map"] != nil)
-        #expect(bluez.advertisement?["Appearance"]?.unwrapped == .uint16(0x0180))
+        // The advertisement is registered again after the application: waited for, not read at once.
+        try await eventually("the remote advertised") { bluez.advertisement?["Appearance"]?.unwrapped == .uint16(0x0180) }
         let status = try AncsdProcess.run(["status", "--json", "--control", directory + "/control"])
         let report = try JSONValue(parsing: status.stdout)
         #expect(report["accessory"]?["shape"]?.stringValue == "remote", "\(status.stdout)")

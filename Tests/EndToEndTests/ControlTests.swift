@@ -200,7 +200,7 @@ private let ada = "AA:BB:CC:DD:EE:01"
         #expect(prlimit.status == 0, "\(prlimit.stderr)")
         var held: [SocketClient] = []
         for _ in 0..<30 { held.append(try SocketClient(path: path)) }  // the kernel's backlog takes what accept cannot
-        Thread.sleep(forTimeInterval: 0.5)
+        try run.ancsd.waitForStandardError(containing: "cannot accept clients")
         let cpuBefore = Self.cpuSeconds(pid)
         Thread.sleep(forTimeInterval: 2)
         let burnt = Self.cpuSeconds(pid) - cpuBefore
@@ -210,10 +210,10 @@ private let ada = "AA:BB:CC:DD:EE:01"
         held = []
         let raised = try AncsdProcess.command("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(open + 64):\(open + 64)"])
         #expect(raised.status == 0, "\(raised.stderr)")
-        Thread.sleep(forTimeInterval: 1.5)
+        // Answered once the daemon accepts again, within its pause.
         let client = try SocketClient(path: path)
         #expect(try client.request(["cmd": "status"])["ok"] == true)
-        #expect(run.ancsd.standardError.contains("descriptors are free again"))
+        try run.ancsd.waitForStandardError(containing: "descriptors are free again")
         _ = try run.phone.stop()
     }
 
@@ -304,8 +304,12 @@ private let ada = "AA:BB:CC:DD:EE:01"
         let warnings = run.ancsd.standardError.components(separatedBy: "turned a client away").count - 1
         #expect(warnings == 1, "said \(warnings) times:\n\(run.ancsd.standardError)")
         #expect(try served[0].request(["cmd": "list"])["ok"] == true, "a held client is still served")
+        func disconnected() -> Int {
+            run.ancsd.standardError.split(separator: "\n").filter { $0.contains("control client ") && $0.hasSuffix(" disconnected") }.count
+        }
+        let (leaving, gone) = (served.count, disconnected())
         served = []
-        Thread.sleep(forTimeInterval: 0.5)
+        try waitUntil("the daemon to let \(leaving) clients go") { disconnected() >= gone + leaving }
         #expect(try SocketClient(path: path).request(["cmd": "status"])["ok"] == true)
         #expect(run.ancsd.isRunning)
         _ = try run.phone.stop()

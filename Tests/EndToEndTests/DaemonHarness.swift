@@ -40,13 +40,14 @@ final class DaemonRun {
         ancsd.lines.compactMap { try? JSONValue(parsing: $0.text) }
     }
 
-    /// Waits for the phone's scenario to end, then stops ancsd; returns every event it printed.
+    /// Waits for the phone's scenario to end and ancsd to see it go, then stops ancsd; returns
+    /// every event it printed.
     func finish(timeout: Duration = .seconds(90)) throws -> [JSONValue] {
         let phoneStatus = try phone.wait(timeout: timeout)
         guard phoneStatus == 0 else {
             throw TestFailure("the simulator exited with \(phoneStatus):\n\(phone.standardError)")
         }
-        Thread.sleep(forTimeInterval: 0.3)
+        try ancsd.waitUntilBluetoothdGone()
         let status = try ancsd.stop()
         guard status == 0 else { throw TestFailure("ancsd exited with \(status):\n\(ancsd.standardError)") }
         return events
@@ -56,6 +57,17 @@ final class DaemonRun {
         _ = try? phone.stop(timeout: .seconds(5))
         _ = try? ancsd.stop(timeout: .seconds(5))
         bus.stop()
+    }
+}
+
+extension ChildProcess {
+    /// Waits until `ancsd run` has seen the simulated bluetoothd leave the bus (the simulator
+    /// ended): it has handled everything the phone sent before, and ended its sessions.
+    func waitUntilBluetoothdGone() throws {
+        func lines(endingWith text: String) -> Int { standardError.split(separator: "\n").filter { $0.hasSuffix(text) }.count }
+        try waitUntil("ancsd to see bluetoothd go:\n\(standardError)") {
+            !isRunning || lines(endingWith: "bluetoothd went away") >= lines(endingWith: "bluetoothd is back")
+        }
     }
 }
 

@@ -230,7 +230,7 @@ extension DaemonTests {
 
         // The daemon restarts: the companion reconnects and keeps showing what the phone has:
         // nothing closes, nothing pops up again.
-        let (notifies, closes) = (server.snapshot.notifies.count, server.snapshot.closes.count)
+        let (notifies, closes) = (server.snapshot.notifies.count, server.snapshot.closes)
         #expect(try daemon.stop() == 0)
         try desktop.waitForStandardError(containing: "ancsd stopped; keeping \(adaPhone)'s 2 notification(s) until it is back")
         try desktop.waitForStandardError(containing: "ancsd closed the control connection; reconnecting")
@@ -240,23 +240,29 @@ extension DaemonTests {
             let open = state.open.values.sorted { $0.summary < $1.summary }
             return open.map(\.summary) == ["Ada — Tea", "Charles"] && open.map(\.uid) == [1, 3] ? open : nil
         }
-        try await Task.sleep(for: .seconds(0.5))
-        #expect(server.snapshot.open.count == 2, "no duplicates")
-        #expect(server.snapshot.notifies.count == notifies, "nothing shown again: \(server.snapshot.notifies.dropFirst(notifies).map(\.summary))")
-        #expect(server.snapshot.closes.count == closes, "nothing closed: no flicker")
-        #expect(desktop.standardError.components(separatedBy: "connected to ancsd at").count - 1 >= 2)
+        // Still shown since before: the companion has them again once it reconnected and found them.
+        try desktop.waitForStandardError(containing: "connected to ancsd at", occurrences: 2)
+        for uid in [1, 3] { try desktop.waitForStandardError(containing: "\(adaPhone) #\(uid): found again") }
         #expect(current.allSatisfy { $0.device == adaPhone })
 
         // And its buttons reach the phone through the new daemon: clearing Ada removes it.
         let adaAgain = try #require(current.first { $0.summary == "Ada — Tea" })
         try await server.invoke(adaAgain.id, action: "negative")
         try server.wait("Ada closed after Clear") { $0.closes.contains(adaAgain.id) ? true : nil }
+        // The daemon's own line for the removal may reach its standard output after the
+        // companion, a control client, had the event: waited for, not read at once.
+        try daemon.waitForLine { $0.contains("\"type\":\"removed\"") && ($0.contains("\"uid\":1,") || $0.contains("\"uid\":1}")) }
         #expect(events(daemon).contains { $0["type"] == "removed" && $0["uid"] == 1 })
+        // The companion takes the daemon's events one after another: by this removal it has
+        // handled every replay the new daemon sent before it, and none popped up or closed.
+        #expect(server.snapshot.notifies.count == notifies, "nothing shown again: \(server.snapshot.notifies.dropFirst(notifies).map(\.summary))")
+        #expect(server.snapshot.closes == closes + [adaAgain.id], "nothing closed but Ada: no flicker")
+        #expect(server.snapshot.open.values.map(\.summary) == ["Charles"], "no duplicates")
 
         // The user dismisses Charles; the companion forgets it (no close for it on stop).
         let charles = try #require(server.snapshot.open.values.first { $0.summary == "Charles" })
         try await server.dismiss(charles.id)
-        try await Task.sleep(for: .seconds(0.3))
+        try desktop.waitForStandardError(containing: "popup \(charles.id) closed on the desktop: dismissed by the user")
         let closesNow = server.snapshot.closes.count
         #expect(try desktop.stop() == 0)
         #expect(server.snapshot.closes.count == closesNow, "nothing left to close: \(server.snapshot.closes)")
@@ -366,8 +372,9 @@ extension DaemonTests {
         for popup in [mail, event] {
             try await run.server.invoke(popup.id, action: "default")
             try run.server.wait("the clicked popup closed") { $0.closes.contains(popup.id) ? true : nil }
+            try run.desktop.waitForStandardError(containing: "popup \(popup.id) clicked: closing it, nothing sent to the phone")
         }
-        try await Task.sleep(for: .seconds(0.5))
+        #expect(!run.desktop.standardError.contains("action invoked on"), "\(run.desktop.standardError)")
         #expect(!run.phone.standardError.contains("Perform Notification Action"), "\(run.phone.standardError)")
         #expect(!events(run.daemon).contains { $0["type"] == "removed" })
         let list = try AncsdProcess.run(["list", "--control", run.system.directory + "/control"])
@@ -393,7 +400,7 @@ extension DaemonTests {
         let dismissed = try #require(shown.first { $0.summary == "Dismissed" })
         let ignored = try #require(shown.first { $0.summary == "Ignored" })
         try await run.server.dismiss(dismissed.id)
-        try await Task.sleep(for: .seconds(0.3))
+        try run.desktop.waitForStandardError(containing: "popup \(dismissed.id) closed on the desktop: dismissed by the user")
         let (notifies, closes) = (run.server.snapshot.notifies.count, run.server.snapshot.closes.count)
 
         #expect(try run.daemon.stop() == 0)
@@ -402,8 +409,9 @@ extension DaemonTests {
         // Back without the news app (a filter): its popup goes once the replay settled.
         run.daemon = try startDaemon(bus: run.system, control: run.system.directory + "/control", ["--ignore-app", "com.example.news"])
         try run.daemon.waitForLine { $0.contains("\"type\":\"added\"") && $0.contains("\"uid\":2,") }
+        // Closed by the sweep once the replays settled: the replays came before it, and
+        // the companion takes its daemon's answers and events one after another.
         try run.server.wait("the filtered popup closed") { $0.closes.contains(ignored.id) ? true : nil }
-        try await Task.sleep(for: .seconds(0.5))
         #expect(run.server.snapshot.notifies.count == notifies, "nothing popped up again: \(run.server.snapshot.notifies.dropFirst(notifies).map(\.summary))")
         #expect(run.server.snapshot.closes.count == closes + 1)
         #expect(Array(run.server.snapshot.open.keys) == [keep.id])
@@ -435,11 +443,13 @@ extension DaemonTests {
         try await run.server.invoke(bobs[0].id, action: "negative")
         try run.phone.waitForStandardError(containing: "Perform Notification Action negative on UID 2")
         try run.daemon.waitForLine { $0.contains("\"type\":\"removed\"") && $0.contains("\"uid\":2,") }
-        try await Task.sleep(for: .seconds(0.5))
+        try run.desktop.waitForStandardError(containing: "removed \(adaPhone) #2")
         #expect(run.server.snapshot.open[bobs[0].id] != nil, "uid 1 is still on the phone")
+        // The popup stayed: Clear again reaches uid 1, and closes it, once.
         try await run.server.invoke(bobs[0].id, action: "negative")
         try run.phone.waitForStandardError(containing: "Perform Notification Action negative on UID 1")
         try run.server.wait("Bob closed") { $0.closes.contains(bobs[0].id) ? true : nil }
+        #expect(run.server.snapshot.closes.filter { $0 == bobs[0].id }.count == 1)
     }
 
     @Test func desktopUsage() throws {

@@ -122,8 +122,9 @@ extension DaemonTests {
             let click = try desktop.dunstctl(["action", "0"])
             #expect(click.status == 0, "\(click.text)")
             try desktop.wait("\(summary) closed by its click") { try desktop.displayedIDs().contains(popup.id) ? nil : true }
+            try companion.waitForStandardError(containing: "popup \(popup.id) clicked: closing it, nothing sent to the phone")
         }
-        Thread.sleep(forTimeInterval: 0.5)
+        #expect(companion.standardError.components(separatedBy: "action invoked on").count == 3, "Reply and Decline only:\n\(companion.standardError)")
         #expect(sim.standardError.components(separatedBy: "Perform Notification Action").count == performed, "\(sim.standardError)")
         #expect(!daemon.lines.contains { $0.text.contains("\"type\":\"removed\"") && ($0.text.contains("\"uid\":1,") || $0.text.contains("\"uid\":2,")) },
                 "the mail and the event are still on the phone")
@@ -133,7 +134,7 @@ extension DaemonTests {
         try desktop.contextMenu(choosing: "[\(bob.id),negative]")
         try sim.waitForStandardError(containing: "Perform Notification Action negative on UID 6")
         try daemon.waitForLine { $0.contains("\"type\":\"removed\"") && $0.contains("\"uid\":6") }
-        Thread.sleep(forTimeInterval: 0.5)
+        try companion.waitForStandardError(containing: "removed \(phone) #6")
         #expect(try desktop.displayedIDs().contains(bob.id), "the older Bob is still on the phone")
         try desktop.contextMenu(choosing: "[\(bob.id),negative]")
         try sim.waitForStandardError(containing: "Perform Notification Action negative on UID 5")

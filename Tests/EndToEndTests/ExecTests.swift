@@ -83,9 +83,10 @@ import TestSupport
         try ancsd.waitForStandardError(containing: "reloaded the configuration")
         #expect(ancsd.standardError.contains("exec: the new command runs for every event not yet started; 1 already running will finish"))
         #expect(try phone.wait(timeout: .seconds(30)) == 0)
-        Thread.sleep(forTimeInterval: 0.3)
+        func ran() -> String { (try? String(contentsOfFile: dir + "/ran", encoding: .utf8)) ?? "" }
+        try waitUntil("three commands run: \(ran())") { ran().split(separator: "\n").count >= 3 }
         #expect(try ancsd.stop() == 0)
-        #expect((try? String(contentsOfFile: dir + "/ran", encoding: .utf8)) == "A 1\nB 2\nB 3\n")
+        #expect(ran() == "A 1\nB 2\nB 3\n")
     }
 
     @Test func badSettingsAreRefused() throws {

@@ -18,15 +18,6 @@ private func payloads(_ subscriber: ChildProcess, _ topic: String) -> [String] {
     messages(subscriber).filter { $0.topic == topic }.map(\.payload)
 }
 
-private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .seconds(30), _ condition: () throws -> Bool) throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try condition() { return }
-        Thread.sleep(forTimeInterval: 0.05)
-    }
-    throw TestFailure("timed out waiting for \(what())")
-}
-
 /// `ancsd run --mqtt` on the simulated phone with a real mosquitto broker.
 @Suite(.serialized) struct MQTTEndToEndTests {
     static let scenario = """
@@ -49,7 +40,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
             text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions", "--control", control])
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         let eventTopic = "ancsd/\(device)/event"
-        try waitFor("4 events on \(eventTopic): \(messages(all))") { payloads(all, eventTopic).count >= 4 }
+        try waitUntil("4 events on \(eventTopic): \(messages(all))") { payloads(all, eventTopic).count >= 4 }
 
         // `ancsd status` shows the connection and what was delivered.
         let status = try AncsdProcess.run(["status", "--control", control])
@@ -68,7 +59,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         // Retained state, as a later subscriber (Home Assistant after a restart) sees it.
         #expect(try broker.retained("ancsd/status") == ["ancsd/status online"])
         #expect(try broker.retained("ancsd/\(device)/state") == ["ancsd/\(device)/state connected"])
-        try waitFor("count 3") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 3"] }
+        try waitUntil("count 3") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 3"] }
         #expect(try broker.retained("ancsd/\(device)/latest") == ["ancsd/\(device)/latest Messages: No actions"])
         let attributes = try #require(try broker.retained("ancsd/\(device)/latest/attributes").first)
         #expect(attributes == "ancsd/\(device)/latest/attributes " + printed[3])
@@ -96,24 +87,43 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         // Actions: the phone performs a negative action and removes the notification.
         try broker.publish("ancsd/\(device)/action", #"{"uid": 1, "action": "negative"}"#)
         let resultTopic = "ancsd/\(device)/action/result"
-        try waitFor("a result") { payloads(all, resultTopic).count == 1 }
+        try waitUntil("a result") { payloads(all, resultTopic).count == 1 }
         #expect(payloads(all, resultTopic).first == #"{"uid":1,"action":"negative","ok":true,"result":"performed"}"#)
         try run.ancsd.waitForLine { $0.contains(#""type":"removed""#) && $0.contains(#""uid":1,"#) }
-        try waitFor("count 2") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 2"] }
+        try waitUntil("count 2") { try broker.retained("ancsd/\(device)/count") == ["ancsd/\(device)/count 2"] }
         // Bad requests get an answer, and change nothing.
         for request in [#"{"uid": 99, "action": "positive"}"#, #"{"uid": 3, "action": "positive"}"#, #"{"uid": 2, "action": "up"}"#, "not json"] {
             try broker.publish("ancsd/\(device)/action", request)
         }
-        try waitFor("four more results: \(payloads(all, resultTopic))") { payloads(all, resultTopic).count == 5 }
+        try waitUntil("four more results: \(payloads(all, resultTopic))") { payloads(all, resultTopic).count == 5 }
         let codes = payloads(all, resultTopic).dropFirst().compactMap { try? JSONValue(parsing: $0)["error"]?["code"]?.stringValue }
         #expect(codes == ["no_such_notification", "not_available", "bad_request", "bad_request"])
         try broker.publish("ancsd/001122334455/action", #"{"uid": 1, "action": "negative"}"#)
-        try waitFor("an answer for a phone that is not there") { payloads(all, "ancsd/001122334455/action/result").count == 1 }
+        try waitUntil("an answer for a phone that is not there") { payloads(all, "ancsd/001122334455/action/result").count == 1 }
         #expect(payloads(all, "ancsd/001122334455/action/result").first?.contains("no_such_device") == true)
         // SIGTERM: a clean disconnect, status offline.
         #expect(try run.ancsd.stop() == 0)
         #expect(try broker.retained("ancsd/status") == ["ancsd/status offline"])
         #expect(payloads(all, resultTopic).count == 5)
+    }
+
+    @Test("libmosquitto, and libssl and libcrypto behind it, are loaded only for an MQTT output")
+    func libmosquittoOnlyWhenUsed() throws {
+        func libraries(_ run: DaemonRun) throws -> Set<String> {
+            let maps = try String(contentsOfFile: "/proc/\(run.ancsd.pid)/maps", encoding: .utf8)
+            return Set(maps.split(separator: "\n").compactMap { $0.split(separator: "/").last.map(String.init) }
+                .filter { $0.hasPrefix("libmosquitto") || $0.hasPrefix("libssl") || $0.hasPrefix("libcrypto") }
+                .map { String($0.prefix { $0 != "." }) })
+        }
+        do {
+            let plain = try DaemonRun(text: Self.scenario)
+            try plain.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+            #expect(try libraries(plain) == [])
+        }
+        let broker = try MosquittoBroker()
+        let mqtt = try DaemonRun(text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)"])
+        try mqtt.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
+        #expect(try libraries(mqtt) == ["libmosquitto", "libssl", "libcrypto"])
     }
 
     @Test("TLS and a password file; a broker that is down at the start; the last will when ancsd is killed")
@@ -129,14 +139,14 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         ])
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         // Two failed attempts (the next comes 2 s later): time for the subscriber to be there first.
-        try waitFor("two failed attempts: \(run.ancsd.standardError)") { run.ancsd.standardError.components(separatedBy: "retrying in").count > 2 }
+        try waitUntil("two failed attempts: \(run.ancsd.standardError)") { run.ancsd.standardError.components(separatedBy: "retrying in").count > 2 }
         try broker.start()
         let tlsArguments = ["--cafile", broker.caFile, "-u", "phone-bridge", "-P", "correct horse"]
         let all = try ChildProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_sub"),
                                    ["-h", "127.0.0.1", "-p", String(broker.port)] + tlsArguments + ["-v", "-q", "1", "-t", "#"])
         defer { all.signal(SIGKILL) }
         let eventTopic = "ancsd/\(device)/event"
-        try waitFor("4 events after the broker came: \(messages(all)) \(run.ancsd.standardError.suffix(2000))") {
+        try waitUntil("4 events after the broker came: \(messages(all)) \(run.ancsd.standardError.suffix(2000))") {
             payloads(all, eventTopic).count >= 4
         }
         let printed = run.ancsd.lines.map(\.text).filter { $0.hasPrefix("{") }
@@ -151,7 +161,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         // Killed: the broker publishes the will.
         run.ancsd.signal(SIGKILL)
         _ = try run.ancsd.wait()
-        try waitFor("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status offline"] }
+        try waitUntil("offline") { try broker.retained("ancsd/status", extra: tlsArguments, host: "127.0.0.1") == ["ancsd/status offline"] }
     }
 
     /// libmosquitto's non-blocking connect tries a name's first address only; ancsd tries each
@@ -177,12 +187,12 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
             launcher: launcher)
         try run.ancsd.waitForLine { $0.contains(#""title":"No actions""#) }
         let eventTopic = "ancsd/\(device)/event"
-        try waitFor("4 events: \(run.ancsd.standardError.suffix(2000))") { payloads(all, eventTopic).count >= 4 }
+        try waitUntil("4 events: \(run.ancsd.standardError.suffix(2000))") { payloads(all, eventTopic).count >= 4 }
         #expect(run.ancsd.standardError.contains("MQTT: connected to mqtt://broker.test:\(broker.port)"))
         #expect(!run.ancsd.standardError.contains("retrying in"), "IPv4 was tried at once: \(run.ancsd.standardError.suffix(2000))")
         // The broker goes: each attempt tries IPv4 (which worked) first, then IPv6, then waits.
         broker.stop()
-        try waitFor("both families refused: \(run.ancsd.standardError.suffix(2000))") {
+        try waitUntil("both families refused: \(run.ancsd.standardError.suffix(2000))") {
             run.ancsd.standardError.contains("(IPv4); Connection refused (IPv6); retrying in")
         }
         // `ancsd doctor` says so, and fails.
@@ -219,7 +229,7 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         func media(_ title: String) -> Bool {
             payloads(all, eventTopic).contains { (try? JSONValue(parsing: $0))?["title"]?.stringValue == title }
         }
-        try waitFor("the first media event: \(messages(all).suffix(5))") { media("Clair de lune") }
+        try waitUntil("the first media event: \(messages(all).suffix(5))") { media("Clair de lune") }
         let logBefore = run.ancsd.standardError.split(separator: "\n").filter { !$0.hasPrefix("ancsd: debug:") }.count
         let commands = NSTemporaryDirectory() + "ancsd-flood-\(UUID().uuidString.prefix(8))"
         try String(repeating: "play\n", count: 10_000).write(toFile: commands, atomically: false, encoding: .utf8)
@@ -229,13 +239,13 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         #expect(sent.status == 0, "\(sent.text)")
         // The track change comes in the flood's seconds: the phone changes it 0.2 s after the
         // first command reached it, while ancsd still answers the flood (2 to 3 s here).
-        try waitFor("the new track on \(eventTopic):\nphone: \(run.phone.standardError.suffix(1500))\nancsd printed: "
+        try waitUntil("the new track on \(eventTopic):\nphone: \(run.phone.standardError.suffix(1500))\nancsd printed: "
                     + "\(run.ancsd.lines.map(\.text).filter { $0.contains("media") }.suffix(3))\non MQTT: \(payloads(all, eventTopic).suffix(3))"
                     + "\nancsd: \(run.ancsd.standardError.split(separator: "\n").filter { !$0.contains("MQTT: play") }.suffix(20).joined(separator: "\n"))") {
             media("Pavane")
         }
         let answers = "ancsd/\(device)/media/command/result"
-        try waitFor("the answers settled", timeout: .seconds(60)) {
+        try waitUntil("the answers settled", timeout: .seconds(60)) {
             let count = payloads(answered, answers).count
             Thread.sleep(forTimeInterval: 1)
             return count == payloads(answered, answers).count && count > 0
@@ -269,7 +279,11 @@ private func waitFor(_ what: @autoclosure () -> String, timeout: Duration = .sec
         let run = try DaemonRun(text: Self.scenario, ancsdArguments: ["--mqtt", "mqtt://127.0.0.1:\(broker.port)", "--mqtt-actions"])
         try run.ancsd.waitForStandardError(containing: "MQTT: connected to")
         try run.ancsd.waitForStandardError(containing: "MQTT: ignored a retained message")
-        Thread.sleep(forTimeInterval: 2)
+        // A command sent now comes after the retained ones: once it is answered, all 100 were handled.
+        let answers = try broker.subscriber(["ancsd/aabbccddffff/media/command/result"])
+        defer { answers.signal(SIGKILL) }
+        try broker.publish("ancsd/aabbccddffff/media/command", "nope")
+        try waitUntil("the live command answered") { answers.lines.contains { $0.text.contains("bad_request") } }
         let said = run.ancsd.standardError.split(separator: "\n").filter { $0.contains("ignored a retained message") }
         #expect(said.count == 1, "\(said.count) lines: \(said.prefix(3))")
     }

@@ -290,7 +290,8 @@ final class PseudoTerminal {
         #expect(!ready.isEmpty)
         try run.ancsd.waitForStandardError(containing: "no paired iPhone yet: no advertisement and no pairing agent")
         try run.phone.waitForStandardError(containing: "appeared")
-        Thread.sleep(forTimeInterval: 1)
+        // The phone has found nothing registered while it was there unpaired (line 4).
+        try run.phone.waitForStandardError(containing: "line 4: state reached")
         let pair = try ChildProcess(builtProductsDirectory.appendingPathComponent("ancsd"), ["--bus", run.bus.address, "pair", "--yes"])
         #expect(try pair.wait(timeout: .seconds(60)) == 0, "\(pair.standardError)")
         let events = try run.finish()

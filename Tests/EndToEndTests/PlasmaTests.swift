@@ -90,7 +90,12 @@ extension DaemonTests {
         let charles = try #require(desktop.showing("Charles"))
         try desktop.invoke(charles.id, "default")
         try desktop.wait("Charles closed by its click") { desktop.showing("Charles") == nil ? true : nil }
-        try await Task.sleep(for: .seconds(1))
+        // Plasma's signals come in order: by the click, the companion has had any repeat of
+        // the two buttons' ActionInvoked, and sends an action only where it says so.
+        try run.companion.waitForStandardError(containing: "popup \(charles.id) clicked: closing it, nothing sent to the phone")
+        let invoked = run.companion.standardError.split(separator: "\n").filter { $0.contains(" action invoked on ") }
+        #expect(invoked.count == 2 && invoked[0].hasSuffix("positive action invoked on \(phone) #3")
+                && invoked[1].hasSuffix("negative action invoked on \(phone) #4"), "\(shell): \(invoked)")
         #expect(actionsSoFar == before && performed("positive", 3) == 1 && performed("negative", 4) == 1, "\(shell):\n\(sim.standardError)")
 
         // The phone's player in the system tray's media controller, with its title and artist as
@@ -113,11 +118,13 @@ extension DaemonTests {
 
         // Dana's popup, closed with its close button: gone from the screen, nothing on the phone.
         let dana = try desktop.wait("Dana's popup") { try desktop.popup(showing: "Dana") }
+        let danaID = try #require(desktop.showing("Dana")).id
         let beforeClose = actionsSoFar
         try desktop.clickClose(dana)
         try desktop.wait("Dana's popup gone") { try desktop.popups().contains(dana) ? nil : true }
-        try run.companion.waitForStandardError(containing: "closed on the desktop")
-        try await Task.sleep(for: .seconds(1))
+        try run.companion.waitForStandardError(containing: "popup \(danaID) closed on the desktop")
+        // Anything Plasma sent for the button came before the close: the companion sent nothing.
+        #expect(!run.companion.standardError.contains("action invoked on \(phone) #10"), "\(shell): \(run.companion.standardError)")
         #expect(actionsSoFar == beforeClose, "\(shell): the close button did something on the phone:\n\(sim.standardError)")
 
         // A daemon restart and a companion restart bring nothing back.

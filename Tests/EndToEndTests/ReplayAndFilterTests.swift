@@ -102,6 +102,7 @@ private let reconnects = [
             add(3, "Grace", "Tea?"),
             add(4, "Invoice", "Due today", app: "com.apple.mobilemail", category: "email"),
             #"{"after":0.5,"do":"remove","uid":2}"#,
+            add(5, "After", "the removal came first"),
             #"{"do":"sleep","seconds":60}"#,
             #"{"do":"end"}"#,
         ].joined(separator: "\n")
@@ -109,16 +110,16 @@ private let reconnects = [
             "--control", socketPath, "--ignore-category", "news", "--ignore-category", "health_and_fitness",
             "--ignore-app", "com.example.*",
         ])
-        try run.ancsd.waitForLine { $0.contains(#""title":"Invoice""#) }
-        Thread.sleep(forTimeInterval: 1)
+        // The phone's events come in order: by the one after it, the removal is handled.
+        try run.ancsd.waitForLine { $0.contains(#""title":"After""#) }
         let client = try SocketClient(path: socketPath)
         let device = try #require(try client.request(["cmd": "status"])["devices"]?.arrayValue?.first)
-        #expect(device["filtered"] == 2 && device["notifications"] == 2, "\(device.serialized)")
+        #expect(device["filtered"] == 2 && device["notifications"] == 3, "\(device.serialized)")
         #expect(device["filter_matches"] == [
             "ignore-app com.example.*": 1, "ignore-category news": 1, "ignore-category health_and_fitness": 0,
         ])
         let listed = try client.request(["cmd": "list"])["devices"]?.arrayValue?.first?["notifications"]?.arrayValue ?? []
-        #expect(listed.compactMap { $0["title"]?.stringValue } == ["Grace", "Invoice"])
+        #expect(listed.compactMap { $0["title"]?.stringValue } == ["Grace", "Invoice", "After"])
         #expect(listed.allSatisfy { $0["seen_before"] == false })
         let doctor = try AncsdProcess.run(["--bus", run.bus.address, "doctor", "--control", socketPath, "--fifo", "/nonexistent"])
         #expect(doctor.stdout.contains("warn no notification of \(ada) in this session matched: ignore-category health_and_fitness"),
@@ -126,7 +127,7 @@ private let reconnects = [
         #expect(!doctor.stdout.contains("com.example.*;"))
         _ = try run.phone.stop()
         let events = run.events
-        #expect(events.titles("added") == ["Grace", "Invoice"])
+        #expect(events.titles("added") == ["Grace", "Invoice", "After"])
         #expect(events.of("removed").isEmpty, "the removal of a filtered notification is not shown")
         #expect(!run.ancsd.standardError.contains("Play again?") || run.ancsd.standardError.contains("debug"))
     }
@@ -169,7 +170,7 @@ private let reconnects = [
         ancsd.signal(SIGHUP)
         try ancsd.waitForStandardError(containing: "reloaded the configuration")
         #expect(try phone.wait(timeout: .seconds(30)) == 0)
-        Thread.sleep(forTimeInterval: 0.3)
+        try ancsd.waitUntilBluetoothdGone()
         #expect(try ancsd.stop() == 0)
         let titles = ancsd.lines.compactMap { try? JSONValue(parsing: $0.text) }.titles("added")
         #expect(titles == ["Grace", "Receipt"], "email dropped before the reload, social after: \(titles)")
@@ -204,7 +205,7 @@ private let reconnects = [
         ancsd.signal(SIGHUP)
         try ancsd.waitForStandardError(containing: "reload refused, nothing changed: control takes effect only when ancsd starts")
         #expect(try phone.wait(timeout: .seconds(30)) == 0)
-        Thread.sleep(forTimeInterval: 0.3)
+        try ancsd.waitUntilBluetoothdGone()
         #expect(try ancsd.stop() == 0)
         let titles = ancsd.lines.compactMap { try? JSONValue(parsing: $0.text) }.titles("added")
         #expect(titles == ["Grace", "Ada"], "the email filter stayed: \(titles)")

@@ -162,7 +162,7 @@ import TestSupport
             Thread.sleep(forTimeInterval: Double(attempt) * 0.01)
             ancsd.signal(SIGHUP)
             try ancsd.waitForStandardError(containing: "bluetoothd is not running", timeout: .seconds(10))
-            Thread.sleep(forTimeInterval: 0.05)
+            try ancsd.waitForStandardError(containing: "reloaded the configuration", timeout: .seconds(10))
             #expect(ancsd.isRunning, "SIGHUP \(attempt * 10) ms into start-up killed ancsd")
             #expect(try ancsd.stop(timeout: .seconds(5)) == 0)
         }

@@ -117,6 +117,27 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(watch.interest.isEmpty)
     }
 
+    /// An owned watch ends as the rules ask: its watch cancelled, then its descriptor closed;
+    /// one that cannot be watched (a regular file: epoll refuses it) closes the descriptor at once.
+    @Test func anOwnedWatchCancelsThenClosesItsDescriptor() throws {
+        let loop = try EventLoop(name: "test")
+        defer { loop.shutdown() }
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0)
+        defer { close(fds[1]) }
+        var owned: OwnedWatch? = try OwnedWatch(.init(adopting: fds[0]), on: loop, interest: .readable) { _ in }
+        let watch = try #require(owned?.watch)
+        #expect(watch.interest == .readable && fcntl(fds[0], F_GETFD) != -1)
+        owned = nil
+        #expect(watch.interest.isEmpty)
+        #expect(fcntl(fds[0], F_GETFD) == -1 && errno == EBADF)
+
+        let file = open("/proc/self/status", O_RDONLY | O_CLOEXEC)
+        #expect(file >= 0)
+        #expect(throws: EventLoop.Failure.self) { _ = try OwnedWatch(.init(adopting: file), on: loop, interest: .readable) { _ in } }
+        #expect(fcntl(file, F_GETFD) == -1 && errno == EBADF)
+    }
+
     /// A disabled watch is out of epoll: a peer that hangs up does not spin the loop through it.
     @Test func aDisabledWatchIsNotCalledEvenOnHangUp() async throws {
         let loop = try EventLoop(name: "test")
@@ -175,7 +196,7 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(socketpair(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0, &fds) == 0)
         defer { close(fds[0]); close(fds[1]) }
         let order = Mutex<[String]>([])
-        let reader = fds[0]
+        let (reader, writer) = (fds[0], fds[1])
         let watch = try loop.watch(fd: reader, interest: .readable) { _ in
             var byte: UInt8 = 0
             while recv(reader, &byte, 1, 0) > 0 { order.withLock { $0.append("data") } }
@@ -187,9 +208,12 @@ private final class Once<T: Sendable>: @unchecked Sendable {
                 continuation.resume()
             }
             timer.schedule(after: .milliseconds(20))
-            loop.execute { usleep(80_000) }  // busy while the timer comes due, then the data arrives
-            usleep(40_000)
-            #expect(send(fds[1], [1], 1, 0) == 1)
+            // The loop is busy while the timer comes due, then the data arrives: both are ready
+            // when it is free again.
+            loop.execute {
+                usleep(40_000)
+                _ = send(writer, [1], 1, 0)
+            }
         }
         #expect(order.withLock { $0 } == ["data", "timer"])
     }
@@ -218,11 +242,11 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         #expect(urgentWatch.isUrgent && !plainWatch.isUrgent)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             done.withLock { $0 = continuation }
-            loop.execute { usleep(60_000) }  // busy while both become ready, the plain one first
-            usleep(20_000)
-            #expect(send(plain[1], [1], 1, 0) == 1)
-            usleep(5_000)
-            #expect(send(urgent[1], [2], 1, 0) == 1)
+            // Both become ready while the loop is busy, the plain one first.
+            loop.execute {
+                _ = send(plain[1], [1], 1, 0)
+                _ = send(urgent[1], [2], 1, 0)
+            }
         }
         #expect(order.withLock { $0 } == ["urgent", "plain"])
     }
@@ -250,10 +274,11 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         defer { urgentWatch.cancel() }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             done.withLock { $0 = continuation }
-            loop.execute { usleep(60_000) }  // busy while both become ready
-            usleep(20_000)
-            #expect(send(plain[1], [1], 1, 0) == 1)
-            #expect(send(urgent[1], [2], 1, 0) == 1)
+            // Both become ready while the loop is busy.
+            loop.execute {
+                _ = send(plain[1], [1], 1, 0)
+                _ = send(urgent[1], [2], 1, 0)
+            }
         }
         #expect(calls.withLock { $0 } == ["urgent"])
     }
@@ -288,9 +313,11 @@ private final class Once<T: Sendable>: @unchecked Sendable {
             timer.withLock { $0 = made }
             made.schedule(after: .milliseconds(2), repeating: .milliseconds(2))
         }
-        // Cancelled from its own handler: no sixth firing, even after several periods.
-        try await Task.sleep(for: .milliseconds(30))
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in loop.execute { continuation.resume() } }
+        // Cancelled from its own handler: no sixth firing, even after several periods (a timer
+        // due later fires after any that would have come before it).
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.makeTimer { continuation.resume() }.schedule(after: .milliseconds(30))
+        }
         #expect(count.withLock { $0 } == 5)
     }
 
@@ -308,7 +335,7 @@ private final class Once<T: Sendable>: @unchecked Sendable {
         let timer = loop.makeTimer {}
         timer.schedule(after: .seconds(3600))
         func switches() -> Int? { voluntarySwitches(ofThread: tid) }
-        try await Task.sleep(for: .milliseconds(50))  // let the loop settle into its wait
+        try await eventually("the loop back in epoll_wait") { isWaitingInEpoll(thread: tid) }
         let before = try #require(switches())
         try await Task.sleep(for: .milliseconds(500))
         let after = try #require(switches())

@@ -64,7 +64,7 @@ extension IntegrationTests {
                 try await Self.write(client, try Self.request.encoded())
                 try await Task.sleep(for: .milliseconds(25))
             }
-            try await eventually("the noise's end", within: 5) { logs.first(containing: "garbage done after") != nil }
+            try await eventually("the noise's end", timeout: .seconds(5)) { logs.first(containing: "garbage done after") != nil }
             let done = try #require(logs.first(containing: "garbage done after"))
             #expect(done.hasSuffix(
                 "1000 on the Notification Source, 1000 on the Data Source, 1000 on the Entity Update, 0 not sent (nothing subscribed)"), "\(done)")
@@ -109,8 +109,9 @@ extension IntegrationTests {
 
             // `seconds` 0 stops the noise; nothing comes after.
             try await eventually("the second noise's end") { logs.count(containing: "garbage done after") == 2 }
+            let quiet = collector.values(at: Self.ns).count
             try await simulator.execute(.garbage(seconds: 60, rate: 1000, seed: 8))
-            try await Task.sleep(for: .milliseconds(100))
+            try await eventually("the noise coming") { collector.values(at: Self.ns).count > quiet }
             try await simulator.execute(.garbage(seconds: 0, rate: 1000, seed: 9))
             #expect(logs.count(containing: "garbage stopped after") == 1, "its end is logged before the step returns")
             try await Task.sleep(for: .milliseconds(100))

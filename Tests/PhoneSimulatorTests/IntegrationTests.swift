@@ -245,8 +245,9 @@ struct IntegrationTests {
             #expect(try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "ServicesResolved") == .bool(false))
             await expectError("org.bluez.Error.Failed", "Not connected") { try await Self.write(client, valid) }
             _ = try await Self.call(client, Self.ns, "StartNotify")
-            try await Task.sleep(for: PhoneSimulator.linkDownGap * 3)
-            #expect(try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "Connected") == .bool(false))
+            try await eventually("Connected false") {
+                try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "Connected") == .bool(false)
+            }
             await expectError("org.bluez.Error.Failed", "Not connected") {
                 _ = try await Self.call(client, Self.ns, "AcquireNotify", [.variantDictionary([:])], expecting: "hq")
             }
@@ -503,8 +504,9 @@ struct IntegrationTests {
             await expectError("org.bluez.Error.Failed", "Operation failed") {
                 try await Self.write(client, try Self.request.encoded())
             }
-            try await Task.sleep(for: PhoneSimulator.linkDownGap * 3)
-            #expect(try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "Connected") == .bool(false))
+            try await eventually("Connected false") {
+                try await client.getProperty(destination: "org.bluez", path: Self.device, interface: "org.bluez.Device1", name: "Connected") == .bool(false)
+            }
             await client.close()
             await simulator.stop()
         }

@@ -164,8 +164,10 @@ struct MediaServiceTests {
             let after = try await Self.updates(updates, 3)
             #expect(after[1] == Update(2, 2, "Gymnopédie No. 1"))
             #expect(after[2].entity == 0 && after[2].attribute == 1)
-            try await Task.sleep(for: .milliseconds(100))
-            #expect(updates.values(at: Self.eu).count == 3, "no artist, album or duration any more")
+            // The updates come in order: the volume's, after the track's, finds nothing between.
+            try await simulator.execute(.media(.volume(0.5)))
+            let then = try await Self.updates(updates, 4)
+            #expect(then.count == 4 && then[3] == Update(0, 2, "0.5"), "no artist, album or duration any more: \(then)")
         }
     }
 
@@ -272,11 +274,13 @@ struct MediaServiceTests {
             #expect(playing.entity == 0 && playing.attribute == 1 && playing.value.hasPrefix("1,1.0,"))
             #expect(simulator.mediaPlayer()?.playing == true)
             // The elapsed time moves on the simulator's clock while playing.
-            try await Task.sleep(for: .milliseconds(150))
-            try await Self.write(client, Self.ea, [0, 1])
-            let info = try await Self.read(client).split(separator: ",")
-            #expect(info.count == 3 && info[0] == "1" && info[1] == "1.0")
-            #expect((Double(info[2]) ?? 0) >= 0.1)
+            var info: [Substring] = []
+            try await eventually("the elapsed time past 0.1 s: \(info)") {
+                try await Self.write(client, Self.ea, [0, 1])
+                info = try await Self.read(client).split(separator: ",")
+                return info.count == 3 && (Double(info[2]) ?? 0) >= 0.1
+            }
+            #expect(info[0] == "1" && info[1] == "1.0")
             updates.clear()
 
             try await Self.write(client, Self.rc, [MediaCommand.volumeUp.rawValue])
@@ -296,8 +300,10 @@ struct MediaServiceTests {
             try await Self.write(client, Self.rc, [MediaCommand.pause.rawValue])  // already paused: no change
             #expect(simulator.receivedMediaCommands().map(\.command) == [.play, .volumeUp, .nextTrack, .advanceRepeatMode, .togglePlayPause, .pause])
             #expect(simulator.receivedMediaCommands().filter { !$0.performed }.isEmpty)
-            try await Task.sleep(for: .milliseconds(100))
-            #expect(updates.values(at: Self.eu).count == 1)
+            // The next change's update comes after anything the pause sent: nothing.
+            try await simulator.execute(.media(.volume(0.25)))
+            let then = try await Self.updates(updates, 2)
+            #expect(then.count == 2 && then[1] == Update(0, 2, "0.25"), "\(then)")
             await client.close()
             await simulator.stop()
         }
@@ -331,11 +337,12 @@ struct MediaServiceTests {
             try await Self.write(client, Self.rc, [MediaCommand.skipForward.rawValue])
             let received = simulator.receivedMediaCommands()
             #expect(received.map(\.id) == [9] && received.map(\.performed) == [false])
-            // StopNotify: no more lists.
+            // StopNotify: no more lists; the next subscription gets the one then current.
             _ = try await Self.call(client, Self.rc, "StopNotify")
             try await simulator.execute(.media(.commands([.play])))
-            try await Task.sleep(for: .milliseconds(100))
-            #expect(commands.values(at: Self.rc).count == 3)
+            try await simulator.execute(.media(.commands([.pause])))
+            _ = try await Self.call(client, Self.rc, "StartNotify")
+            #expect(try await commands.waitForValues(4, at: Self.rc) == [[0, 2], [9, 10, 11], [], [1]])
         }
     }
 
@@ -397,10 +404,10 @@ struct MediaServiceTests {
                 try await Self.write(client, Self.eu, [0, 1])
             }
             let updates = try await Self.subscribe(client, Self.eu)
-            try await Task.sleep(for: .milliseconds(50))
-            #expect(updates.values(at: Self.eu).isEmpty, "nothing registered in the new service")
             try await Self.write(client, Self.eu, [0, 1])
-            #expect(try await Self.updates(updates, 1)[0].value.hasPrefix("1,1.0,"))
+            // Nothing registered in the new service: the registration's update is the first.
+            let first = try await Self.updates(updates, 1)
+            #expect(first.count == 1 && first[0].value.hasPrefix("1,1.0,"), "\(first)")
         }
     }
 

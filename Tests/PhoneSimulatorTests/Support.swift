@@ -7,16 +7,6 @@ import TestSupport
 /// The tests' private dbus-daemon (Tests/TestSupport).
 typealias TestBus = PrivateBus
 
-/// Polls `condition` every 5 ms, failing after `seconds`.
-func eventually(_ what: String, within seconds: Double = 5, _ condition: @Sendable () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(5))
-    }
-    throw TestFailure("\(what): not within \(seconds) s")
-}
-
 /// Collects signals delivered to a callback.
 final class Collector: Sendable {
     private let items = Mutex<[Signal]>([])
@@ -33,8 +23,8 @@ final class Collector: Sendable {
     }
 
     /// Waits until `path` has sent at least `count` values.
-    func waitForValues(_ count: Int, at path: ObjectPath, within seconds: Double = 5) async throws -> [[UInt8]] {
-        try await eventually("\(count) value(s) from \(path)", within: seconds) { self.values(at: path).count >= count }
+    func waitForValues(_ count: Int, at path: ObjectPath) async throws -> [[UInt8]] {
+        try await eventually("\(count) value(s) from \(path)") { self.values(at: path).count >= count }
         return values(at: path)
     }
 }

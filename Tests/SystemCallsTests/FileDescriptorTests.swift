@@ -53,6 +53,21 @@ import Testing
         close(kept)
     }
 
+    /// `socket` makes a socket of the type asked, with its flags, owned like any descriptor.
+    @Test func socketMakesAnOwnedSocket() throws {
+        var raw: Int32 = -1
+        do {
+            let socket = try FileDescriptor.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+            raw = socket.rawValue
+            var type: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            #expect(getsockopt(raw, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == Int32(SOCK_DGRAM.rawValue))
+            #expect(fcntl(raw, F_GETFD) & FD_CLOEXEC != 0)
+        }
+        #expect(fcntl(raw, F_GETFD) == -1 && errno == EBADF)
+        #expect(throws: Errno(rawValue: EAFNOSUPPORT)) { _ = try FileDescriptor.socket(-1, Int32(SOCK_STREAM.rawValue)) }
+    }
+
     /// A failed call throws its errno, with strerror's words.
     @Test func failuresThrowTheirErrno() {
         #expect(throws: Errno(rawValue: ENOENT)) { _ = try FileDescriptor.open("/nonexistent/ancsd", O_RDONLY) }

@@ -39,6 +39,7 @@ public final class MosquittoBroker: Sendable {
             log_type warning
             log_type notice
             log_type information
+            log_type subscribe
             user root
 
             """
@@ -113,6 +114,12 @@ public final class MosquittoBroker: Sendable {
     /// The broker's log so far.
     public var log: String { process.withLock { $0?.standardError ?? "" } }
 
+    /// How many subscriptions to `topic` (a filter, as subscribed) the running broker has taken:
+    /// it logs each (`client qos topic`) once it holds it, before it acknowledges it.
+    public func subscriptions(to topic: String) -> Int {
+        log.split(separator: "\n").filter { $0.hasSuffix(" " + topic) && $0.split(separator: " ").count == 4 }.count
+    }
+
     /// Sends `number` to the running broker (SIGSTOP: it holds its connections and answers nothing).
     public func signal(_ number: Int32) {
         process.withLock { $0?.signal(number) }
@@ -145,13 +152,14 @@ public final class MosquittoBroker: Sendable {
         var arguments = clientArguments(user: user, password: password) + ["-v", "-q", "1"]
         if let sessionID { arguments += ["-c", "-i", sessionID] }
         for topic in topics { arguments += ["-t", topic] }
+        // mosquitto_sub says nothing when subscribed; the broker logs the subscription, its
+        // topics in order.
+        let last = topics.last ?? ""
+        let before = subscriptions(to: last)
         let child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/mosquitto_sub"), arguments)
-        // mosquitto_sub says nothing when subscribed; the broker logs the subscription.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline, !log.contains("New client connected") || !child.isRunning {
-            Thread.sleep(forTimeInterval: 0.02)
+        try waitUntil("mosquitto_sub subscribed to \(topics):\n\(log)\n\(child.standardError)", timeout: .seconds(10)) {
+            subscriptions(to: last) > before && child.isRunning
         }
-        Thread.sleep(forTimeInterval: 0.2)
         return child
     }
 

@@ -20,6 +20,15 @@ public func voluntarySwitches(ofThread tid: String) -> Int? {
     return line.flatMap { Int($0.split(separator: "\t").last ?? "") }
 }
 
+/// True while the thread `tid` of this process sleeps in `epoll_wait` (its `wchan`; where the
+/// kernel hides that, asleep at all): an event loop that has nothing left to do.
+public func isWaitingInEpoll(thread tid: String) -> Bool {
+    guard let wchan = readSmallFile("/proc/self/task/\(tid)/wchan") else { return false }
+    if wchan.contains("epoll") { return true }
+    guard wchan == "0", let stat = readSmallFile("/proc/self/task/\(tid)/stat"), let end = stat.lastIndex(of: ")") else { return false }
+    return stat[stat.index(after: end)...].split(separator: " ").first == "S"
+}
+
 private func readSmallFile(_ path: String) -> String? {
     let fd = open(path, O_RDONLY)
     guard fd >= 0 else { return nil }

@@ -64,26 +64,34 @@ public final class ControlServer: Sendable {
 
     public let path: String
     private let loop: EventLoop
-    private let listener: Int32
     /// The socket file this server made: `stop` removes the path only while it is still that.
     private let identity: (device: UInt64, inode: UInt64)
     /// Members of this group may connect (besides root and the daemon's own user).
     private let allowedGroup: gid_t
     private let handler: any ControlHandler
-    fileprivate let logger: Logger
+    let logger: Logger
     /// What clients make the server say (refused peers, clients that stopped reading): each
     /// kind said once, then counted per minute.
-    fileprivate let clientLog: RateLimitedLogs
+    let clientLog: RateLimitedLogs
     private let state: LoopBound<State>
 
-    /// What changes as clients come and go.
-    private struct State {
+    /// What changes as clients come and go. A class: it holds the listening socket, which is
+    /// not copyable.
+    private final class State {
+        /// The listening socket until `stop`.
+        var listener: FileDescriptor?
         var listenerWatch: Watch?
         var clients: [ClientID: Client] = [:]
         var nextID: ClientID = 0
         var stopped = false
         /// Accepting is paused: descriptors ran out (said once per shortage).
         var shortage = false
+        /// The requests being answered and the closings being told: cancelled by `stop`.
+        var tasks = OwnedTasks()
+
+        init(listener: consuming FileDescriptor) {
+            self.listener = consume listener
+        }
     }
 
     /// Creates the socket at `path` with `mode` and, if given, `group` (else the group the file
@@ -101,7 +109,6 @@ public final class ControlServer: Sendable {
         self.handler = handler
         self.logger = logger
         clientLog = RateLimitedLogs(logger: logger, loop: loop)
-        state = LoopBound(State(), loop: loop)
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -111,9 +118,7 @@ public final class ControlServer: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
         let requestedGroup = try Self.groupID(group)
         try Self.removeStale(path, address)
-        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard raw >= 0 else { throw ControlSocketError(description: "socket: \(Errno.current)") }
-        let socket = FileDescriptor(adopting: raw)  // closed on a failure below; the server keeps it otherwise
+        let socket = try Self.streamSocket()  // closed on a failure below; the server keeps it otherwise
         let fd = socket.rawValue
         // Never a moment with more access than `mode` gives: Linux makes the socket file with the
         // socket's own mode less the umask, so it is made with `mode` or less, then given exactly
@@ -122,25 +127,32 @@ public final class ControlServer: Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        let bindError = errno
+        let bindError = Errno.current
         if bound == 0 { Self.afterBind.withLock { $0 }?(path) }
         guard bound == 0 else {
-            try? socket.close()
-            throw ControlSocketError(description: "cannot make the control socket \(path): \(Errno(rawValue: bindError))")
+            throw ControlSocketError(description: "cannot make the control socket \(path): \(bindError)")
         }
         var info = stat()
         // Without --control-group the file keeps the group it was made with (chown is a
         // privileged call the service's system call filter refuses).
         guard stat(path, &info) == 0, requestedGroup.map({ chown(path, uid_t.max, $0) == 0 }) ?? true, chmod(path, mode) == 0,
               listen(fd, 64) == 0 else {
-            let reason = Errno.current.description
-            try? socket.close()
+            let reason = Errno.current
             unlink(path)
             throw ControlSocketError(description: "cannot set up the control socket \(path): \(reason)")
         }
         identity = (UInt64(info.st_dev), UInt64(info.st_ino))
         allowedGroup = requestedGroup ?? info.st_gid
-        listener = socket.release()
+        state = LoopBound(State(listener: socket), loop: loop)
+    }
+
+    /// A non-blocking, close-on-exec Unix stream socket.
+    private static func streamSocket() throws(ControlSocketError) -> FileDescriptor {
+        do throws(Errno) {
+            return try FileDescriptor.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue))
+        } catch {
+            throw ControlSocketError(description: "socket: \(error)")
+        }
     }
 
     private static func groupID(_ name: String?) throws(ControlSocketError) -> gid_t? {
@@ -162,9 +174,7 @@ public final class ControlServer: Sendable {
         guard (info.st_mode & S_IFMT) == S_IFSOCK else {
             throw ControlSocketError(description: "\(path) exists and is not a socket")
         }
-        let raw = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard raw >= 0 else { throw ControlSocketError(description: "socket: \(Errno.current)") }
-        let probe = FileDescriptor(adopting: raw)
+        let probe = try streamSocket()
         var address = address
         let connected = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(probe.rawValue, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -186,7 +196,7 @@ public final class ControlServer: Sendable {
     /// Starts accepting clients.
     public func start() {
         loop.perform { [self] in
-            guard !state.value.stopped else { return }
+            guard !state.value.stopped, let listener = state.value.listener?.rawValue else { return }
             state.value.listenerWatch = try? loop.watch(fd: listener, interest: .readable) { [weak self] _ in self?.acceptClients() }
             if state.value.listenerWatch == nil { logger.error("cannot watch the control socket \(path)") }
         }
@@ -202,11 +212,22 @@ public final class ControlServer: Sendable {
             if lstat(path, &info) == 0, UInt64(info.st_dev) == identity.device, UInt64(info.st_ino) == identity.inode {
                 unlink(path)
             }
-            state.value.listenerWatch?.cancel()
+            state.value.listenerWatch?.cancel()  // before the socket closes
             state.value.listenerWatch = nil
+            state.value.listener = nil
             for client in state.value.clients.values { client.close() }
             state.value.clients = [:]
-            close(listener)
+            state.value.tasks.cancelAll()
+        }
+    }
+
+    /// Runs `work` in a task on the loop that the server owns: `stop` cancels it if it still runs.
+    private func spawn(_ work: @escaping @Sendable () async -> Void) {
+        state.value.tasks.add { id in
+            Task(executorPreference: loop) { [self] in
+                await work()
+                loop.perform { self.state.value.tasks.finished(id) }
+            }
         }
     }
 
@@ -233,23 +254,20 @@ public final class ControlServer: Sendable {
     }
 
     private func acceptClients() {
-        while !state.value.stopped {
-            let fd = ancsd_accept_cloexec_nonblock(listener)
-            if fd >= 0 {
+        while !state.value.stopped, let listener = state.value.listener?.rawValue {
+            do throws(Errno) {
+                let client = FileDescriptor(adopting: try Errno.retrying { ancsd_accept_cloexec_nonblock(listener) })
                 if state.value.shortage {
                     state.value.shortage = false
                     logger.info("control socket: descriptors are free again; serving clients")
                 }
-                admit(fd)
-                continue
-            }
-            switch errno {
-            case EINTR, ECONNABORTED, EPROTO:
-                continue
-            case EAGAIN, EWOULDBLOCK:
+                admit(client)
+            } catch .wouldBlock {
                 return
-            default:
-                pauseAccepting(reason: Errno.current.description)
+            } catch let error where [ECONNABORTED, EPROTO].contains(error.rawValue) {
+                continue  // that client gave up before it was taken
+            } catch {
+                pauseAccepting(reason: error.description)
                 return
             }
         }
@@ -274,34 +292,31 @@ public final class ControlServer: Sendable {
         }
     }
 
-    private func admit(_ fd: Int32) {
-        if let free = Self.scarceDescriptors(after: fd) {
-            turnAway(fd, ControlError(.busy, "too many control clients: the daemon keeps its last descriptors for the phones; try again in a moment"))
+    private func admit(_ socket: consuming FileDescriptor) {
+        if let free = Self.scarceDescriptors(after: socket.rawValue) {
+            turnAway(socket, ControlError(.busy, "too many control clients: the daemon keeps its last descriptors for the phones; try again in a moment"))
             clientLog.log(.warning, "control socket: turned a client away (\(state.value.clients.count) connected, at most \(free) descriptors free)",
                           kind: "control socket: turned a client away (descriptors kept for the phones)")
             return
         }
-        if let refusal = refusal(of: fd) {
-            turnAway(fd, ControlError(.forbidden, refusal.message))
+        if let refusal = refusal(of: socket.rawValue) {
+            turnAway(socket, ControlError(.forbidden, refusal.message))
             clientLog.log(.warning, "control socket: refused a client of uid \(refusal.uid): \(refusal.message)",
                           kind: "control socket: refused a client of uid \(refusal.uid)")
             return
         }
         state.value.nextID += 1
         let id = state.value.nextID
-        guard let client = Client(id: id, fd: fd, loop: loop, server: self) else {
-            close(fd)
-            return
-        }
+        guard let client = Client(id: id, socket: socket, loop: loop, server: self) else { return }
         state.value.clients[id] = client
         logger.debug("control client \(id) connected")
     }
 
     /// Sends `error` to a client that is not served, without waiting, and closes it.
-    private func turnAway(_ fd: Int32, _ error: ControlError) {
+    private func turnAway(_ socket: consuming FileDescriptor, _ error: ControlError) {
         let line = Array((JSONValue.object(error.reply(id: nil)).serialized + "\n").utf8)
-        _ = line.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-        close(fd)
+        _ = line.withUnsafeBytes { Glibc.send(socket.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+        try? socket.close()
     }
 
     /// The descriptors a control client may never take: the daemon's own work needs them (a
@@ -369,7 +384,7 @@ public final class ControlServer: Sendable {
         return groups.prefix(Int(count)).contains(group)
     }
 
-    fileprivate func received(line: [UInt8], from client: Client) {
+    func received(line: [UInt8], from client: Client) {
         let id = client.id
         let request: ControlRequest
         switch ControlRequest.parse(line: line) {
@@ -382,7 +397,7 @@ public final class ControlServer: Sendable {
         client.pendingReplies += 1
         let handler = self.handler
         let order = client.nextRequestNumber()
-        Task(executorPreference: loop) {
+        spawn { [self] in
             let reply = ControlReply(id: request.id, await handler.reply(to: request, client: id)).json
             self.loop.perform {
                 guard let client = self.state.value.clients[id] else { return }
@@ -391,217 +406,18 @@ public final class ControlServer: Sendable {
         }
     }
 
-    fileprivate func drop(_ id: ClientID) {
+    func drop(_ id: ClientID) {
         guard let client = state.value.clients.removeValue(forKey: id) else { return }
         client.close()
         logger.debug("control client \(id) disconnected")
         let handler = self.handler
-        Task(executorPreference: loop) { await handler.clientClosed(id) }
+        spawn { await handler.clientClosed(id) }
     }
 
     /// Its watch reported the client's descriptor ready.
-    private func clientReady(_ id: ClientID, _ ready: Watch.Events) {
+    func clientReady(_ id: ClientID, _ ready: Watch.Events) {
         guard let client = state.value.clients[id] else { return }
         if ready.contains(.writable) { client.flush() }
         if ready.contains(.readable) { client.readAvailable() }
-    }
-
-    /// One connection: reached only through the server's loop-bound state.
-    fileprivate final class Client {
-        let id: ClientID
-        let fd: Int32
-        private var watch: Watch?
-        private var framer = ControlLineFramer()
-        /// Request lines read and not handed over yet (`maxPipelined` were being answered).
-        private var unhandled = FIFO<[UInt8]>()
-        private var handingOver = false
-        private var output = FIFOBuffer()
-        private weak var server: ControlServer?
-        private var closed = false
-        /// The client shut down its sending side: once every reply it asked for is written,
-        /// the connection ends.
-        private var inputEnded = false
-        var pendingReplies = 0
-        private var issued = 0
-        private var delivered = 0
-        private var waiting: [Int: JSONObject] = [:]
-        /// Events that came while replies were pending, and their size.
-        private var heldEvents: [String] = []
-        private var heldBytes = 0
-
-        init?(id: ClientID, fd: Int32, loop: EventLoop, server: ControlServer) {
-            self.id = id
-            self.fd = fd
-            self.server = server
-            do {
-                watch = try loop.watch(fd: fd, interest: .readable) { [weak server] ready in server?.clientReady(id, ready) }
-            } catch {
-                return nil
-            }
-        }
-
-        func nextRequestNumber() -> Int {
-            defer { issued += 1 }
-            return issued
-        }
-
-        /// Replies go out in request order, whichever finishes first; events that came while
-        /// replies were pending follow them.
-        func deliver(_ reply: JSONObject, order: Int) {
-            waiting[order] = reply
-            while let next = waiting.removeValue(forKey: delivered) {
-                delivered += 1
-                pendingReplies -= 1
-                enqueueReply(next)
-            }
-            handOver()
-            guard !closed else { return }
-            if pendingReplies == 0, !heldEvents.isEmpty {
-                let events = heldEvents
-                heldEvents = []
-                heldBytes = 0
-                for line in events where !enqueue(line) {
-                    server?.clientLog.log(.warning, "control client \(id) stopped reading; disconnected it", kind: "a control client stopped reading; disconnected it")
-                    server?.drop(id)
-                    return
-                }
-            }
-            endIfDone()
-        }
-
-        /// Queues an event line, or holds it while replies are pending; false if the client's
-        /// buffer is full.
-        func enqueueEvent(_ line: String) -> Bool {
-            guard pendingReplies > 0 else { return enqueue(line) }
-            guard output.count + heldBytes + line.utf8.count + 1 <= ControlServer.maxPendingBytes else { return false }
-            heldEvents.append(line)
-            heldBytes += line.utf8.count + 1
-            return true
-        }
-
-        func enqueueReply(_ reply: JSONObject) {
-            if !enqueue(JSONValue.object(reply).serialized) { server?.drop(id) }
-        }
-
-        /// Queues a line; false if the buffer is full (the client is not reading).
-        func enqueue(_ line: String) -> Bool {
-            guard !closed else { return true }
-            let bytes = Array(line.utf8) + [0x0A]
-            guard output.count + bytes.count <= ControlServer.maxPendingBytes else { return false }
-            output.append(bytes)
-            flush()
-            return true
-        }
-
-        /// Reads one chunk (the loop calls again while more waits) and hands its lines over.
-        func readAvailable() {
-            guard !closed, !inputEnded, unhandled.isEmpty else { return }
-            var chunk = [UInt8](repeating: 0, count: 16_384)
-            let count = Errno.retryingInterrupts { chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
-            if count > 0 {
-                for line in framer.feed(chunk[0..<count]) { unhandled.push(line) }
-                if framer.overflowed {
-                    enqueueReply(ControlError(.tooLong, "a request line is at most 64 KiB").reply)
-                    inputEnded = true
-                }
-            } else if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                return
-            } else if count < 0 {  // a reset: nobody reads what is left
-                server?.drop(id)
-                return
-            } else {
-                // End of input (perhaps only the client's sending side, as socat does at the end
-                // of its input): a last line without a newline is a request too.
-                if let line = framer.finish() { unhandled.push(line) }
-                inputEnded = true
-            }
-            handOver()
-        }
-
-        /// Whether the client's requests are taken now: fewer than `maxPipelined` are being
-        /// answered and fewer than `maxUnreadReplies` bytes wait to be written.
-        private var takesRequests: Bool {
-            pendingReplies < ControlServer.maxPipelined && output.count < ControlServer.maxUnreadReplies
-        }
-
-        /// Hands the lines read over while it `takesRequests`; then reads on if it does.
-        private func handOver() {
-            guard !handingOver else { return }  // a reply written from within `received`
-            handingOver = true
-            while !closed, takesRequests, let line = unhandled.pop() {
-                server?.received(line: line, from: self)
-            }
-            handingOver = false
-            guard !closed else { return }
-            updateInterest()
-            endIfDone()
-        }
-
-        /// After the client's input ended: closes once every reply it asked for is written.
-        private func endIfDone() {
-            guard inputEnded, !closed, pendingReplies == 0, unhandled.isEmpty, output.isEmpty else { return }
-            server?.drop(id)
-        }
-
-        func flush() {
-            while !closed && !output.isEmpty {
-                let written = Errno.retryingInterrupts { output.withFront { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
-                if written > 0 {
-                    output.consume(written)
-                    continue
-                }
-                if written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
-                server?.drop(id)
-                return
-            }
-            guard !closed else { return }
-            handOver()
-        }
-
-        /// Readable until the input ends, except while read lines wait to be handed over;
-        /// writable only while something waits to be written, so an idle client costs nothing.
-        private func updateInterest() {
-            let reading = !inputEnded && unhandled.isEmpty && takesRequests
-            var interest: Watch.Events = reading ? .readable : []
-            if !output.isEmpty { interest.insert(.writable) }
-            watch?.update(interest)
-        }
-
-        func close() {
-            guard !closed else { return }
-            closed = true
-            watch?.cancel()  // before the descriptor is closed: its number may be reused at once
-            watch = nil
-            Glibc.close(fd)
-        }
-    }
-}
-
-/// Bytes waiting to be written, consumed from the front.
-struct FIFOBuffer {
-    private var bytes: [UInt8] = []
-    private var start = 0
-
-    var count: Int { bytes.count - start }
-    var isEmpty: Bool { count == 0 }
-
-    mutating func append(_ more: [UInt8]) {
-        if start > 0 && start * 2 > bytes.count {
-            bytes.removeFirst(start)
-            start = 0
-        }
-        bytes += more
-    }
-
-    func withFront<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-    }
-
-    mutating func consume(_ count: Int) {
-        start += count
-        if start == bytes.count {
-            bytes = []
-            start = 0
-        }
     }
 }

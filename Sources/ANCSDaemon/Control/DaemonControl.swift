@@ -3,6 +3,7 @@ import ANCSSession
 import BlueZ
 public import ControlProtocol
 import DBus
+import LinkMachine
 public import JSON
 
 /// The daemon's answers on the control socket (docs/control.md).
@@ -65,19 +66,20 @@ extension Daemon: ControlHandler, PhoneActions {
             adapters: tree.adapters.map { $0.rawValue.split(separator: "/").last.map(String.init) ?? $0.rawValue },
             accessory: await accessoryStatus(),
             devices: links.values.sorted { $0.device.address < $1.device.address }.map { link in
-                ControlPhoneStatus(
+                let transport = machine.status(of: link.id, at: link.device.path.rawValue)
+                return ControlPhoneStatus(
                     device: link.device.address, name: link.device.name,
                     connected: tree.device(at: link.device.path)?.connected ?? false, subscribed: link.state == .running,
-                    delivery: link.deliveryName, sessionAgeSeconds: Int(link.now.components.seconds),
+                    delivery: transport?.delivery, sessionAgeSeconds: Int(link.now.components.seconds),
                     notifications: link.session.notificationCount, events: link.notificationCount,
                     sharingAllowed: link.session.notificationSharingAllowed, resubscriptions: link.session.resubscriptions,
-                    sharedNotifySession: link.sharedNotifySession, filtered: link.session.filteredCount, heldBack: link.heldBack,
+                    sharedNotifySession: transport?.sharedNotifySession, filtered: link.session.filteredCount, heldBack: link.heldBack,
                     filterMatches: link.session.filter.rules.map {
                         ControlFilterMatch(filter: $0.description, count: link.session.ruleMatches[$0] ?? 0)
                     },
                     lastError: link.lastError)
             },
-            events: eventsEmitted, sessions: Int(nextLinkID),
+            events: eventsEmitted, sessions: Int(machine.linksStarted),
             outputs: await output.report().map(Self.outputStatus))
     }
 

@@ -37,7 +37,7 @@ extension Daemon {
                 return waiter.resume(returning: .failure(ControlError(.notAvailable, "\(link.device.address) offers no media player now")))
             }
             if let actions {
-                media.handler.start(remote, actions, waiter: waiter, service: media.service, link: link, daemon: self)
+                media.handler.start(remote, actions, waiter: waiter, ServiceContext(service: media.service, link: link), daemon: self)
             } else if !media.handler.join(remote, waiter: waiter) {
                 waiter.resume(returning: .failure(ControlError(.failed, "the command was not sent: the phone's player went away")))
             }
@@ -60,7 +60,7 @@ extension PhoneLink {
     /// The link's AMS service and its handler, while the phone offers it and it is subscribed.
     var media: (service: ServiceLink, handler: MediaHandler)? {
         for service in services {
-            if let handler = service.handler as? MediaHandler, !service.starting { return (service, handler) }
+            if let handler = service.handler as? MediaHandler, service.ready { return (service, handler) }
         }
         return nil
     }

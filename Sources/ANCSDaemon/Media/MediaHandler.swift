@@ -27,15 +27,14 @@ final class MediaHandler: ServiceHandler, ServiceEvents {
     var description: GattServiceDescription { MediaSession.service }
     var nextDeadline: Duration? { session.nextDeadline }
 
-    func subscribed(to characteristics: Set<CharacteristicUUID>, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(session.subscribed(to: characteristics, now: link.now), service: service, link: link, daemon: daemon)
+    func subscribed(to characteristics: Set<CharacteristicUUID>, _ context: ServiceContext, daemon: isolated Daemon) {
+        run(session.subscribed(to: characteristics, now: context.now), context, daemon: daemon)
     }
 
     func received(
-        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, service: ServiceLink, link: PhoneLink,
-        daemon: isolated Daemon
+        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, _ context: ServiceContext, daemon: isolated Daemon
     ) {
-        run(session.handleNotification(value, from: characteristic, now: link.now), service: service, link: link, daemon: daemon)
+        run(session.handleNotification(value, from: characteristic, now: context.now), context, daemon: daemon)
     }
 
     func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {
@@ -47,7 +46,7 @@ final class MediaHandler: ServiceHandler, ServiceEvents {
 
     /// Only the latest request's result reaches the session (it keeps one in flight); a
     /// command's also answers the control request that sent it.
-    func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+    func finished(_ result: GattResult, request number: UInt64, _ context: ServiceContext, daemon: isolated Daemon) {
         if let waiters = sent.removeValue(forKey: number) {
             let reply: Result<ControlAnswer, ControlError> = switch result {
             case .written, .read: .success(.sent)
@@ -56,17 +55,17 @@ final class MediaHandler: ServiceHandler, ServiceEvents {
             }
             for waiter in waiters { waiter.resume(returning: reply) }
         }
-        guard number == service.requestsIssued else { return }
-        run(session.handleResult(result, now: link.now), service: service, link: link, daemon: daemon)
+        guard number == context.service.requestsIssued else { return }
+        run(session.handleResult(result, now: context.now), context, daemon: daemon)
     }
 
-    func timerFired(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(session.handleTimer(now: link.now), service: service, link: link, daemon: daemon)
+    func timerFired(_ context: ServiceContext, daemon: isolated Daemon) {
+        run(session.handleTimer(now: context.now), context, daemon: daemon)
     }
 
-    func renewing(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+    func renewing(_ context: ServiceContext, daemon: isolated Daemon) {
         failWaiters("the subscriptions to the phone's player were renewed")
-        run(session.renewing(now: link.now), service: service, link: link, daemon: daemon)
+        run(session.renewing(now: context.now), context, daemon: daemon)
     }
 
     func tearDown() {
@@ -104,11 +103,10 @@ final class MediaHandler: ServiceHandler, ServiceEvents {
 
     /// Carries out the actions of `send(_:now:)`; `waiter` gets the command's reply.
     func start(
-        _ command: RemoteCommand, _ actions: [GattSessionAction<MediaEvent>], waiter: Waiter, service: ServiceLink, link: PhoneLink,
-        daemon: isolated Daemon
+        _ command: RemoteCommand, _ actions: [GattSessionAction<MediaEvent>], waiter: Waiter, _ context: ServiceContext, daemon: isolated Daemon
     ) {
         queued.append((command, [waiter]))
-        run(actions, service: service, link: link, daemon: daemon)
+        run(actions, context, daemon: daemon)
     }
 
     /// The player's state as the `media` command answers it: what the last `media` event said
@@ -126,8 +124,8 @@ final class MediaHandler: ServiceHandler, ServiceEvents {
         sent = [:]
     }
 
-    private func run(_ actions: [GattSessionAction<MediaEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        daemon.perform(actions, on: service, of: link, events: self)
+    private func run(_ actions: [GattSessionAction<MediaEvent>], _ context: ServiceContext, daemon: isolated Daemon) {
+        daemon.perform(actions, in: context, events: self)
         // A command the session dropped (its characteristic went away) is never sent.
         if !queued.isEmpty, !session.hasRemoteCommand { failWaiters("the phone no longer offers remote commands") }
     }

@@ -201,8 +201,8 @@ final class ExecChild {
     func reap() -> Reaped {
         guard !done else { return .running }
         var status: Int32 = 0
-        let result = waitpid(pid, &status, WNOHANG)
-        if result == 0 || (result < 0 && errno == EINTR) {  // still running (or look again)
+        let result = Errno.retryingInterrupts { waitpid(pid, &status, WNOHANG) }
+        if result == 0 {  // still running
             if exitWatch != nil {
                 // The pidfd said it exited: it is no longer watched, and polled instead.
                 exitWatch?.cancel()

@@ -6,7 +6,6 @@ public import ANCSRuntime
 import CSpawn
 public import EventLoop
 public import JSON
-import Synchronization
 import SystemCalls
 
 /// The output sink of `--exec`: runs a command through `/bin/sh -c` for each event, the event's
@@ -55,9 +54,9 @@ public final class ExecSink: OutputSink {
     public let maxWaiting: Int
     /// The most bytes of a command's standard error that are logged.
     public let stderrLimit: Int
-    /// The loop the commands are started, fed, timed and reaped on.
+    /// The loop the commands are started, fed, timed and reaped on, which keeps all the sink's
+    /// state: the other threads' calls reach it through `EventLoop.perform`.
     public let loop: EventLoop
-    private let shared: Shared
     private let runner: LoopBound<Runner>
 
     public init(
@@ -66,38 +65,43 @@ public final class ExecSink: OutputSink {
         self.maxWaiting = max(1, maxWaiting)
         self.stderrLimit = stderrLimit
         self.loop = loop
-        let shared = Shared(command: command, timeout: timeout)
-        self.shared = shared
-        runner = LoopBound(Runner(maxWaiting: max(1, maxWaiting), stderrLimit: stderrLimit, logger: logger, loop: loop, shared: shared), loop: loop)
+        runner = LoopBound(
+            Runner(command: command, timeout: timeout, maxWaiting: max(1, maxWaiting), stderrLimit: stderrLimit, logger: logger, loop: loop),
+            loop: loop)
         // A command that exits without reading its input must cost an EPIPE, not the daemon
         // (`ancsd run` ignores SIGPIPE anyway; the command gets it back at its default).
         signal(SIGPIPE, SIG_IGN)
     }
 
     /// The counters so far.
-    public var counts: Counters { shared.counters.withLock { $0 } }
+    public var counts: Counters {
+        get async { await onLoop { $0.counters } }
+    }
 
     public func report() async -> JSONObject {
-        let runner = self.runner
-        return await withCheckedContinuation { continuation in
-            loop.perform { continuation.resume(returning: runner.value.report()) }
-        }
+        await onLoop { $0.report() }
     }
 
     /// The command and time limit events not yet started will run with.
-    public var settings: (command: String, timeout: Duration) { shared.settings.withLock { $0 } }
+    public var settings: (command: String, timeout: Duration) {
+        get async { await onLoop { ($0.command, $0.timeout) } }
+    }
 
     /// Makes every event not yet started (those waiting, and later ones) run `command` with
     /// `timeout`: what a reload that changed `exec` or `exec-timeout` does. A command already
-    /// running is left to finish under the limit it started with.
+    /// running is left to finish under the limit it started with. On the loop at once when
+    /// called there (a reload is), else holding it (`EventLoop.perform`).
     public func reconfigure(command: String, timeout: Duration) {
-        let changed = shared.settings.withLock { settings -> Bool in
-            guard command != settings.command || timeout != settings.timeout else { return false }
-            settings = (command, timeout)
-            return true
-        }
         let runner = self.runner
-        if changed { loop.perform { runner.value.reconfigured() } }
+        loop.perform { runner.value.reconfigure(command: command, timeout: timeout) }
+    }
+
+    /// What `body` reads of the runner, on the loop.
+    private func onLoop<T: Sendable>(_ body: @escaping @Sendable (Runner) -> T) async -> T {
+        let runner = self.runner
+        return await withCheckedContinuation { continuation in
+            loop.perform { continuation.resume(returning: body(runner.value)) }
+        }
     }
 
     /// Queues the event, or starts its command: on the loop at once when called there (the
@@ -123,14 +127,6 @@ public final class ExecSink: OutputSink {
         let runner = self.runner
         loop.perform { runner.value.stop() }
     }
-
-    /// What the sink and its loop share, read at once from any thread.
-    fileprivate final class Shared: Sendable {
-        let counters = Mutex(Counters())
-        /// The shell command, and how long it may run; `reconfigure` changes them.
-        let settings: Mutex<(command: String, timeout: Duration)>
-        init(command: String, timeout: Duration) { settings = Mutex((command, timeout)) }
-    }
 }
 
 // MARK: The queues (on the loop)
@@ -143,21 +139,22 @@ private final class Runner {
     let stderrLimit: Int
     let logger: Logger
     let loop: EventLoop
-    let shared: ExecSink.Shared
+    /// The shell command, and how long it may run; `reconfigure` changes them.
+    private(set) var command: String
+    private(set) var timeout: Duration
     private var phones: [String: Phone] = [:]
     private var stopped = false
-    private var counters = Counters() {
-        didSet { shared.counters.withLock { [counters] in $0 = counters } }
-    }
+    private(set) var counters = Counters()
     private var idleWaiters: [(id: Int, continuation: CheckedContinuation<Bool, Never>, timer: LoopTimer)] = []
     private var nextWaiter = 0
 
-    init(maxWaiting: Int, stderrLimit: Int, logger: Logger, loop: EventLoop, shared: ExecSink.Shared) {
+    init(command: String, timeout: Duration, maxWaiting: Int, stderrLimit: Int, logger: Logger, loop: EventLoop) {
+        self.command = command
+        self.timeout = timeout
         self.maxWaiting = maxWaiting
         self.stderrLimit = stderrLimit
         self.logger = logger
         self.loop = loop
-        self.shared = shared
     }
 
     private final class Phone {
@@ -182,7 +179,10 @@ private final class Runner {
         ]
     }
 
-    func reconfigured() {
+    func reconfigure(command: String, timeout: Duration) {
+        guard command != self.command || timeout != self.timeout else { return }
+        self.command = command
+        self.timeout = timeout
         let running = runningCount
         logger.info("exec: the new command runs for every event not yet started" + (running > 0 ? "; \(running) already running will finish" : ""))
     }
@@ -317,7 +317,6 @@ private final class Runner {
     /// Starts the command for `event`; nil (logged) if it could not be started.
     private func spawn(_ event: OutputRecord, device: String) -> ExecChild? {
         let label = ExecSink.label(event)
-        let (command, timeout) = shared.settings.withLock { $0 }
         let inputFDs: (read: Int32, write: Int32), errorFDs: (read: Int32, write: Int32)
         do throws(Errno) { inputFDs = try ExecSink.pipe() } catch { return spawnFailed(label, error) }
         let inputRead = FileDescriptor(adopting: inputFDs.read), inputWrite = FileDescriptor(adopting: inputFDs.write)

@@ -7,7 +7,6 @@ public import EventLoop
 public import JSON
 import CLinux
 public import SystemCalls
-import Synchronization
 
 /// The output sink for standard output and the FIFO: each event as one line in `format`,
 /// written to a file descriptor without ever blocking the daemon's event loop.
@@ -27,17 +26,16 @@ public final class LineSink: OutputSink {
     /// A name for log lines, like "standard output" or the FIFO's path.
     public let name: String
     public let maxPendingBytes: Int
-    /// The loop that writes the queue; `send` may be called from any thread.
+    /// The loop that writes the queue and keeps the sink's state; `send` may be called from
+    /// any thread.
     public let loop: EventLoop
-    /// How events are written; a reload may change it (standard output's sink lives on).
+    /// How events are written: read on the loop; set from anywhere (at once on the loop, where a
+    /// reload sets it: standard output's sink lives on).
     public var format: OutputFormat {
-        get { formatSetting.withLock { $0 } }
-        set { formatSetting.withLock { $0 = newValue } }
+        get { writer.value.format }
+        set { writer.withValue { [newValue] in $0.format = newValue } }
     }
-    private let formatSetting: Mutex<OutputFormat>
     private let logger: Logger
-    private let written = Atomic(0)
-    private let droppedTotal = Atomic(0)
     private let writer: LoopBound<LineWriter>
 
     /// Writes to `fd`, which the sink closes when it goes if `ownsDescriptor`.
@@ -46,7 +44,7 @@ public final class LineSink: OutputSink {
         loop: EventLoop
     ) {
         self.init(
-            writer: LineWriter(fd: fd, owned: ownsDescriptor ? FileDescriptor(adopting: fd) : nil), name: name, format: format,
+            writer: LineWriter(fd: fd, owned: ownsDescriptor ? FileDescriptor(adopting: fd) : nil, format: format), name: name,
             maxPendingBytes: maxPendingBytes, logger: logger, loop: loop)
     }
 
@@ -57,47 +55,50 @@ public final class LineSink: OutputSink {
     ) {
         let fd = descriptor.rawValue
         self.init(
-            writer: LineWriter(fd: fd, owned: descriptor), name: name, format: format, maxPendingBytes: maxPendingBytes, logger: logger,
+            writer: LineWriter(fd: fd, owned: descriptor, format: format), name: name, maxPendingBytes: maxPendingBytes, logger: logger,
             loop: loop)
     }
 
-    private init(writer: LineWriter, name: String, format: OutputFormat, maxPendingBytes: Int, logger: Logger, loop: EventLoop) {
+    private init(writer: LineWriter, name: String, maxPendingBytes: Int, logger: Logger, loop: EventLoop) {
         self.name = name
         self.maxPendingBytes = maxPendingBytes
         self.logger = logger
         self.loop = loop
-        formatSetting = Mutex(format)
         self.writer = LoopBound(writer, loop: loop)
     }
 
-    /// Writes one event as a line in `format`, now if that needs no waiting, or queues it.
+    /// Writes one event as a line in `format`, now if that needs no waiting, or queues it: on the
+    /// loop at once when called there (the daemon's events are), else holding it
+    /// (`EventLoop.perform`).
     public func send(_ event: OutputRecord) {
-        send(lineBytes: event.lineBytes(format))
-    }
-
-    /// Writes one line (the newline is added) now if that needs no waiting, or queues it.
-    public func send(_ line: String) {
-        send(lineBytes: newlineTerminated(line))
-    }
-
-    /// Writes one line given as bytes that end with its newline: on the loop at once when
-    /// called there (the daemon's events are), else holding it (`EventLoop.perform`).
-    private func send(lineBytes bytes: [UInt8]) {
         if loop.isCurrent {
-            take(bytes)
+            take(event)
         } else {
-            loop.perform { self.take(bytes) }
+            loop.perform { self.take(event) }
         }
     }
 
-    /// Lines dropped so far because the reader was too slow or absent.
-    public var droppedCount: Int { droppedTotal.load(ordering: .relaxed) }
+    /// Writes one line (the newline is added) now if that needs no waiting, or queues it (as
+    /// `send(_:)` of an event).
+    public func send(_ line: String) {
+        let bytes = newlineTerminated(line)
+        loop.perform { self.take(bytes, self.writer.value) }
+    }
 
-    /// Lines written so far.
-    public var writtenCount: Int { written.load(ordering: .relaxed) }
+    /// The lines written so far, and those dropped because the reader was too slow or absent
+    /// (read on the loop).
+    public var counts: (written: Int, dropped: Int) {
+        get async {
+            let writer = self.writer
+            return await withCheckedContinuation { continuation in
+                loop.perform { continuation.resume(returning: (writer.value.written, writer.value.droppedTotal)) }
+            }
+        }
+    }
 
     public func report() async -> JSONObject {
-        ["written": .int(writtenCount), "dropped": .int(droppedCount)]
+        let counts = await counts
+        return ["written": .int(counts.written), "dropped": .int(counts.dropped)]
     }
 
     /// Returns once every queued line is written or `timeout` passes; true if all were written.
@@ -109,14 +110,18 @@ public final class LineSink: OutputSink {
 
     // MARK: On the loop
 
-    /// The line goes first if nothing is queued; else (or if it did not fit) it is queued.
-    private func take(_ bytes: [UInt8]) {
+    private func take(_ event: OutputRecord) {
         let writer = self.writer.value
+        take(event.lineBytes(writer.format), writer)
+    }
+
+    /// The line goes first if nothing is queued; else (or if it did not fit) it is queued.
+    private func take(_ bytes: [UInt8], _ writer: LineWriter) {
         guard !writer.broken else { return }
         if writer.isIdle {
             switch writer.attempt(bytes) {
             case .all:
-                written.add(1, ordering: .relaxed)
+                writer.written += 1
                 return
             case .part(let count):
                 writer.current = Array(bytes[count...])
@@ -133,7 +138,7 @@ public final class LineSink: OutputSink {
         while writer.pendingBytes > maxPendingBytes, let oldest = writer.pending.pop() {
             writer.pendingBytes -= oldest.count
             writer.dropped += 1
-            droppedTotal.add(1, ordering: .relaxed)
+            writer.droppedTotal += 1
         }
         if !writer.waiting { waitForRoom(writer) }
     }
@@ -167,7 +172,7 @@ public final class LineSink: OutputSink {
             if writer.current.isEmpty { return caughtUp(writer) }
             switch writer.attempt(writer.current) {
             case .all:
-                written.add(writer.currentLines, ordering: .relaxed)
+                writer.written += writer.currentLines
                 writer.current.removeAll(keepingCapacity: true)
                 writer.currentLines = 0
             case .part(let count):
@@ -236,6 +241,10 @@ private final class LineWriter {
     }
 
     let fd: Int32
+    var format: OutputFormat
+    /// Lines written, and dropped, since the sink began.
+    var written = 0
+    var droppedTotal = 0
     /// `fd` when the sink owns it.
     private let owned: FileDescriptor?
     /// A non-blocking description of `fd`'s file, for `.nonBlocking`; `writeFD` is its number.
@@ -257,8 +266,9 @@ private final class LineWriter {
     var flushes: [(id: Int, continuation: CheckedContinuation<Bool, Never>, timer: LoopTimer)] = []
     var nextFlush = 0
 
-    init(fd: Int32, owned: consuming FileDescriptor?) {
+    init(fd: Int32, owned: consuming FileDescriptor?, format: OutputFormat) {
         self.fd = fd
+        self.format = format
         self.owned = owned
         writeFD = fd
     }

@@ -2,8 +2,8 @@ import ANCS
 public import ANCSRuntime
 import ControlProtocol
 public import JSON
+public import EventLoop
 public import MQTT
-import Synchronization
 
 /// What `--mqtt` and its companions ask for (docs/mqtt.md).
 public struct MQTTSettings: Sendable, Equatable {
@@ -47,10 +47,14 @@ public protocol NotificationCounts: Sendable {
 /// dropped (counted and logged), while retained state replaces its own older value. The client
 /// runs on the daemon's event loop (no thread of its own: a watch of its socket, writable only
 /// while there is something to write, and one keep-alive timer); nothing on the loop waits
-/// for the broker, so no other output ever waits for MQTT.
+/// for the broker, so no other output ever waits for MQTT. The sink's own state is the loop's
+/// too: the client's events come there, and calls from other threads go there
+/// (`EventLoop.perform`).
 public final class MQTTSink: OutputSink {
     public let name: String
     public let settings: MQTTSettings
+    /// The loop the client and the sink's state live on (the daemon's).
+    private let loop: EventLoop
     private let topics: MQTTTopics
     private let discovery: HomeAssistantDiscovery?
     private let client: MQTTClient
@@ -66,21 +70,29 @@ public final class MQTTSink: OutputSink {
         /// What was last published on each of their config topics ("" for an entity removed).
         var serviceConfigs: [String: String] = [:]
     }
-    private struct State {
+    /// A class: reading a phone's entry takes one reference, not a copy of the whole.
+    private final class State {
         var context: OutputContext?
         var phones: [String: Phone] = [:]
         var stopped = false
+        /// The commands and counts being asked of the daemon: cancelled by `stop`.
+        var tasks = OwnedTasks()
     }
-    private let state = Mutex(State())
+    private let state: LoopBound<State>
     /// What a broker's messages make the sink say (retained commands, malformed topics): each
     /// kind said once, then counted per minute.
     private let brokerLog: RateLimitedLogs
 
     /// `password`: the content of the password file, read by the caller; `executor`: the loop
     /// the client runs on.
-    public init(settings: MQTTSettings, password: String?, version: String, logger: Logger, clientID: String, executor: DaemonExecutor) {
+    /// Throws when libmosquitto cannot be loaded.
+    public init(
+        settings: MQTTSettings, password: String?, version: String, logger: Logger, clientID: String, executor: DaemonExecutor
+    ) throws(MQTTLibraryError) {
         self.settings = settings
         self.logger = logger
+        loop = executor
+        state = LoopBound(State(), loop: executor)
         name = "MQTT \(settings.endpoint)"
         topics = MQTTTopics(prefix: settings.prefix)
         discovery = settings.discoveryPrefix.map { HomeAssistantDiscovery(topics: MQTTTopics(prefix: settings.prefix), discoveryPrefix: $0, version: version) }
@@ -92,30 +104,27 @@ public final class MQTTSink: OutputSink {
         configuration.will = MQTTMessage(topic: topics.status, text: "offline", retain: true)
         configuration.farewell = MQTTMessage(topic: topics.status, text: "offline", retain: true)
         brokerLog = RateLimitedLogs(logger: logger, loop: executor)
-        let relay = EventRelay()
-        client = MQTTClient(configuration: configuration, loop: executor) { relay.sink?.clientEvent($0) }
-        relay.sink = self
+        // The client's handler, on the loop, reaches the sink once it exists (set before the
+        // client can have an event: `start` connects it, later on the loop).
+        let relay = LoopBound(EventRelay(), loop: executor)
+        client = try MQTTClient(configuration: configuration, loop: executor) { relay.value.sink?.clientEvent($0) }
+        relay.withValue { $0.sink = self }
     }
 
-    /// Breaks the init-time cycle: the client's handler reaches the sink once it exists.
-    private final class EventRelay: Sendable {
-        private struct Reference {
-            weak var sink: MQTTSink?
-        }
-        private let reference = Mutex(Reference())
-        var sink: MQTTSink? {
-            get { reference.withLock { $0.sink } }
-            set { reference.withLock { $0.sink = newValue } }
-        }
+    /// Breaks the init-time cycle: the client's handler reaches the sink through it.
+    private final class EventRelay {
+        weak var sink: MQTTSink?
     }
 
     public func start(_ context: OutputContext) {
+        loop.perform { self.startOnLoop(context) }
+    }
+
+    private func startOnLoop(_ context: OutputContext) {
         // A reload that keeps the MQTT settings hands this sink to the new router, which starts
         // it again: the connection (and the retained `online`) stays.
-        let first = state.withLock { state -> Bool in
-            defer { state.context = context }
-            return state.context == nil
-        }
+        let first = state.value.context == nil
+        state.value.context = context
         guard first else { return }
         client.publish(MQTTMessage(topic: topics.status, text: "online", retain: true))
         if let discovery { client.subscribe(discovery.birthTopic) }
@@ -131,15 +140,22 @@ public final class MQTTSink: OutputSink {
 
     /// Publishes the retained `sharing` state when it differs from what was published last.
     private func publishSharing(_ allowed: Bool, device: String) {
-        let changed = state.withLock { state -> Bool in
-            guard state.phones[device, default: Phone()].sharing != allowed else { return false }
-            state.phones[device, default: Phone()].sharing = allowed
-            return true
-        }
-        if changed { client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true)) }
+        guard state.value.phones[device, default: Phone()].sharing != allowed else { return }
+        state.value.phones[device, default: Phone()].sharing = allowed
+        client.publish(MQTTMessage(topic: topics.sharing(device), text: allowed ? "on" : "off", retain: true))
     }
 
+    /// Publishes the event: on the loop at once when called there (the daemon's events are),
+    /// else holding it (`EventLoop.perform`).
     public func send(_ record: OutputRecord) {
+        if loop.isCurrent {
+            publish(record)
+        } else {
+            loop.perform { self.publish(record) }
+        }
+    }
+
+    private func publish(_ record: OutputRecord) {
         let device = MQTTTopics.device(record.device)
         switch record.event {
         case .connected(let address, let name):
@@ -199,11 +215,23 @@ public final class MQTTSink: OutputSink {
     /// Disconnects, publishing `offline`. The router calls it only when no router feeds the sink
     /// any more: a reload that keeps the MQTT settings keeps the sink and does not stop it.
     public func stop() {
-        let first = state.withLock { state -> Bool in
-            defer { state.stopped = true }
-            return !state.stopped && state.context != nil
+        loop.perform { [self] in
+            let first = !state.value.stopped && state.value.context != nil
+            state.value.stopped = true
+            state.value.tasks.cancelAll()
+            if first { client.finish(timeout: .seconds(2)) { _ in } }
         }
-        if first { client.finish(timeout: .seconds(2)) { _ in } }
+    }
+
+    /// Runs `work` in a task on the daemon's executor that the sink owns: `stop` cancels it if
+    /// it still runs.
+    private func spawn(on executor: DaemonExecutor, _ work: @escaping @Sendable () async -> Void) {
+        state.value.tasks.add { id in
+            Task(executorPreference: executor) { [self] in
+                await work()
+                loop.perform { self.state.value.tasks.finished(id) }
+            }
+        }
     }
 
     // MARK: Helpers
@@ -213,16 +241,14 @@ public final class MQTTSink: OutputSink {
     private func announce(address: String, name: String?, force: Bool) {
         guard let discovery else { return }
         let device = MQTTTopics.device(address)
-        let shouldAnnounce = state.withLock { state -> Bool in
-            var phone = state.phones[device] ?? Phone()
-            let renamed = name != nil && name != phone.name
-            if let name { phone.name = name }
-            defer { phone.announced = true; state.phones[device] = phone }
-            return force || !phone.announced || renamed
-        }
+        var phone = state.value.phones[device] ?? Phone()
+        let renamed = name != nil && name != phone.name
+        if let name { phone.name = name }
+        let shouldAnnounce = force || !phone.announced || renamed
+        phone.announced = true
+        state.value.phones[device] = phone
         guard shouldAnnounce else { return }
-        let knownName = state.withLock { $0.phones[device]?.name }
-        for (topic, payload) in discovery.configs(address: address, name: knownName) {
+        for (topic, payload) in discovery.configs(address: address, name: phone.name) {
             client.publish(MQTTMessage(topic: topic, text: payload.serialized, retain: true))
         }
         publishServiceConfigs(address: address, force: force)
@@ -232,12 +258,9 @@ public final class MQTTSink: OutputSink {
     private func announceEntities(of output: ServiceOutput) {
         guard discovery != nil else { return }
         let device = MQTTTopics.device(output.device)
-        let changed = state.withLock { state -> Bool in
-            guard state.phones[device, default: Phone()].services[output.type] != output.entities else { return false }
-            state.phones[device, default: Phone()].services[output.type] = output.entities
-            return true
-        }
-        if changed { publishServiceConfigs(address: output.device, force: false) }
+        guard state.value.phones[device, default: Phone()].services[output.type] != output.entities else { return }
+        state.value.phones[device, default: Phone()].services[output.type] = output.entities
+        publishServiceConfigs(address: output.device, force: false)
     }
 
     /// Publishes the configs of the phone's service entities that differ from what was published
@@ -247,37 +270,34 @@ public final class MQTTSink: OutputSink {
     private func publishServiceConfigs(address: String, force: Bool) {
         guard let discovery else { return }
         let device = MQTTTopics.device(address)
-        let messages = state.withLock { state -> [MQTTMessage] in
-            guard var phone = state.phones[device] else { return [] }
-            var messages: [MQTTMessage] = []
-            for (type, entities) in phone.services.sorted(by: { $0.key < $1.key }) {
-                for entity in entities {
-                    let topic: String, payload: String
-                    if entity.present && (settings.actions || !entity.takesCommands) {
-                        let config = discovery.serviceConfig(address: address, name: phone.name, type: type, entity: entity)
-                        (topic, payload) = (config.topic, config.payload.serialized)
-                    } else {
-                        (topic, payload) = (discovery.configTopic(address: address, type: type, entity: entity), "")
-                    }
-                    let last = phone.serviceConfigs[topic]
-                    guard last != payload || (force && !payload.isEmpty) else { continue }
-                    phone.serviceConfigs[topic] = payload
-                    messages.append(MQTTMessage(topic: topic, text: payload, retain: true))
+        guard var phone = state.value.phones[device] else { return }
+        var messages: [MQTTMessage] = []
+        for (type, entities) in phone.services.sorted(by: { $0.key < $1.key }) {
+            for entity in entities {
+                let topic: String, payload: String
+                if entity.present && (settings.actions || !entity.takesCommands) {
+                    let config = discovery.serviceConfig(address: address, name: phone.name, type: type, entity: entity)
+                    (topic, payload) = (config.topic, config.payload.serialized)
+                } else {
+                    (topic, payload) = (discovery.configTopic(address: address, type: type, entity: entity), "")
                 }
+                let last = phone.serviceConfigs[topic]
+                guard last != payload || (force && !payload.isEmpty) else { continue }
+                phone.serviceConfigs[topic] = payload
+                messages.append(MQTTMessage(topic: topic, text: payload, retain: true))
             }
-            state.phones[device] = phone
-            return messages
         }
+        state.value.phones[device] = phone
         for message in messages { client.publish(message) }
     }
 
     /// Publishes the phone's notification count now and after each of `delays` (the replays a
     /// phone sends on connecting may be held back by `--replays` and reach no output).
     private func refreshCount(address: String, device: String, after delays: [Duration]) {
-        guard let context = state.withLock({ $0.context }), let counts = context.actions as? any NotificationCounts else { return }
+        guard let context = state.value.context, let counts = context.actions as? any NotificationCounts else { return }
         let client = self.client, topic = topics.count(device)
-        let publish: @Sendable () -> Void = {
-            Task(executorPreference: context.executor) {
+        let publish: @Sendable () -> Void = { [self] in
+            spawn(on: context.executor) {
                 guard let count = await counts.notificationCount(device: address) else { return }
                 client.publish(MQTTMessage(topic: topic, text: String(count), retain: true))
             }
@@ -300,8 +320,7 @@ public final class MQTTSink: OutputSink {
         case .message(let topic, let payload, let retained):
             if let discovery, topic == discovery.birthTopic {
                 guard String(decoding: payload, as: UTF8.self) == "online" else { return }
-                let phones = state.withLock { $0.phones.keys.compactMap(MQTTTopics.address) }
-                for address in phones { announce(address: address, name: nil, force: true) }
+                for address in state.value.phones.keys.compactMap(MQTTTopics.address) { announce(address: address, name: nil, force: true) }
             } else if settings.actions {
                 guard !retained else {
                     brokerLog.log(.warning, "MQTT: ignored a retained message on \(topic): an action is taken only when it is sent",
@@ -341,10 +360,10 @@ public final class MQTTSink: OutputSink {
         guard let name = actionValue.stringValue, let actionID = ActionID.named(name) else {
             return answer(resultTopic, Self.failure("bad_request", "\"action\" must be \"positive\" or \"negative\""), uid: uidValue, action: actionValue)
         }
-        guard let context = state.withLock({ $0.context }) else { return }
+        guard let context = state.value.context else { return }
         // At debug: whoever may publish on the broker could otherwise flood the log.
         logger.debug("MQTT: \(name) action on \(address) notification \(uid)")
-        Task(executorPreference: context.executor) {
+        spawn(on: context.executor) { [self] in
             let reply = await context.actions.performAction(actionID, uid: uid, device: address)
             self.answer(resultTopic, reply, uid: uidValue, action: actionValue)
         }
@@ -371,9 +390,9 @@ public final class MQTTSink: OutputSink {
             return answerMedia(
                 resultTopic, Self.failure("bad_request", "a media command is one of \(names), alone or as {\"command\": NAME}"), command: requested)
         }
-        guard let context = state.withLock({ $0.context }) else { return }
+        guard let context = state.value.context else { return }
         logger.debug("MQTT: \(command.rawValue) media command for \(address)")
-        Task(executorPreference: context.executor) {
+        spawn(on: context.executor) { [self] in
             let reply = await context.actions.performMediaCommand(command, device: address)
             self.answerMedia(resultTopic, reply, command: .string(command.rawValue))
         }

@@ -1,74 +1,96 @@
+public import EventLoop
 public import JSON
-import Synchronization
 
 /// Hands each event to every output sink (`OutputSink`), never waiting for any of them.
 ///
 /// Two kinds of sinks: the configured ones, fixed for the router's life (standard output, the
 /// FIFO, exec, MQTT), and attached ones that come and go under a key (control-socket
 /// subscribers). A reload builds a new router and moves the attached sinks over.
+///
+/// The attached sinks are the loop's (the daemon's, which makes every call): a call from another
+/// thread goes there (`EventLoop.perform`).
 public final class OutputRouter: Sendable {
     /// The configured sinks, in the order they get each event.
     public let sinks: [any OutputSink]
+    /// The loop that keeps the attached sinks.
+    public let loop: EventLoop
     private struct State {
-        var attached: [String: any OutputSink] = [:] {
-            didSet { attachedSinks = Array(attached.values) }
-        }
-        /// `attached`'s sinks as a list, kept up to date: an event takes it (one reference)
-        /// rather than copying the dictionary's values.
-        private(set) var attachedSinks: [any OutputSink] = []
+        var attached: [String: any OutputSink] = [:]
         var context: OutputContext?
     }
-    private let state = Mutex(State())
+    private let state: LoopBound<State>
+    /// `State.attached`'s sinks as a list, kept up to date: what an event reads (one reference),
+    /// rather than the dictionary's values or a copy of the whole state.
+    private let attachedSinks: LoopBound<[any OutputSink]>
 
-    public init(sinks: [any OutputSink]) {
+    public init(sinks: [any OutputSink], loop: EventLoop) {
         self.sinks = sinks
+        self.loop = loop
+        state = LoopBound(State(), loop: loop)
+        attachedSinks = LoopBound([], loop: loop)
     }
 
     /// Gives every sink the way back into the daemon; the first call starts the configured
     /// sinks (later calls do nothing).
     public func start(_ context: OutputContext) {
-        let first = state.withLock { state -> Bool in
-            guard state.context == nil else { return false }
-            state.context = context
-            return true
+        loop.perform { [self] in
+            guard state.value.context == nil else { return }
+            state.value.context = context
+            for sink in sinks { sink.start(context) }
         }
-        guard first else { return }
-        for sink in sinks { sink.start(context) }
     }
 
     /// Sends one event to every sink, as one record: its JSON line is rendered once, here.
     public func emit(_ event: OutputEvent) {
-        let record = OutputRecord(event)
+        if loop.isCurrent {
+            route(OutputRecord(event))
+        } else {
+            loop.perform { self.route(OutputRecord(event)) }
+        }
+    }
+
+    private func route(_ record: OutputRecord) {
         for sink in sinks { sink.send(record) }
-        let attached = state.withLock { $0.attachedSinks }
-        for sink in attached { sink.send(record) }
+        for sink in attachedSinks.value { sink.send(record) }
     }
 
     /// Feeds `sink` every later event until `detach(key)`; replaces (and stops) a sink
     /// attached under the same key.
     public func attach(_ sink: any OutputSink, key: String) {
-        let (context, old) = state.withLock { state in
-            (state.context, state.attached.updateValue(sink, forKey: key))
+        loop.perform { [self] in
+            let replaced = state.value.attached.updateValue(sink, forKey: key)
+            attachedSinks.value = Array(state.value.attached.values)
+            replaced?.stop()
+            if let context = state.value.context { sink.start(context) }
         }
-        old?.stop()
-        if let context { sink.start(context) }
     }
 
     /// Stops feeding the sink attached under `key`, and stops it.
     public func detach(key: String) {
-        state.withLock { $0.attached.removeValue(forKey: key) }?.stop()
+        loop.perform { [self] in
+            let removed = state.value.attached.removeValue(forKey: key)
+            attachedSinks.value = Array(state.value.attached.values)
+            removed?.stop()
+        }
     }
 
     /// The keys of the attached sinks.
-    public var attachedKeys: [String] { state.withLock { Array($0.attached.keys) } }
+    public var attachedKeys: [String] {
+        get async {
+            await withCheckedContinuation { continuation in
+                loop.perform { [self] in continuation.resume(returning: Array(state.value.attached.keys)) }
+            }
+        }
+    }
 
     /// Carries the attached sinks over to a new router (after a reload changed the outputs).
     public func moveAttached(to other: OutputRouter) {
-        let moved = state.withLock { state in
-            defer { state.attached = [:] }
-            return state.attached
+        loop.perform { [self] in
+            let moved = state.value.attached
+            state.value.attached = [:]
+            attachedSinks.value = []
+            for (key, sink) in moved { other.attach(sink, key: key) }
         }
-        for (key, sink) in moved { other.attach(sink, key: key) }
     }
 
     /// Stops the configured sinks (the router was replaced or the daemon is ending), except

@@ -9,7 +9,9 @@ public import JSON
 ///
 /// Each sink owns its queue, its bound and what it does when the bound is reached, and says so
 /// in its documentation. `send` is called on the daemon's executor for every event and must
-/// return at once: no blocking I/O, no waiting for a reader, a broker or a child process.
+/// return at once: no blocking I/O, no waiting for a reader, a broker or a child process. The
+/// daemon makes every call on its loop, so a sink's state is the loop's (a `LoopBound`; a call
+/// from another thread, a test's, reaches it with `EventLoop.perform`), never behind a `Mutex`.
 /// Adding an output means writing one conforming type and creating it in `RunCommand.makeOutput`.
 public protocol OutputSink: AnyObject, Sendable {
     /// A name for log lines ("standard output", the FIFO's path, "exec", "control client 3").

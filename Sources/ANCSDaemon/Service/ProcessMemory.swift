@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CLinux
 import SystemCalls
 
 /// Keeps a long-running daemon's resident memory to what it uses.
@@ -11,6 +12,25 @@ public enum ProcessMemory {
         public var mappings = 0
         /// Their total size in bytes (resident or not).
         public var bytes = 0
+    }
+
+    /// The block size from which malloc maps a block of its own (given back whole when freed),
+    /// and the free memory at the top of a heap past which it gives the rest back: glibc's
+    /// starting value of both, 128 KiB.
+    public static let mallocThreshold = 128 * 1024
+
+    /// Keeps glibc's mmap and trim thresholds at `mallocThreshold` for the life of the process.
+    ///
+    /// glibc raises both each time a block it mapped is freed: the mmap threshold to that
+    /// block's size (up to 32 MiB), the trim threshold to twice it. After one burst freed a
+    /// table of a few megabytes, every later block up to that size came from the loop thread's
+    /// heap, the heap grew to fit each and kept up to twice that free at its top, and the
+    /// freed blocks stayed resident between the small ones allocated after them: the soak's
+    /// anonymous memory grew 1.7-2.4 MB after warm-up, of which 0.4 MB was in use
+    /// (docs/history/soak.md). Set once, before any thread starts; true when both took.
+    @discardableResult
+    public static func fixMallocThresholds() -> Bool {
+        ancsd_fix_malloc_thresholds(Int32(mallocThreshold)) == 1
     }
 
     /// Gives back the resident file pages the process needed only to start.
@@ -28,6 +48,7 @@ public enum ProcessMemory {
     /// (RELRO), are never touched.
     @discardableResult
     public static func releaseStartupText() -> Release {
+        bindTupleMetadataPath()
         var release = Release()
         for mapping in cleanFileMappings() {
             guard let start = UnsafeMutableRawPointer(bitPattern: mapping.start) else { continue }
@@ -38,6 +59,20 @@ public enum ProcessMemory {
             }
         }
         return release
+    }
+
+    /// Makes the Swift runtime build a tuple type's metadata from its mangled name once, now.
+    ///
+    /// The runtime builds the labels of a tuple type in a C++ `std::string` (libstdc++'s, shared),
+    /// and libstdc++ binds the functions it calls from there (`operator new`, `free`, ...) lazily,
+    /// at their first call: a lookup that reads the symbol tables of ancsd and of each library in
+    /// turn, whose pages the kernel maps 64 KiB at a time. Done after the release, on the first
+    /// notification (whose event is a tuple), those lookups mapped about 0.6 MB back in.
+    /// Returns the type built: `(event: Int, seenBefore: Bool)`, whose labels are longer than
+    /// the 15 bytes a `std::string` keeps inline, so that it allocates.
+    @discardableResult
+    static func bindTupleMetadataPath() -> Any.Type? {
+        _typeByName("Si5event_Sb10seenBeforet")
     }
 
     struct Mapping: Equatable {

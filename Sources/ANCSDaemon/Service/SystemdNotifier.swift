@@ -57,9 +57,7 @@ public final class SystemdNotifier: Sendable {
     @discardableResult
     public func send(_ message: String) -> Bool {
         guard var path = socketPath else { return false }
-        let raw = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard raw >= 0 else { return false }
-        let socket = FileDescriptor(adopting: raw)
+        guard let socket = try? FileDescriptor.socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) else { return false }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)

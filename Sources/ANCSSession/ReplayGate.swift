@@ -1,5 +1,3 @@
-public import ANCSSession
-
 /// Which of the notifications a phone replays on each connection (`pre_existing`) are printed:
 /// `--replays all|unseen|none`.
 public enum ReplayPolicy: String, Hashable, Sendable, CaseIterable {

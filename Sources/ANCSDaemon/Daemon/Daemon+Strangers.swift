@@ -61,12 +61,11 @@ extension Daemon {
         strangerGraces[path] = nil
         guard let device = tree.device(at: path), isStranger(device), let connection else { return }
         strangerLog("disconnected a device that is not bonded: \(device.address) stayed connected \(Self.strangerGrace.components.seconds) s without pairing")
-        let logger = logger
-        Task(executorPreference: executor) {
+        spawn { daemon in
             do {
                 try await DeviceCalls(connection: connection).disconnect(path)
             } catch {
-                logger.debug("\(device.address): Disconnect: \(error)")
+                daemon.logger.debug("\(device.address): Disconnect: \(error)")
             }
         }
     }

@@ -62,8 +62,27 @@ struct SignalCopyFilter {
         expectedStart = Self.responseStart(of: request)
     }
 
+    /// A Data Source value arrived, from a socket or a signal: copies come back to back, so a
+    /// Notification Source value after it is no copy of the one before it (the phone may
+    /// modify a notification twice within `burst`, its first answer in between).
+    mutating func dataSourceArrived() {
+        if lastSource != nil { sourceCopies = sourceRun }
+        lastSource = nil
+    }
+
     /// Whether a Data Source value is new (true) or a copy (false).
     mutating func admitDataSource(_ value: [UInt8]) -> Bool {
+        dataSourceArrived()
+        // The first value of the answer to the request just written is new, even when it
+        // equals the last value (the phone said the same again); its copies follow it.
+        if let start = expectedStart, value.starts(with: start) {
+            expectedStart = nil
+            countingDataCopies = true
+            dataCopies = 1
+            lastData = value
+            dataRun = 1
+            return true
+        }
         if let last = lastData, last == value {
             if countingDataCopies {
                 dataRun += 1
@@ -76,11 +95,6 @@ struct SignalCopyFilter {
             }
         }
         countingDataCopies = false
-        if let start = expectedStart, value.starts(with: start) {
-            expectedStart = nil
-            countingDataCopies = true
-            dataCopies = 1
-        }
         lastData = value
         dataRun = 1
         return true

@@ -17,32 +17,29 @@ import SystemCalls
 /// One datagram is read per readiness: the loop's level-triggered epoll reports the socket again
 /// while more wait, so no read ends in EAGAIN (one system call fewer per notification).
 final class NotificationReader: Sendable {
+    /// The socket's number, for the reads; `State.socket` owns it.
     private let fd: Int32
-    /// What the loop reads with, and the watch while it reads.
+    /// What the loop reads with, and the socket and its watch while it reads.
     private let state: LoopBound<State>
 
     private struct State {
-        var watch: Watch?
+        /// The socket and its watch; nil once cancelled (dropping it cancels, then closes).
+        var socket: OwnedWatch?
         var buffer = [UInt8](repeating: 0, count: 4096)  // > the largest ATT MTU (517)
     }
 
-    /// Call on `loop`.
+    /// Takes `fd` (closed at once if it cannot be watched). Call on `loop`.
     init(
         fd: Int32, loop: DaemonExecutor, onValue: @escaping @Sendable ([UInt8]) -> Void,
         onClose: @escaping @Sendable (String) -> Void
     ) throws(EventLoop.Failure) {
+        let descriptor = FileDescriptor(adopting: fd)
         self.fd = fd
         state = LoopBound(State(), loop: loop)
         let flags = fcntl(fd, F_GETFL)
         _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-        do {
-            let watch = try loop.watch(fd: fd, interest: .readable, urgent: true) { [weak self] _ in
-                self?.readOne(onValue: onValue, onClose: onClose)
-            }
-            state.value.watch = watch
-        } catch {
-            _ = Glibc.close(fd)
-            throw error
+        state.value.socket = try OwnedWatch(descriptor, on: loop, interest: .readable, urgent: true) { [weak self] _ in
+            self?.readOne(onValue: onValue, onClose: onClose)
         }
     }
 
@@ -96,12 +93,6 @@ final class NotificationReader: Sendable {
 
     /// Stops reading and closes the descriptor; from any thread (at once on the loop).
     func cancel() {
-        let fd = self.fd
-        state.withValue { state in
-            guard let watch = state.watch else { return }
-            state.watch = nil
-            watch.cancel()
-            _ = Glibc.close(fd)
-        }
+        state.withValue { $0.socket = nil }
     }
 }

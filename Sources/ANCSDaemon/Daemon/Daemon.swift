@@ -5,6 +5,8 @@ import BlueZ
 import DBus
 import Dispatch
 public import EventLoop
+import GattSession
+import LinkMachine
 
 /// The long-running part of `ancsd run`: follows bluetoothd's object tree, runs an ANCS session
 /// for every bonded, connected phone that exposes ANCS, and sends what they say to the outputs.
@@ -26,30 +28,19 @@ public actor Daemon: LoopActor {
     var connection: DBusConnection?
     var tree = BlueZObjectTree()
     var links: [ObjectPath: PhoneLink] = [:]
-    var nextLinkID: UInt64 = 0
     /// True while bluetoothd owns its bus name.
     var bluetoothdPresent = false
     /// When the daemon started, for `status`, on its loop's clock (as every time it reads).
     let started: ContinuousClock.Instant
     /// The control socket, once `attach(control:)` gave it.
     private var control: ControlServer?
-    var ignoredDevices: Set<ObjectPath> = []
-    /// The next pause before subscribing again to a phone whose subscription failed, by device
-    /// (milliseconds); forgotten once a subscription succeeds or the phone disconnects.
-    var subscribeRetryMilliseconds: [ObjectPath: Int] = [:]
-    /// Characteristics whose notification socket ancsd has acquired: one that bluetoothd still
-    /// says is acquired while no link of ancsd's holds it is ancsd's own from a link that ended.
-    var acquiredBefore: Set<ObjectPath> = []
-    /// Phones whose notification socket closed while BlueZ still reported them connected. On a
-    /// link loss bluetoothd closes the sockets a moment before `ServicesResolved` and then
-    /// `Connected` turn false; a session started in that moment would subscribe on a link that
-    /// is gone (AcquireNotify fails "Not connected", StartNotify only queues). No session starts
-    /// for them until `socketClosedPause` has passed.
-    var pausedAfterSocketClosed: Set<ObjectPath> = []
-    /// How long a phone whose socket closed waits before a new session; by then a lost link
-    /// shows in BlueZ's properties, and one that stayed up (the socket was ended by another
-    /// program's StopNotify) gets its session again.
-    static let socketClosedPause = Duration.milliseconds(500)
+    /// Every link decision (`Daemon+Links.swift` carries them out).
+    var machine: LinkMachine
+    /// The machine's timer, armed for its `nextDeadline` (`linkTimerDeadline`), created on first use.
+    var linkTimer: LoopTimer?
+    var linkTimerDeadline: Duration?
+    /// The socket an AcquireNotify just gave, while the machine decides whether to keep it.
+    var acquiredSocket: (call: LinkMachine.CallID, fd: UnixFD)?
     /// The advertisement and agent that let paired phones come back (nil with `--no-advertise`).
     var presence: Presence?
     /// The adapters holding a paired iPhone's bond (BlueZ has seen ANCS on it, allowed by the
@@ -83,6 +74,10 @@ public actor Daemon: LoopActor {
     /// A request failed before it was sent (its completion ran inside `send`).
     var startingRequest = false
 
+    /// The tasks the daemon starts beside its task group (calls to `presence`, a stranger's
+    /// disconnection): cancelled when it stops (`spawn`).
+    var tasks = OwnedTasks()
+
     /// Counters for status reports.
     public internal(set) var eventsEmitted = 0
 
@@ -101,6 +96,7 @@ public actor Daemon: LoopActor {
         self.notifier = notifier
         self.onReady = onReady
         seen = SeenStore(directory: options.stateDirectory, logger: logger)
+        machine = LinkMachine(settings: Self.linkSettings(for: options))
         phoneLog = RateLimitedLogs(logger: logger, loop: executor)
         strangerLog = RateLimitedLog("disconnected a device that is not bonded", level: .info, logger: logger, loop: executor)
     }
@@ -133,7 +129,7 @@ public actor Daemon: LoopActor {
     func performAction(_ action: ActionID, on uid: UInt32, link: PhoneLink) async -> ActionOutcome {
         await withCheckedContinuation { continuation in
             link.ancs.actionWaiters[ANCSHandler.ActionKey(uid: uid, action: action.rawValue), default: []].append(continuation)
-            link.ancs.performAction(action, on: uid, service: link.ancsLink, link: link, daemon: self)
+            link.ancs.performAction(action, on: uid, link.ancsContext, daemon: self)
         }
     }
 
@@ -147,7 +143,7 @@ public actor Daemon: LoopActor {
         })
         return await withCheckedContinuation { continuation in
             link.ancs.eventWaiters[uid, default: []].append(continuation)
-            link.ancs.fetchFullMessage(of: uid, service: link.ancsLink, link: link, daemon: self)
+            link.ancs.fetchFullMessage(of: uid, link.ancsContext, daemon: self)
         }
     }
 
@@ -165,6 +161,19 @@ public actor Daemon: LoopActor {
         { [weak self] value in self?.assumeOnLoop { body($0, value) } }
     }
 
+    /// Runs `work` in a task on the daemon's executor that belongs to the daemon: cancelled when
+    /// the daemon stops if it is still running then.
+    func spawn(_ work: @escaping @Sendable (isolated Daemon) async -> Void) {
+        tasks.add { id in
+            Task(executorPreference: executor) { [weak self] in await self?.runSpawned(id, work) }
+        }
+    }
+
+    private func runSpawned(_ id: UInt64, _ work: @Sendable (isolated Daemon) async -> Void) async {
+        await work(self)
+        tasks.finished(id)
+    }
+
     /// How long the daemon has run, on its loop's clock.
     var uptime: Duration { executor.now - started }
 
@@ -177,19 +186,19 @@ public actor Daemon: LoopActor {
     public func update(options kept: DaemonOptions, output newOutput: OutputRouter?) {
         if kept.accessory != options.accessory, let presence {
             let accessory = kept.accessory
-            Task(executorPreference: executor) { await presence.setAccessory(accessory) }
+            spawn { _ in await presence.setAccessory(accessory) }
         }
         options = kept
         for link in links.values {
-            link.ancs.update(kept, service: link.ancsLink, link: link, daemon: self)
+            link.ancs.update(kept, link.ancsContext, daemon: self)
         }
+        feed(.reloaded(Self.linkSettings(for: kept)))
         if let newOutput, newOutput !== output {
             output.moveAttached(to: newOutput)
             output.stop(keeping: newOutput)
             output = newOutput
             newOutput.start(OutputContext(actions: self, executor: executor))
         }
-        ignoredDevices = []
         reconcile()
         scheduleStatus()
     }
@@ -236,8 +245,16 @@ public actor Daemon: LoopActor {
         let connection = try await DBusConnection.connect(to: options.bus, loop: executor, activatesServices: false)
         self.connection = connection
         logger.debug("connected to the bus as \(connection.uniqueName)")
-        defer { Task(executorPreference: executor) { await connection.close() } }
+        do {
+            try await serve(on: connection)
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
+    }
 
+    private func serve(on connection: DBusConnection) async throws {
         // Matches first, then the tree: nothing said in between is lost.
         let bluezSignals = try await connection.signals(matching: MatchRule(type: .signal, sender: BlueZ.service))
         let ownerChanges = try await connection.signals(matching: .nameOwnerChanged(name: BlueZ.service))
@@ -264,6 +281,7 @@ public actor Daemon: LoopActor {
         }
         presence = nil
         await shutdown(reason: Task.isCancelled ? "ancsd stopped" : "the bus went away")
+        tasks.cancelAll()
         if !Task.isCancelled { throw DBusError.disconnected }
     }
 
@@ -291,9 +309,8 @@ public actor Daemon: LoopActor {
         if change.oldOwner != nil {
             logger.warning("bluetoothd went away")
             bluetoothdPresent = false
-            for path in Array(links.keys) { stopLink(at: path, reason: "bluetoothd stopped") }
             tree.clear()
-            ignoredDevices = []
+            feed(.bluetoothdStopped)
             scheduleStatus()  // Presence follows bluetoothd's restart by itself
         }
         if change.newOwner != nil {

@@ -39,26 +39,27 @@ final class ANCSHandler: ServiceHandler, ServiceEvents {
     var description: GattServiceDescription { ANCSSession.service }
     var nextDeadline: Duration? { session.nextDeadline }
 
-    func subscribed(to characteristics: Set<CharacteristicUUID>, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(session.subscribed(to: characteristics, now: link.now), service: service, link: link, daemon: daemon)
+    func subscribed(to characteristics: Set<CharacteristicUUID>, _ context: ServiceContext, daemon: isolated Daemon) {
+        run(session.subscribed(to: characteristics, now: context.now), context, daemon: daemon)
     }
 
     func received(
-        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, service: ServiceLink, link: PhoneLink,
-        daemon: isolated Daemon
+        _ value: [UInt8], from characteristic: CharacteristicUUID, signalled: Bool, _ context: ServiceContext, daemon: isolated Daemon
     ) {
         let isDataSource = characteristic == ANCSSession.dataSourceUUID
         if signalled {
             let copies = copyFilter.copies
             let admitted = isDataSource
-                ? copyFilter.admitDataSource(value) : copyFilter.admitNotificationSource(value, now: link.now)
-            if copyFilter.copies != copies { reportCopies(link: link, daemon: daemon) }
+                ? copyFilter.admitDataSource(value) : copyFilter.admitNotificationSource(value, now: context.now)
+            if copyFilter.copies != copies { reportCopies(link: context.link, daemon: daemon) }
             guard admitted else { return }
+        } else if isDataSource {
+            copyFilter.dataSourceArrived()
         }
-        link.recorder?.received(isDataSource ? .ds : .ns, value, at: link.now)
+        context.link.recorder?.received(isDataSource ? .ds : .ns, value, at: context.now)
         let actions = isDataSource
-            ? session.handleDataSource(value, now: link.now) : session.handleNotificationSource(value, now: link.now)
-        run(ANCSSession.gattActions(actions), service: service, link: link, daemon: daemon)
+            ? session.handleDataSource(value, now: context.now) : session.handleNotificationSource(value, now: context.now)
+        run(ANCSSession.gattActions(actions), context, daemon: daemon)
     }
 
     func sending(_ request: GattRequest, number: UInt64, link: PhoneLink) {
@@ -69,38 +70,38 @@ final class ANCSHandler: ServiceHandler, ServiceEvents {
 
     /// Every write's result is recorded; the session is told each with its number, and ignores
     /// those of writes it no longer waits for (the link counts the writes as the session does).
-    func finished(_ result: GattResult, request number: UInt64, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+    func finished(_ result: GattResult, request number: UInt64, _ context: ServiceContext, daemon: isolated Daemon) {
         let write = ANCSSession.writeResult(result)
-        link.recorder?.writeFinished(write, at: link.now)
-        run(ANCSSession.gattActions(session.handleWriteResult(write, write: number, now: link.now)), service: service, link: link, daemon: daemon)
+        context.link.recorder?.writeFinished(write, at: context.now)
+        run(ANCSSession.gattActions(session.handleWriteResult(write, write: number, now: context.now)), context, daemon: daemon)
     }
 
-    func timerFired(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(session.handleTimer(now: link.now) as [GattSessionAction<ANCSSessionEvent>], service: service, link: link, daemon: daemon)
+    func timerFired(_ context: ServiceContext, daemon: isolated Daemon) {
+        run(session.handleTimer(now: context.now) as [GattSessionAction<ANCSSessionEvent>], context, daemon: daemon)
     }
 
-    func renewing(service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+    func renewing(_ context: ServiceContext, daemon: isolated Daemon) {
         copyFilter = SignalCopyFilter()
-        run(session.renewing(now: link.now), service: service, link: link, daemon: daemon)
+        run(session.renewing(now: context.now), context, daemon: daemon)
     }
 
     /// Asks the phone to perform an action (the outcome comes as `.actionCompleted`).
-    func performAction(_ action: ActionID, on uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(ANCSSession.gattActions(session.performAction(action, on: uid, now: link.now)), service: service, link: link, daemon: daemon)
+    func performAction(_ action: ActionID, on uid: UInt32, _ context: ServiceContext, daemon: isolated Daemon) {
+        run(ANCSSession.gattActions(session.performAction(action, on: uid, now: context.now)), context, daemon: daemon)
     }
 
     /// Fetches a notification's whole message again.
-    func fetchFullMessage(of uid: UInt32, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
-        run(ANCSSession.gattActions(session.fetchFullMessage(of: uid, now: link.now)), service: service, link: link, daemon: daemon)
+    func fetchFullMessage(of uid: UInt32, _ context: ServiceContext, daemon: isolated Daemon) {
+        run(ANCSSession.gattActions(session.fetchFullMessage(of: uid, now: context.now)), context, daemon: daemon)
     }
 
     /// Applies reloaded options: the filter, the replay policy and the checks' intervals.
-    func update(_ options: DaemonOptions, service: ServiceLink, link: PhoneLink, daemon: isolated Daemon) {
+    func update(_ options: DaemonOptions, _ context: ServiceContext, daemon: isolated Daemon) {
         session.updateFilter(options.session.filter)
         gate.policy = options.replays
         let actions = session.updateChecks(
-            aliveCheckInterval: options.session.aliveCheckInterval, resubscribeAfter: options.session.resubscribeAfter, now: link.now)
-        run(ANCSSession.gattActions(actions), service: service, link: link, daemon: daemon)
+            aliveCheckInterval: options.session.aliveCheckInterval, resubscribeAfter: options.session.resubscribeAfter, now: context.now)
+        run(ANCSSession.gattActions(actions), context, daemon: daemon)
     }
 
     func tearDown() {
@@ -111,9 +112,9 @@ final class ANCSHandler: ServiceHandler, ServiceEvents {
     }
 
     private func run(
-        _ actions: [GattSessionAction<ANCSSessionEvent>], service: ServiceLink, link: PhoneLink, daemon: isolated Daemon
+        _ actions: [GattSessionAction<ANCSSessionEvent>], _ context: ServiceContext, daemon: isolated Daemon
     ) {
-        daemon.perform(actions, on: service, of: link, events: self)
+        daemon.perform(actions, in: context, events: self)
     }
 
     func handle(_ event: ANCSSessionEvent, link: PhoneLink, daemon: isolated Daemon) {
@@ -156,8 +157,9 @@ final class ANCSHandler: ServiceHandler, ServiceEvents {
         daemon.eventsEmitted += 1
         notificationCount += 1
         // What happened, never what it says: the journal is readable by more people than the phone's owner.
-        let what = "\(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))"
-        daemon.phoneLog.log(.info, "\(address): notification \(n.uid) \(what)", kind: "\(address): notification # \(what)")
+        // Built only when the log takes the line (at --log-level warning, never).
+        func what() -> String { "\(shown.kind.rawValue) (\(n.category)\(seenBefore ? ", seen before" : ""))" }
+        daemon.phoneLog.log(.info, "\(address): notification \(n.uid) \(what())", kind: "\(address): notification # \(what())")
         daemon.logger.debug("\(address): \(shown.kind.rawValue) \(n.uid) \(n.appName ?? n.appIdentifier ?? "-"): \(n.title ?? "") / \(n.message ?? "")\(seenBefore ? " (seen before)" : "")")
         daemon.output.emit(.notification(shown, device: address, seenBefore: seenBefore))
         daemon.scheduleStatus()

@@ -22,12 +22,12 @@ import EventLoop
 /// the current owner of `org.bluez`.
 ///
 /// The actor runs on the daemon's loop (its executor), which its retry timer shares.
-actor Presence {
+actor Presence: LoopActor {
     static let agentPath: ObjectPath = "/org/ancsd/run/agent"
     static let advertisementPath: ObjectPath = "/org/ancsd/run/advertisement0"
 
     private let connection: DBusConnection
-    private let loop: EventLoop
+    let loop: EventLoop
     private let adapterName: String?
     private let logger: Logger
     /// What the advertisement and the GATT application show the phone (`--accessory`).
@@ -44,6 +44,8 @@ actor Presence {
     private var again = false
     /// Registers again after a failure or a release; made on the first.
     private var retry: LoopTimer?
+    /// The registrations a retry starts and the pairings being ended: cancelled when `run` ends.
+    private var tasks = OwnedTasks()
     private var failures = 0
     private var saidNoAdapter = false
     /// The adapters that hold a paired iPhone's bond: only while there is one is anything
@@ -100,6 +102,8 @@ actor Presence {
             for await _ in never {}
             continuation.finish()
         }
+        tasks.cancelAll()
+        retry?.cancel()
         // Unregister from a task that is not cancelled: D-Bus calls of a cancelled task fail at
         // once, and Swift 6.0 has no way to shield structured code from cancellation. The task
         // runs on the loop, and is awaited here.
@@ -244,12 +248,24 @@ actor Presence {
         }
     }
 
+    /// Runs `work` in a task on the loop that belongs to `Presence`: cancelled when `run` ends.
+    private func spawn(_ work: @escaping @Sendable (isolated Presence) async -> Void) {
+        tasks.add { id in
+            Task(executorPreference: loop) { [weak self] in await self?.runSpawned(id, work) }
+        }
+    }
+
+    private func runSpawned(_ id: UInt64, _ work: @Sendable (isolated Presence) async -> Void) async {
+        await work(self)
+        tasks.finished(id)
+    }
+
     /// Calls `register` after `delay` (a loop timer: nothing runs meanwhile); replaces a retry
     /// already scheduled.
     private func scheduleRetry(after delay: Duration) {
-        let timer = retry ?? loop.makeTimer { [weak self, loop] in
+        let timer = retry ?? loop.makeTimer { [weak self] in
             guard let self else { return }
-            Task(executorPreference: loop) { await self.register() }
+            assumeOnLoop { $0.spawn { await $0.register() } }
         }
         retry = timer
         timer.schedule(after: delay)
@@ -308,7 +324,7 @@ actor Presence {
     /// ends it. Runs apart from the agent's answer, which bluetoothd does not wait for.
     private func endPairing(_ device: ObjectPath) {
         let calls = DeviceCalls(connection: connection), logger = logger
-        Task(executorPreference: loop) {
+        spawn { _ in
             do {
                 try await calls.cancelPairing(device)
             } catch {

@@ -20,141 +20,6 @@ public struct DataSourceLimits: Hashable, Sendable {
     }
 }
 
-/// One attribute tuple of a Data Source response: the ID as sent, and the value's bytes.
-public struct DataSourceAttribute: Hashable, Sendable {
-    /// The attribute ID byte: a `NotificationAttributeID` or an `AppAttributeID`, by response.
-    public var rawID: UInt8
-    /// The value exactly as the phone sent it.
-    public var value: [UInt8]
-
-    public init(rawID: UInt8, value: [UInt8]) {
-        self.rawID = rawID
-        self.value = value
-    }
-}
-
-/// A reassembled Data Source response.
-public struct DataSourceResponse: Hashable, Sendable {
-    /// What the response is about.
-    public enum Subject: Hashable, Sendable {
-        /// The answer to GetNotificationAttributes.
-        case notification(uid: UInt32)
-        /// The answer to GetAppAttributes.
-        case app(identifier: String)
-    }
-
-    public var subject: Subject
-    /// The tuples in the order they arrived.
-    public var attributes: [DataSourceAttribute]
-    /// Requested attribute IDs that never (fully) arrived, in request order; empty when complete.
-    public var missingAttributeIDs: [UInt8]
-
-    public init(subject: Subject, attributes: [DataSourceAttribute], missingAttributeIDs: [UInt8] = []) {
-        self.subject = subject
-        self.attributes = attributes
-        self.missingAttributeIDs = missingAttributeIDs
-    }
-
-    /// True if every requested tuple arrived.
-    public var isComplete: Bool { missingAttributeIDs.isEmpty }
-
-    /// The command this response answers.
-    public var commandID: CommandID {
-        switch subject {
-        case .notification: .getNotificationAttributes
-        case .app: .getAppAttributes
-        }
-    }
-
-    /// The value of a notification attribute, if this response carries it.
-    public func value(of id: NotificationAttributeID) -> [UInt8]? {
-        guard case .notification = subject else { return nil }
-        return attributes.first { $0.rawID == id.rawValue }?.value
-    }
-
-    /// The value of an app attribute, if this response carries it.
-    public func value(of id: AppAttributeID) -> [UInt8]? {
-        guard case .app = subject else { return nil }
-        return attributes.first { $0.rawID == id.rawValue }?.value
-    }
-}
-
-/// What went wrong in a Data Source response, and where.
-public struct DataSourceError: Error, Hashable, Sendable, CustomStringConvertible {
-    public enum Kind: Hashable, Sendable {
-        /// Data arrived while no request was waiting for an answer.
-        case noPendingRequest
-        /// The echoed command ID is not the one requested.
-        case commandMismatch(expected: CommandID, received: CommandID)
-        /// The echoed notification UID is not the one requested.
-        case notificationUIDMismatch(expected: UInt32, received: UInt32)
-        /// The echoed app identifier differs from the one requested.
-        case appIdentifierMismatch(expected: String)
-        /// An attribute ID that the specification does not define for this command.
-        case unknownAttribute(UInt8)
-        /// A defined attribute that the request did not ask for.
-        case unrequestedAttribute(UInt8)
-        /// An attribute that already arrived in this response.
-        case duplicateAttribute(UInt8)
-        /// An attribute longer than `DataSourceLimits.maxAttributeLength`.
-        case attributeTooLong(id: UInt8, length: Int, limit: Int)
-        /// A response longer than `DataSourceLimits.maxResponseLength`.
-        case responseTooLong(length: Int, limit: Int)
-        /// Bytes after the last requested tuple.
-        case trailingBytes(count: Int)
-    }
-
-    public var kind: Kind
-    /// The byte offset in the response (0 is its command ID) where the problem starts.
-    public var offset: Int
-
-    public init(_ kind: Kind, offset: Int) {
-        self.kind = kind
-        self.offset = offset
-    }
-
-    /// True when the bytes' header names another command, notification or app: they answer
-    /// something else (a late answer to an earlier request, or noise), not the pending request.
-    public var isAnotherResponse: Bool {
-        switch kind {
-        case .commandMismatch, .notificationUIDMismatch, .appIdentifierMismatch: true
-        default: false
-        }
-    }
-
-    /// A stable snake_case code for machine-readable output.
-    public var code: String {
-        switch kind {
-        case .noPendingRequest: "no_pending_request"
-        case .commandMismatch: "command_mismatch"
-        case .notificationUIDMismatch: "uid_mismatch"
-        case .appIdentifierMismatch: "app_identifier_mismatch"
-        case .unknownAttribute: "unknown_attribute"
-        case .unrequestedAttribute: "unrequested_attribute"
-        case .duplicateAttribute: "duplicate_attribute"
-        case .attributeTooLong: "attribute_too_long"
-        case .responseTooLong: "response_too_long"
-        case .trailingBytes: "trailing_bytes"
-        }
-    }
-
-    public var description: String {
-        let what: String = switch kind {
-        case .noPendingRequest: "Data Source bytes arrived while no request was pending"
-        case .commandMismatch(let expected, let received): "the response is for \(received), the request was \(expected)"
-        case .notificationUIDMismatch(let expected, let received): "the response is for notification \(received), the request was for \(expected)"
-        case .appIdentifierMismatch(let expected): "the response's app identifier differs from the requested \"\(expected)\""
-        case .unknownAttribute(let id): "attribute ID \(hexByte(id)) is not defined for this command"
-        case .unrequestedAttribute(let id): "attribute ID \(hexByte(id)) was not requested"
-        case .duplicateAttribute(let id): "attribute ID \(hexByte(id)) arrived twice"
-        case .attributeTooLong(let id, let length, let limit): "attribute \(hexByte(id)) is \(length) bytes long, over the limit of \(limit)"
-        case .responseTooLong(let length, let limit): "the response reaches \(length) bytes, over the limit of \(limit)"
-        case .trailingBytes(let count): "\(count) unexpected bytes after the end of the response"
-        }
-        return what + " (at byte \(offset))"
-    }
-}
-
 /// What one `feed` produced: a finished response, an error, both (a response followed by
 /// stray bytes), or neither (more data is needed).
 public struct DataSourceOutput: Hashable, Sendable {
@@ -419,27 +284,10 @@ public struct DataSourceReassembler: Sendable {
                 advance(&index, by: take)
                 if values.count - currentStart == currentLength, finishAttribute() { return completed(remaining: end - index) }
             case .attributeID:
-                let id = bytes[index]
-                let bit: UInt16 = id < 16 ? 1 << UInt16(id) : 0
-                guard bit & requestedMask != 0 else {
-                    return fail(id >= knownIDCount ? .unknownAttribute(id) : .unrequestedAttribute(id))
-                }
-                guard bit & receivedMask == 0 else { return fail(.duplicateAttribute(id)) }
-                currentID = id
-                if end - index >= 3 {
-                    // The whole tuple header is here: take the length at once.
-                    fieldValue = UInt32(bytes[index + 1]) | UInt32(bytes[index + 2]) << 8
-                    advance(&index, by: 3)
-                    switch lengthComplete(bytes, &index) {
-                    case .more: break
-                    case .complete: return completed(remaining: end - index)
-                    case .failed(let kind): return fail(kind)
-                    }
-                } else {
-                    fieldValue = 0
-                    fieldCount = 0
-                    advance(&index, by: 1)
-                    stage = .attributeLength
+                switch readAttributeID(bytes, &index) {
+                case .more: break
+                case .complete: return completed(remaining: end - index)
+                case .failed(let kind): return fail(kind)
                 }
             case .attributeLength:
                 fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
@@ -453,44 +301,87 @@ public struct DataSourceReassembler: Sendable {
                     }
                 }
             case .command:
-                let received = CommandID(rawValue: bytes[index])
-                guard received == command else {
-                    return fail(.commandMismatch(expected: command, received: received))
-                }
-                advance(&index, by: 1)
-                stage = command == .getAppAttributes ? .appIdentifier : .uid
-                fieldValue = 0
-                fieldCount = 0
+                if let mismatch = readCommand(bytes[index], &index) { return fail(mismatch) }
             case .uid:
-                if fieldCount == 0 && end - index >= 4 {
-                    fieldValue = UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8
-                        | UInt32(bytes[index + 2]) << 16 | UInt32(bytes[index + 3]) << 24
-                    fieldCount = 4
-                    advance(&index, by: 4)
-                } else {
-                    fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
-                    fieldCount += 1
-                    advance(&index, by: 1)
-                }
-                if fieldCount == 4 {
-                    guard fieldValue == uid else {
-                        offset -= 4
-                        return fail(.notificationUIDMismatch(expected: uid, received: fieldValue))
-                    }
-                    stage = .attributeID
-                }
+                if let mismatch = readUID(bytes, &index) { return fail(mismatch) }
             case .appIdentifier:
-                // Compare as many bytes as are here with the identifier and its NUL terminator.
-                let matched = matchAppIdentifier(bytes, from: index)
-                advance(&index, by: matched)
-                fieldCount += matched
-                if index < end && fieldCount <= appIdentifier.utf8.count {
-                    return fail(.appIdentifierMismatch(expected: appIdentifier))
-                }
-                if fieldCount > appIdentifier.utf8.count { stage = .attributeID }
+                if let mismatch = readAppIdentifier(bytes, &index) { return fail(mismatch) }
             }
         }
         return .more
+    }
+
+    /// A tuple's attribute ID at `index`, which must be one requested and not received yet; when
+    /// the whole tuple header is in this fragment, its length too.
+    @inline(__always)
+    private mutating func readAttributeID(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> Progress {
+        let id = bytes[index]
+        let bit: UInt16 = id < 16 ? 1 << UInt16(id) : 0
+        guard bit & requestedMask != 0 else {
+            return .failed(id >= knownIDCount ? .unknownAttribute(id) : .unrequestedAttribute(id))
+        }
+        guard bit & receivedMask == 0 else { return .failed(.duplicateAttribute(id)) }
+        currentID = id
+        if bytes.count - index >= 3 {
+            // The whole tuple header is here: take the length at once.
+            fieldValue = UInt32(bytes[index + 1]) | UInt32(bytes[index + 2]) << 8
+            advance(&index, by: 3)
+            return lengthComplete(bytes, &index)
+        }
+        fieldValue = 0
+        fieldCount = 0
+        advance(&index, by: 1)
+        stage = .attributeLength
+        return .more
+    }
+
+    /// The response's command byte, which must be the request's; nil when it is.
+    @inline(__always)
+    private mutating func readCommand(_ byte: UInt8, _ index: inout Int) -> DataSourceError.Kind? {
+        let received = CommandID(rawValue: byte)
+        guard received == command else { return .commandMismatch(expected: command, received: received) }
+        advance(&index, by: 1)
+        stage = command == .getAppAttributes ? .appIdentifier : .uid
+        fieldValue = 0
+        fieldCount = 0
+        return nil
+    }
+
+    /// The notification's UID from `index` on (whole, or the bytes of it this fragment holds),
+    /// which must be the request's; nil when it is, or is not complete yet.
+    @inline(__always)
+    private mutating func readUID(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> DataSourceError.Kind? {
+        if fieldCount == 0 && bytes.count - index >= 4 {
+            fieldValue = UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8
+                | UInt32(bytes[index + 2]) << 16 | UInt32(bytes[index + 3]) << 24
+            fieldCount = 4
+            advance(&index, by: 4)
+        } else {
+            fieldValue |= UInt32(bytes[index]) << UInt32(8 * fieldCount)
+            fieldCount += 1
+            advance(&index, by: 1)
+        }
+        if fieldCount == 4 {
+            guard fieldValue == uid else {
+                offset -= 4
+                return .notificationUIDMismatch(expected: uid, received: fieldValue)
+            }
+            stage = .attributeID
+        }
+        return nil
+    }
+
+    /// The app identifier and its NUL from `index` on, compared as far as this fragment goes;
+    /// nil while they match.
+    private mutating func readAppIdentifier(_ bytes: UnsafeBufferPointer<UInt8>, _ index: inout Int) -> DataSourceError.Kind? {
+        let matched = matchAppIdentifier(bytes, from: index)
+        advance(&index, by: matched)
+        fieldCount += matched
+        if index < bytes.count && fieldCount <= appIdentifier.utf8.count {
+            return .appIdentifierMismatch(expected: appIdentifier)
+        }
+        if fieldCount > appIdentifier.utf8.count { stage = .attributeID }
+        return nil
     }
 
     /// How many bytes from `index` on match the expected app identifier from position
@@ -661,22 +552,5 @@ public struct DataSourceResponseView {
     public var response: DataSourceResponse {
         DataSourceResponse(subject: subject, attributes: (0..<count).map { DataSourceAttribute(rawID: rawID(at: $0), value: Array(value(at: $0))) },
                            missingAttributeIDs: missingAttributeIDs)
-    }
-}
-
-extension DataSourceResponse {
-    /// Hands the response to `body` as a `DataSourceResponseView` (its values copied end to end).
-    public func withView<Result>(_ body: (DataSourceResponseView) throws -> Result) rethrows -> Result {
-        var values: [UInt8] = []
-        var spans: [DataSourceResponseView.Span] = []
-        for attribute in attributes {
-            spans.append(DataSourceResponseView.Span(rawID: attribute.rawID, start: values.count, count: attribute.value.count))
-            values += attribute.value
-        }
-        return try values.withUnsafeBufferPointer { values in
-            try spans.withUnsafeBufferPointer { spans in
-                try body(DataSourceResponseView(subject: subject, missingAttributeIDs: missingAttributeIDs, values: values, spans: spans))
-            }
-        }
     }
 }
