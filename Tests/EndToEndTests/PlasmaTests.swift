@@ -22,7 +22,7 @@ private let plasmaScenario = """
     {"after":0.2,"do":"modify","uid":7,"message":"The Analytical Engine"}
     {"after":0.5,"do":"remove","uid":8}
     {"do":"wait_state","media_commands_received":2,"timeout":120}
-    {"do":"add","uid":10,"category":"social","app":"com.apple.MobileSMS","title":"Dana","message":"hello","flags":["positive_action","negative_action"],"positive_action":"Reply","negative_action":"Clear"}
+    {"do":"add","uid":10,"category":"missed_call","app":"com.apple.mobilephone","title":"Dana","message":"Missed Call","flags":["positive_action","negative_action"],"positive_action":"Call Back","negative_action":"Clear"}
     {"do":"sleep","seconds":600}
     {"do":"end"}
     """
@@ -117,6 +117,9 @@ extension DaemonTests {
         try sim.waitForStandardError(containing: "AMS Remote Command next (3) performed")
 
         // Dana's popup, closed with its close button: gone from the screen, nothing on the phone.
+        // A missed call, critical, which Plasma never lets expire: a message's popup expires after
+        // Plasma's 5 s, which reading the popups by OCR under load can outlast (a CI run clicked
+        // at a window already gone).
         let dana = try desktop.wait("Dana's popup") { try desktop.popup(showing: "Dana") }
         let danaID = try #require(desktop.showing("Dana")).id
         let beforeClose = actionsSoFar
