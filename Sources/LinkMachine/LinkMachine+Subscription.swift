@@ -32,7 +32,17 @@ extension LinkMachine {
 
     /// A call ended: carries on with what it was for, if that is still going on.
     mutating func ended(_ pending: PendingCall, id: CallID, _ outcome: CallOutcome) {
-        if case .acquired = outcome { acquiredBefore.insert(pending.characteristic) }
+        if case .acquire = pending.step {
+            switch outcome {
+            case .acquired:
+                acquiredBefore.insert(pending.characteristic)
+                unanswered.remove(pending.characteristic)
+            case .failed(let error) where error.isNoAnswer:
+                unanswered.insert(pending.characteristic)
+            default:
+                break
+            }
+        }
         switch pending.step {
         case .release:
             return
@@ -89,6 +99,13 @@ extension LinkMachine {
                 """)
             call(.stopNotify(characteristic), for: PendingCall(
                 path: path, link: link.id, service: service.number, step: .releaseStale(index: index)))
+        } else if error.isNotifyAcquired && unanswered.contains(characteristic) {
+            log(.info, """
+                \(link.address): bluetoothd still holds an AcquireNotify of ancsd's on \(characteristic) \
+                that it never answered ("Notify acquired"); left alone until it ends (StopNotify on it \
+                crashes bluetoothd 5.82)
+                """)
+            subscribingFailed(error, on: path, service: position)
         } else if error.startNotifyCannotHelp {
             subscribingFailed(error, on: path, service: position)
         } else {
@@ -102,7 +119,7 @@ extension LinkMachine {
     /// such a socket registered for over a minute after a fast reconnection
     /// (docs/system-test.md); a `StopNotify` releases it. One another program holds is left alone.
     private func holdsStaleSocket(_ characteristic: String) -> Bool {
-        guard acquiredBefore.contains(characteristic) else { return false }
+        guard acquiredBefore.contains(characteristic), !unanswered.contains(characteristic) else { return false }
         return !links.values.contains { link in link.services.contains { $0.delivery[characteristic] == .acquired } }
     }
 

@@ -125,6 +125,11 @@ public struct LinkMachine: Sendable {
     /// Characteristics whose socket ancsd has acquired: one bluetoothd still says is acquired
     /// while no link holds it is ancsd's own from a link that ended.
     var acquiredBefore: Set<String> = []
+    /// Characteristics whose last AcquireNotify of ancsd's had no answer (timed out): bluetoothd
+    /// may still be writing its CCC, or have failed to and kept the socket's place taken. Their
+    /// "Notify acquired" is never answered with StopNotify: bluetoothd 5.82 frees the request's
+    /// session then, and crashes when the write ends (docs/system-test.md).
+    var unanswered: Set<String> = []
     /// Devices that expose ANCS without a bond, said once.
     var ignored: Set<String> = []
     /// The commands of the input being handled.
@@ -157,6 +162,7 @@ public struct LinkMachine: Sendable {
             phones = []
             phoneIndex = [:]
             ignored = []
+            unanswered = []  // its requests went with it
             for path in links.keys.sorted() { stopLink(at: path, reason: "bluetoothd stopped") }
         case .shutdown(let reason):
             for path in links.keys.sorted() { stopLink(at: path, reason: reason) }
@@ -206,7 +212,8 @@ public struct LinkMachine: Sendable {
     /// The sizes of the machine's tables, for tests that prove nothing grows with time.
     public var tableSizes: [(name: String, count: Int)] {
         [("phones", phones.count), ("links", links.count), ("calls in flight", calls.count), ("retry delays", retryDelays.count),
-         ("pauses", pausedUntil.count), ("acquired before", acquiredBefore.count), ("ignored", ignored.count),
+         ("pauses", pausedUntil.count), ("acquired before", acquiredBefore.count), ("unanswered", unanswered.count),
+         ("ignored", ignored.count),
          ("services", links.values.reduce(0) { $0 + $1.services.count }),
          ("held-off services", links.values.reduce(0) { $0 + $1.heldOff.count })]
     }

@@ -95,6 +95,11 @@ public struct CallError: Hashable, Sendable, CustomStringConvertible {
     /// characteristic is acquired.
     var isNotifyAcquired: Bool { name == "org.bluez.Error.NotPermitted" && message == "Notify acquired" }
 
+    /// No answer came: the call timed out (bluetoothd may still be carrying it out).
+    var isNoAnswer: Bool {
+        name == "org.freedesktop.DBus.Error.Timeout" || name == "org.freedesktop.DBus.Error.NoReply"
+    }
+
     /// An AcquireNotify failure after which StartNotify cannot work either: the link is down,
     /// or the characteristic's socket is held.
     var startNotifyCannotHelp: Bool {

@@ -128,6 +128,40 @@ struct LinkMachineTests {
         #expect(h.status?.failure != nil)
     }
 
+    /// An AcquireNotify bluetoothd never answered (the phone left its CCC write unanswered after
+    /// a fast reconnection) keeps the characteristic "Notify acquired" in bluetoothd 5.82 while
+    /// its write is pending, or after it failed. A StopNotify then frees the request's session,
+    /// and bluetoothd crashed (SIGSEGV) when the write ended: seen in a trixie boot. Such a
+    /// characteristic is left alone, though ancsd acquired it on an earlier link; the link fails
+    /// and is tried again after its pause. An answered AcquireNotify makes it releasable again.
+    @Test func anAcquireNeverAnsweredIsNotReleasedWithStopNotify() {
+        var h = H()
+        h.connect()
+        h.phone.connected = false
+        h.tree()
+        h.phone.connected = true
+        h.tree()
+        let fallback = h.answer(H.failed("org.freedesktop.DBus.Error.Timeout", "no reply within the timeout"))
+        #expect(H.calls(fallback).map(\.call) == [.startNotify(H.ds)])
+        h.answer(H.notifyAcquired)
+        #expect(h.status?.failure != nil)
+        let retry = h.advance(.milliseconds(500))
+        #expect(H.calls(retry).map(\.call) == [.acquireNotify(H.ds)])
+        let refused = h.answer(H.notifyAcquired)
+        #expect(H.calls(refused).isEmpty, "no StopNotify on an acquire still out: \(refused)")
+        #expect(H.logs(refused).first?.contains("never answered") == true, "\(H.logs(refused))")
+        #expect(h.status?.failure != nil)
+        // Answered at last: ancsd's own again, so a later stale socket of it is released.
+        h.advance(.seconds(1))
+        h.answerAll([.call(h.lastCall!.id, .acquireNotify(H.ds))])
+        #expect(h.status?.running == true)
+        h.phone.connected = false
+        h.tree()
+        h.phone.connected = true
+        h.tree()
+        #expect(H.calls(h.answer(H.notifyAcquired)).map(\.call) == [.stopNotify(H.ds)])
+    }
+
     /// A socket another program acquired (ancsd never had it) is left alone.
     @Test func aSocketAnotherProgramHoldsIsNotReleased() {
         var h = H()
