@@ -95,6 +95,14 @@ struct LinkHarness {
         answerAll(tree())
     }
 
+    /// The phone drops and comes back at once: bluetoothd's tree without it connected, then with.
+    mutating func dropAndReturn() {
+        phone.connected = false
+        tree()
+        phone.connected = true
+        tree()
+    }
+
     /// The link's status.
     var status: LinkMachine.LinkStatus? {
         machine.status(of: machine.linksStarted, at: Self.phonePath)

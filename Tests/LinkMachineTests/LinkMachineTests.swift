@@ -101,10 +101,7 @@ struct LinkMachineTests {
         #expect(pauses == [0.5, 1, 2, 4, 8, 16, 30, 30, 30].map { .milliseconds(Int($0 * 1000)) })
         h.answerAll([.call(H.calls(h.said).last!.id, .acquireNotify(H.ds))])
         #expect(h.status?.running == true)
-        h.phone.connected = false
-        h.tree()
-        h.phone.connected = true
-        h.tree()
+        h.dropAndReturn()
         h.answer(H.notConnected)
         #expect(h.machine.nextDeadline == h.now + .milliseconds(500), "the back-off starts over")
     }
@@ -115,10 +112,7 @@ struct LinkMachineTests {
     @Test func aStaleSocketOfAncsdsOwnIsReleasedOnceAndAcquiredAgain() {
         var h = H()
         h.connect()
-        h.phone.connected = false
-        h.tree()
-        h.phone.connected = true
-        h.tree()
+        h.dropAndReturn()
         let release = h.answer(H.notifyAcquired)
         #expect(H.calls(release).map(\.call) == [.stopNotify(H.ds)])
         #expect(H.logs(release).first?.contains("releasing it with StopNotify") == true)
@@ -137,10 +131,7 @@ struct LinkMachineTests {
     @Test func anAcquireNeverAnsweredIsNotReleasedWithStopNotify() {
         var h = H()
         h.connect()
-        h.phone.connected = false
-        h.tree()
-        h.phone.connected = true
-        h.tree()
+        h.dropAndReturn()
         let fallback = h.answer(H.failed("org.freedesktop.DBus.Error.Timeout", "no reply within the timeout"))
         #expect(H.calls(fallback).map(\.call) == [.startNotify(H.ds)])
         h.answer(H.notifyAcquired)
@@ -155,10 +146,7 @@ struct LinkMachineTests {
         h.advance(.seconds(1))
         h.answerAll([.call(h.lastCall!.id, .acquireNotify(H.ds))])
         #expect(h.status?.running == true)
-        h.phone.connected = false
-        h.tree()
-        h.phone.connected = true
-        h.tree()
+        h.dropAndReturn()
         #expect(H.calls(h.answer(H.notifyAcquired)).map(\.call) == [.stopNotify(H.ds)])
     }
 
@@ -202,10 +190,7 @@ struct LinkMachineTests {
         var h = H()
         h.tree()
         let first = h.lastCall!.id
-        h.phone.connected = false
-        h.tree()
-        h.phone.connected = true
-        h.tree()
+        h.dropAndReturn()
         #expect(h.feed(.callEnded(first, .acquired(mtu: 185))) == [])
         #expect(h.answer(.acquired(mtu: 185)).first == .keepSocket(2, 2, service: 0, characteristic: ANCSSession.dataSourceUUID))
     }
