@@ -1,6 +1,7 @@
 import AMS
 import GattSession
 import Testing
+import TestSupport
 
 @Suite struct MediaSessionTests {
     @Test func describesTheService() {
@@ -494,7 +495,7 @@ import Testing
     /// bytes. The session never traps, never holds a value past the cap or a number past the
     /// limit, keeps one request in flight, and the next clean value is reported as usual.
     @Test func aFloodOfGarbageValuesBreaksNothing() {
-        var random = SplitMix(seed: 36)
+        var random = SplitMix64(seed: 36)
         var h = Harness()
         h.start()
         for round in 0..<20_000 {
@@ -522,7 +523,7 @@ import Testing
     }
 
     @Test func randomBytesNeverTrapAndKeepOneRequestInFlight() {
-        var random = SplitMix(seed: 29)
+        var random = SplitMix64(seed: 29)
         for _ in 0..<300 {
             var h = Harness()
             for _ in 0..<60 {
@@ -547,18 +548,5 @@ import Testing
                 #expect(h.session.pendingRequestCount <= 3 + 11 + 16)
             }
         }
-    }
-}
-
-/// A small deterministic generator for the random test.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,6 +1,7 @@
 import AMS
 import GattSession
 import Testing
+import TestSupport
 
 @Suite struct RecordDescriptionTests {
     func describe(_ characteristic: CharacteristicUUID, _ direction: AMSDirection, _ value: [UInt8]) -> AMSRecordDescription? {
@@ -53,7 +54,7 @@ import Testing
     }
 
     @Test func anyBytesDescribe() {
-        var random = SplitMix(seed: 7)
+        var random = SplitMix64(seed: 7)
         for _ in 0..<2000 {
             let bytes = (0..<Int(random.next() % 10)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
             for characteristic in [AMSUUID.remoteCommand, AMSUUID.entityUpdate, AMSUUID.entityAttribute] {

@@ -2,6 +2,7 @@ import ANCSSession
 import AMS
 import GattSession
 import LinkMachine
+import TestSupport
 
 /// bluetoothd between the daemon and the phone, as docs/dbus.md and the simulator describe it
 /// (5.66's behaviour where versions differ): the device's `Connected`, with the gap after a link

@@ -3,6 +3,7 @@ import ANCS
 import ANCSSession
 import GattSession
 import LinkMachine
+import TestSupport
 
 /// A month of one phone's life against the daemon model, on the virtual clock, all drawn from
 /// one seed: each day is planned at its midnight (so the plan never holds more than a day).
